@@ -1,0 +1,140 @@
+/*
+ * schedule.h — the step language: algorithms are data, not code paths.
+ *
+ * A schedule generator turns (collective, nranks, rank, ring order, count,
+ * chunking) into the list of steps this rank performs for one lane (one
+ * channel of one operation). Steps run strictly in order. Each step is one
+ * primitive over at most `chunkElems` elements:
+ *
+ *   SEND                    src[srcOff..] ------------------------> sendPeer
+ *   RECV                    recvPeer ------------------------------> dst[dstOff..]
+ *   RECV_REDUCE_SEND        recvPeer (+) src[srcOff..] ------------> sendPeer
+ *   RECV_REDUCE_COPY        recvPeer (+) src[srcOff..] ------------> dst[dstOff..]
+ *   RECV_REDUCE_COPY_SEND   recvPeer (+) src[srcOff..] --> dst[dstOff..] and sendPeer
+ *   RECV_COPY_SEND          recvPeer --> dst[dstOff..] and sendPeer
+ *   COPY                    src[srcOff..] -------------------------> dst[dstOff..]
+ *
+ * Peers are ranks of the communicator; between two ranks messages travel in
+ * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
+ * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
+ * sendbuff, LOOM_BUF_RECV = recvbuff); offsets and counts are in elements.
+ * A step flagged LOOM_STEP_FINAL produces a complete reduction: the executor
+ * applies the operation's post-processing (the division of loomAvg) to the
+ * reduced values before storing or sending them.
+ *
+ * Generators touch no buffer and call no transport: tests run them for many
+ * rank counts in a symbolic simulator (tests/unit/check_schedule.c).
+ */
+#ifndef LOOM_SCHEDULE_H_
+#define LOOM_SCHEDULE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+/* Slots in every connector FIFO. */
+#define LOOM_STEPS 8
+
+typedef enum {
+    LOOM_STEP_SEND = 0,
+    LOOM_STEP_RECV,
+    LOOM_STEP_RECV_REDUCE_SEND,
+    LOOM_STEP_RECV_REDUCE_COPY,
+    LOOM_STEP_RECV_REDUCE_COPY_SEND,
+    LOOM_STEP_RECV_COPY_SEND,
+    LOOM_STEP_COPY,
+    LOOM_STEP_NUM_OPS
+} loomStepOp_t;
+
+enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
+
+#define LOOM_STEP_FINAL 0x1
+
+struct loomStep {
+    uint8_t op;       /* loomStepOp_t */
+    uint8_t srcBuf;   /* LOOM_BUF_*: where local input is read */
+    uint8_t dstBuf;   /* LOOM_BUF_*: where local output is written */
+    uint8_t flags;    /* LOOM_STEP_FINAL */
+    int32_t sendPeer; /* rank data is sent to, or -1 */
+    int32_t recvPeer; /* rank data is received from, or -1 */
+    size_t srcOff;    /* element offset into src (ops that read local input) */
+    size_t dstOff;    /* element offset into dst (ops that write local output) */
+    size_t count;     /* elements, 1 .. chunkElems (never 0) */
+};
+
+/* Collectives and point-to-point kinds a schedule can be built for. */
+typedef enum {
+    LOOM_COLL_BROADCAST = 0,
+    LOOM_COLL_REDUCE,
+    LOOM_COLL_ALLREDUCE,
+    LOOM_COLL_ALLGATHER,
+    LOOM_COLL_REDUCESCATTER,
+    LOOM_COLL_ALLTOALL,
+    LOOM_COLL_ALLTOALLV,
+    LOOM_COLL_SEND,
+    LOOM_COLL_RECV,
+    LOOM_COLL_NUM
+} loomColl_t;
+
+/* Inputs of a generator. Sizes are in elements. */
+struct loomSchedArgs {
+    loomColl_t coll;
+    int nranks;
+    int rank;
+    /* ring[i] is the rank at position i of the ring; data flows from ring[i]
+     * to ring[(i+1) % nranks]. NULL means the identity order. */
+    const int *ring;
+    /* Broadcast/Reduce: root rank. Send/Recv: the peer. */
+    int root;
+    /* Element count as the user passed it: AllReduce/Broadcast/Reduce: buffer
+     * length; AllGather: sendcount (per-rank block); ReduceScatter: recvcount
+     * (per-rank block); AlltoAll: count per peer; Send/Recv: count. */
+    size_t count;
+    /* This lane handles elements [lo, hi) of each per-rank block (of the
+     * whole buffer for AllReduce, Broadcast, Reduce, Send/Recv): lanes split
+     * the work by channel. 0 <= lo <= hi <= count. */
+    size_t lo, hi;
+    /* Largest count of one step (the FIFO slot size in elements), >= 1. */
+    size_t chunkElems;
+    /* AlltoAllv only: per-peer counts and displacements in elements. */
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+};
+
+/* A growable array of steps. Generators append; the caller owns and reuses it. */
+struct loomSchedule {
+    struct loomStep *steps;
+    size_t nsteps;
+    size_t cap;
+};
+
+/* Appends one step, growing the array. Returns loomSystemError if out of memory. */
+loomResult_t scheduleAppend(struct loomSchedule *s, const struct loomStep *step);
+/* Empties s (keeps its memory). */
+void scheduleReset(struct loomSchedule *s);
+/* Frees s's memory and empties it. */
+void scheduleFree(struct loomSchedule *s);
+
+/*
+ * Ring generators (algorithms/ring.c). Each appends this rank's steps for one
+ * lane to *out (it does not reset it). They validate nothing the core has
+ * checked already; they return loomSystemError only when out of memory.
+ */
+loomResult_t ringBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t ringReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t ringAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t ringAllGatherSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t ringReduceScatterSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+
+/*
+ * Direct generators (algorithms/direct.c): pairwise exchange. AlltoAll and
+ * AlltoAllv, and Send / Recv of one lane. For AlltoAll(v) the steps of
+ * different peers are interleaved so that no FIFO needs more than LOOM_STEPS
+ * slots of slack for the schedule to complete when every rank runs it.
+ */
+loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+
+#endif /* LOOM_SCHEDULE_H_ */

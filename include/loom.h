@@ -1,0 +1,281 @@
+/*
+ * loom.h — the public API of Loom, a collective communication library.
+ *
+ * Loom has the shape of NCCL: a communicator of `nranks` processes, each
+ * identified by a rank, runs collectives (AllReduce, Broadcast, Reduce,
+ * AllGather, ReduceScatter, AlltoAll[v]) and point-to-point Send/Recv on
+ * buffers. Names follow NCCL with `loom` for `nccl`; datatype and operation
+ * enums keep NCCL's numbering.
+ *
+ * Every function returns a loomResult_t. On failure nothing the caller can
+ * see has changed (output parameters are left untouched unless stated) and
+ * loomGetLastError() returns one line saying what went wrong and why.
+ *
+ * This is the only installed header.
+ */
+#ifndef LOOM_H_
+#define LOOM_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+/* LOOM_VERSION_CODE encodes major*10000 + minor*100 + patch, as NCCL does. */
+#define LOOM_VERSION_CODE (LOOM_MAJOR * 10000 + LOOM_MINOR * 100 + LOOM_PATCH)
+
+typedef struct loomComm *loomComm_t;
+/* A stream orders operations. NULL means "no stream": the call blocks until done. */
+typedef struct loomStream *loomStream_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+typedef enum {
+    loomSuccess = 0,
+    loomUnhandledCudaError = 1,
+    loomSystemError = 2,
+    loomInternalError = 3,
+    loomInvalidArgument = 4,
+    loomInvalidUsage = 5,
+    loomRemoteError = 6,
+    loomInProgress = 7,
+    loomTimeout = 8,
+    loomNumResults = 9
+} loomResult_t;
+
+typedef enum {
+    loomInt8 = 0,
+    loomChar = 0,
+    loomUint8 = 1,
+    loomInt32 = 2,
+    loomInt = 2,
+    loomUint32 = 3,
+    loomInt64 = 4,
+    loomUint64 = 5,
+    loomFloat16 = 6,
+    loomHalf = 6,
+    loomFloat32 = 7,
+    loomFloat = 7,
+    loomFloat64 = 8,
+    loomDouble = 8,
+    loomBfloat16 = 9,
+    loomNumTypes = 10
+} loomDataType_t;
+
+typedef enum {
+    loomSum = 0,
+    loomProd = 1,
+    loomMax = 2,
+    loomMin = 3,
+    loomAvg = 4,
+    loomNumOps = 5
+} loomRedOp_t;
+
+/* Passed as `color` to loomCommSplit by ranks that want no new communicator. */
+#define LOOM_SPLIT_NOCOLOR (-1)
+/* Value of an unset integer field in loomConfig_t: take the default. */
+#define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
+
+/*
+ * Communicator configuration. Always start from LOOM_CONFIG_INITIALIZER and
+ * set only the fields you need; unset fields take the defaults (and the
+ * environment, see loom(7)).
+ *   blocking     1 (default): init and collectives return when done or
+ *                failed. 0: reserved for the non-blocking mode (not yet
+ *                implemented; Loom behaves as blocking and says so in INFO).
+ *   timeoutSec   seconds a wait may go without progress before the call
+ *                returns loomTimeout (default: LOOM_TIMEOUT).
+ *   netName      reserved; NULL.
+ */
+typedef struct {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    int timeoutSec;
+    const char *netName;
+} loomConfig_t;
+
+#define LOOM_CONFIG_MAGIC 0x4c4f4f4dU /* "LOOM" */
+#define LOOM_CONFIG_INITIALIZER                                                                 \
+    {                                                                                           \
+        sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,      \
+            LOOM_CONFIG_UNDEF_INT, NULL                                                         \
+    }
+
+/* Stores LOOM_VERSION_CODE of the library in *version. */
+loomResult_t loomGetVersion(int *version);
+
+/*
+ * Creates a unique id for a new communicator. The calling process starts a
+ * rendezvous thread that serves exactly one communicator creation; pass the
+ * id (by any means: MPI_Bcast, a file, an environment variable) to every
+ * rank, which then calls loomCommInitRank. The id holds this host's address
+ * and a random secret; connections that do not present the secret are
+ * dropped.
+ */
+loomResult_t loomGetUniqueId(loomUniqueId *uniqueId);
+
+/*
+ * Creates a communicator of `nranks` ranks; this process is `rank`. Collective
+ * over all ranks: every rank must call it with the same id and nranks.
+ * Returns when all ranks have joined and every link is connected, or with
+ * loomTimeout after LOOM_TIMEOUT seconds. On failure *comm is untouched.
+ */
+loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank);
+/* As loomCommInitRank with a configuration (NULL: defaults). */
+loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t *config);
+/*
+ * Creates a communicator from the launcher's environment: LOOM_UNIQUE_ID,
+ * LOOM_RANK and LOOM_NRANKS as set by loomrun(1). See loom(7).
+ */
+loomResult_t loomCommInitFromEnv(loomComm_t *comm);
+
+/*
+ * Splits `comm`: ranks passing the same color form a new communicator, ranked
+ * by (key, rank in comm). Collective over comm. Ranks passing
+ * LOOM_SPLIT_NOCOLOR get *newcomm = NULL. config NULL: inherit comm's.
+ */
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                           loomConfig_t *config);
+
+/* Waits for every operation issued on comm to finish. The comm stays usable. */
+loomResult_t loomCommFinalize(loomComm_t comm);
+/*
+ * Frees the communicator and its resources. After it, any use of comm returns
+ * loomInvalidUsage. Not collective: returns at once even if peers are gone.
+ */
+loomResult_t loomCommDestroy(loomComm_t comm);
+/*
+ * Stops every operation in flight on comm (they return loomRemoteError) and
+ * frees the communicator as loomCommDestroy does. Safe to call from another
+ * thread while a collective is blocked.
+ */
+loomResult_t loomCommAbort(loomComm_t comm);
+/* Stores in *asyncError the first error an asynchronous operation on comm met. */
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);
+/* Number of ranks in comm. */
+loomResult_t loomCommCount(const loomComm_t comm, int *count);
+/* This process's rank in comm. */
+loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
+
+/* A short name for a result code ("invalid argument"). Never NULL. */
+const char *loomGetErrorString(loomResult_t result);
+/*
+ * One line describing the last error met by this thread or on comm,
+ * whichever came later ("" if none). comm may be NULL. The string stays valid
+ * until the next Loom call on this thread.
+ */
+const char *loomGetLastError(loomComm_t comm);
+
+/*
+ * Collectives. `count` is in elements of `datatype`. A NULL stream makes the
+ * call block until the operation is complete on this rank. In place when
+ * sendbuff == recvbuff (AllGather: sendbuff == recvbuff + rank * sendcount;
+ * ReduceScatter: recvbuff == sendbuff + rank * recvcount). Every rank must
+ * call the same collectives in the same order.
+ */
+loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream);
+/* Root's sendbuff is copied to every rank's recvbuff (sendbuff ignored elsewhere). */
+loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream);
+/* Reduction of every rank's sendbuff lands in root's recvbuff (recvbuff ignored elsewhere). */
+loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        loomStream_t stream);
+/* recvbuff (nranks * sendcount elements) receives every rank's sendbuff in rank order. */
+loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* Reduces sendbuff (nranks * recvcount) and leaves block `rank` in recvbuff. */
+loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream);
+/* Block p (count elements) of sendbuff goes to rank p; block p of recvbuff comes from p. */
+loomResult_t loomAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/*
+ * As loomAlltoAll with per-peer counts and displacements, in elements, indexed
+ * by peer. sendcounts[p] on this rank must equal recvcounts[me] on rank p.
+ * Not in place: sendbuff and recvbuff must not overlap.
+ */
+loomResult_t loomAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
+/* Point to point: count and datatype must match the peer's loomRecv/loomSend. */
+loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+
+/*
+ * Groups: calls between loomGroupStart and the matching loomGroupEnd are
+ * collected and run together at loomGroupEnd, so any matching set of sends
+ * and receives completes (everyone may send first). Groups nest; only the
+ * outermost End runs them. Every operation in a group must use the same
+ * stream. If one call in the group failed its checks, loomGroupEnd returns
+ * that error and runs nothing.
+ */
+loomResult_t loomGroupStart(void);
+loomResult_t loomGroupEnd(void);
+
+/*
+ * Host streams: operations issued on a stream run in issue order on the
+ * stream's progress thread while the caller goes on.
+ */
+loomResult_t loomStreamCreate(loomStream_t *stream);
+/* Wraps a cudaStream_t (needs a build with CUDA; otherwise loomInvalidUsage). */
+loomResult_t loomStreamCreateCuda(loomStream_t *stream, void *cudaStream);
+/* Waits until every operation issued on stream is done; returns the first error met. */
+loomResult_t loomStreamSynchronize(loomStream_t stream);
+/* loomSuccess if the stream is idle, loomInProgress if work is pending, or its first error. */
+loomResult_t loomStreamQuery(loomStream_t stream);
+/* Waits for pending work, then frees the stream. */
+loomResult_t loomStreamDestroy(loomStream_t stream);
+
+/*
+ * Allocates `size` bytes of host memory that peers on this host can map
+ * (a shared memory file). Freed with loomMemFree. comm may be NULL.
+ */
+loomResult_t loomMemAlloc(void **ptr, size_t size, loomComm_t comm);
+loomResult_t loomMemFree(void *ptr);
+
+/*
+ * Introspection, used by loom-info(1). Parameters are the LOOM_* environment
+ * variables of loom(7); index runs from 0 to loomParamCount() - 1. The
+ * strings are owned by the library and stay valid for the process lifetime.
+ */
+typedef struct {
+    const char *name;         /* "LOOM_TIMEOUT" */
+    const char *value;        /* value in force ("600") */
+    const char *defaultValue; /* built-in default */
+    const char *help;         /* one line */
+    int isSet;                /* 1 if taken from the environment */
+} loomParamInfo_t;
+int loomParamCount(void);
+loomResult_t loomParamGet(int index, loomParamInfo_t *info);
+/* Build features, one "name=yes|no" word each: "hwloc=yes cuda=no verbs=yes mpi=yes". */
+const char *loomBuildFeatures(void);
+/*
+ * Transports compiled in, index 0 .. loomTransportCount()-1: name ("shm"), and
+ * whether it is usable on this host now, with a reason when it is not.
+ */
+int loomTransportCount(void);
+loomResult_t loomTransportInfo(int index, const char **name, int *usable, const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_H_ */

@@ -1,0 +1,1116 @@
+/*
+ * bootstrap.c — unique id, rendezvous at a root thread, and the socket ring
+ * that carries out-of-band allgather and barrier (see bootstrap.h).
+ *
+ * Trust rests on the 32-byte secret in the unique id: whoever can read the id
+ * is part of the job, anyone else who finds the port is a stranger. Strangers
+ * must not be able to stall a job, so nobody ever waits on one connection:
+ * the root (and each rank, when it waits for its ring predecessor) polls all
+ * pending connections at once, gives each at most HELLO_TIMEOUT_SEC to
+ * deliver a full hello, and closes anything malformed, silent, or without
+ * the secret. Only the first valid hello is believed about nranks.
+ *
+ * Wire formats. All integers big-endian; reserved bytes must be zero.
+ *
+ *   address (20 bytes): family(1: 4|6) 0(1) port(2) ip(16; IPv4 in ip[0..3], rest 0)
+ *
+ *   unique id (128):    "LMID"(4) version(2) 0(2) secret(32) root address(20)
+ *                       FNV-1a-32 of bytes 0..59 (4) zeros(64)
+ *   hello (64):         "LMH" version(1) secret(32) rank(4) nranks(4) listen address(20)
+ *   table (root->rank): "LMT" version(1) nranks(4) then nranks addresses
+ *   ring frame:         "LMAG"(4) collective number(4) length(8) then `length` bytes
+ *
+ * The checksum in the id is not security (the secret is): it catches an id
+ * cut short or mangled on its way through an environment variable or a file.
+ * The collective number in each ring frame catches ranks that called
+ * allgather and barrier a different number of times.
+ *
+ * Allgather on the ring: in step s (0 .. n-2) rank r sends block (r - s) to
+ * its successor and receives block (r - s - 1) from its predecessor, both at
+ * once on non-blocking sockets, so any block size goes through without the
+ * two sends of a pair of ranks waiting on each other.
+ */
+#include "bootstrap.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "debug.h"
+#include "param.h"
+#include "socket.h"
+
+#define ID_MAGIC 0x4c4d4944u /* "LMID" */
+#define ID_VERSION 1
+#define ID_CHECKED_BYTES 60
+#define ID_USED_BYTES 64
+#define HELLO_VERSION 1
+#define TABLE_VERSION 1
+#define TABLE_HEADER_BYTES 8
+#define FRAME_MAGIC 0x4c4d4147u /* "LMAG" */
+#define FRAME_HEADER_BYTES 16
+#define ADDR_BYTES 20
+
+/* Largest communicator the rendezvous accepts (the table is 20 bytes a rank). */
+#define BOOTSTRAP_MAX_RANKS (1 << 20)
+/* A connection gets this long to deliver its whole hello; strangers cost no more. */
+#define HELLO_TIMEOUT_SEC 5
+/* Connections waiting for their hello at once; beyond this the oldest is dropped. */
+#define MAX_PENDING 128
+/* The root gives each rank this long to take its address table. */
+#define TABLE_SEND_TIMEOUT_SEC 10
+/* How often the root checks that ranks that said hello are still there. */
+#define ROOT_WATCH_MS 100
+#define STR_(x) #x
+#define STR(x) STR_(x)
+/* "rank 12345 ([v6]:port)" */
+#define LABEL_LEN (SOCKET_ADDR_STRLEN + 24)
+
+struct loomBootstrap {
+    int rank;
+    int nranks;
+    int timeoutSec;
+    atomic_int *abortFlag;
+    int listenFd;
+    int nextFd; /* to (rank + 1) % nranks */
+    int prevFd; /* from (rank - 1 + nranks) % nranks */
+    uint32_t seq; /* bootstrap collectives done so far, stamped on ring frames */
+    union socketAddress listenAddr;
+    struct bootstrapAddr *peers; /* every rank's listen address */
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    char nextLabel[LABEL_LEN];
+    char prevLabel[LABEL_LEN];
+};
+
+/* ---- byte order and coding ---- */
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, (uint16_t)(v >> 16));
+    put16(p + 2, (uint16_t)v);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return ((uint32_t)get16(p) << 16) | get16(p + 2);
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return ((uint64_t)get32(p) << 32) | get32(p + 4);
+}
+
+static int allZero(const uint8_t *p, size_t len)
+{
+    uint8_t acc = 0;
+    for (size_t i = 0; i < len; i++)
+        acc |= p[i];
+    return acc == 0;
+}
+
+static uint32_t fnv1a(const uint8_t *p, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static int addrValid(const struct bootstrapAddr *a)
+{
+    return (a->family == 4 || a->family == 6) && a->port != 0;
+}
+
+static int addrSame(const struct bootstrapAddr *a, const struct bootstrapAddr *b)
+{
+    size_t iplen = a->family == 4 ? 4 : 16;
+    return a->family == b->family && a->port == b->port && memcmp(a->ip, b->ip, iplen) == 0;
+}
+
+static void addrEncode(const struct bootstrapAddr *a, uint8_t *p)
+{
+    memset(p, 0, ADDR_BYTES);
+    p[0] = a->family;
+    put16(p + 2, a->port);
+    memcpy(p + 4, a->ip, a->family == 4 ? 4 : 16);
+}
+
+/* Returns NULL, or why the bytes are not an address. */
+static const char *addrDecode(const uint8_t *p, struct bootstrapAddr *a)
+{
+    if (p[0] != 4 && p[0] != 6)
+        return "unknown address family";
+    if (p[1] != 0 || (p[0] == 4 && !allZero(p + 8, 12)))
+        return "reserved address bytes are set";
+    if (get16(p + 2) == 0)
+        return "port 0";
+    memset(a, 0, sizeof(*a));
+    a->family = p[0];
+    a->port = get16(p + 2);
+    memcpy(a->ip, p + 4, a->family == 4 ? 4 : 16);
+    return NULL;
+}
+
+static void addrFormat(const struct bootstrapAddr *a, char *buf, size_t len)
+{
+    union socketAddress sa;
+    if (socketAddrFromBootstrap(a, &sa) == loomSuccess)
+        socketAddrFormat(&sa, buf, len);
+    else
+        snprintf(buf, len, "?");
+}
+
+size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
+{
+    uint8_t buf[LOOM_UNIQUE_ID_BYTES];
+
+    if (id == NULL || out == NULL || !addrValid(&id->root))
+        return 0;
+    memset(buf, 0, sizeof(buf));
+    put32(buf, ID_MAGIC);
+    put16(buf + 4, ID_VERSION);
+    memcpy(buf + 8, id->secret, BOOTSTRAP_SECRET_BYTES);
+    addrEncode(&id->root, buf + 40);
+    put32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
+    memcpy(out->internal, buf, sizeof(buf));
+    return LOOM_UNIQUE_ID_BYTES;
+}
+
+/* Returns NULL, or why `in` is not a unique id this library made. */
+static const char *idDecode(const loomUniqueId *in, struct bootstrapId *id)
+{
+    const uint8_t *p = (const uint8_t *)in->internal;
+    struct bootstrapId tmp;
+
+    if (get32(p) != ID_MAGIC)
+        return "not a Loom unique id (bad magic)";
+    if (get16(p + 4) != ID_VERSION)
+        return "made by an incompatible Loom version";
+    if (get16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
+        return "corrupt (reserved bytes are set)";
+    if (get32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
+        return "corrupt or truncated (checksum mismatch)";
+    const char *why = addrDecode(p + 40, &tmp.root);
+    if (why != NULL)
+        return why;
+    memcpy(tmp.secret, p + 8, BOOTSTRAP_SECRET_BYTES);
+    *id = tmp;
+    return NULL;
+}
+
+loomResult_t bootstrapDecodeId(const loomUniqueId *in, struct bootstrapId *id)
+{
+    if (in == NULL || id == NULL || idDecode(in, id) != NULL)
+        return loomInvalidArgument;
+    return loomSuccess;
+}
+
+size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t len)
+{
+    if (h == NULL || buf == NULL || len < BOOTSTRAP_HELLO_BYTES)
+        return 0;
+    memcpy(buf, "LMH", 3);
+    buf[3] = HELLO_VERSION;
+    memcpy(buf + 4, h->secret, BOOTSTRAP_SECRET_BYTES);
+    put32(buf + 36, (uint32_t)h->rank);
+    put32(buf + 40, (uint32_t)h->nranks);
+    addrEncode(&h->addr, buf + 44);
+    return BOOTSTRAP_HELLO_BYTES;
+}
+
+loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstrapHello *h)
+{
+    struct bootstrapHello tmp;
+
+    if (buf == NULL || h == NULL || len < BOOTSTRAP_HELLO_BYTES)
+        return loomInvalidArgument;
+    if (memcmp(buf, "LMH", 3) != 0 || buf[3] != HELLO_VERSION)
+        return loomInvalidArgument;
+    tmp.rank = (int32_t)get32(buf + 36);
+    tmp.nranks = (int32_t)get32(buf + 40);
+    if (tmp.nranks < 1 || tmp.nranks > BOOTSTRAP_MAX_RANKS || tmp.rank < 0 ||
+        tmp.rank >= tmp.nranks)
+        return loomInvalidArgument;
+    if (addrDecode(buf + 44, &tmp.addr) != NULL)
+        return loomInvalidArgument;
+    memcpy(tmp.secret, buf + 4, BOOTSTRAP_SECRET_BYTES);
+    *h = tmp;
+    return loomSuccess;
+}
+
+int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b)
+{
+    /* Accumulate every difference so the time taken says nothing about where they differ. */
+    volatile uint8_t diff = 0;
+    for (int i = 0; i < BOOTSTRAP_SECRET_BYTES; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+/* ---- accepting hellos from many connections at once ---- */
+
+struct helloConn {
+    int fd;
+    size_t got;
+    uint64_t deadline;
+    union socketAddress peer;
+    uint8_t buf[BOOTSTRAP_HELLO_BYTES];
+};
+
+/*
+ * Judges a hello that carries the right secret: returns NULL if it took
+ * ownership of fd, else why the connection is dropped.
+ */
+typedef const char *(*helloTakeFn)(void *ctx, const struct bootstrapHello *h, int fd,
+                                   const union socketAddress *peer);
+
+struct helloGather {
+    int listenFd;
+    const uint8_t *secret;
+    const char *owner; /* "root" or "rank 3", for log lines */
+    helloTakeFn take;
+    void *ctx;
+    int nconns;
+    struct helloConn conns[MAX_PENDING];
+    struct pollfd pfds[MAX_PENDING + 1];
+};
+
+static void gatherDrop(struct helloGather *g, struct helloConn *c, const char *why)
+{
+    char peer[SOCKET_ADDR_STRLEN];
+    socketAddrFormat(&c->peer, peer, sizeof(peer));
+    INFO(LOOM_BOOTSTRAP, "bootstrap %s: dropped the connection from %s: %s", g->owner, peer, why);
+    socketClose(c->fd);
+    c->fd = -1;
+}
+
+/* Removes the connections that were dropped or taken, keeping the oldest first. */
+static void gatherCompact(struct helloGather *g)
+{
+    int kept = 0;
+    for (int i = 0; i < g->nconns; i++) {
+        if (g->conns[i].fd >= 0)
+            g->conns[kept++] = g->conns[i];
+    }
+    g->nconns = kept;
+}
+
+static void gatherJudge(struct helloGather *g, struct helloConn *c)
+{
+    struct bootstrapHello h;
+    char why[160];
+
+    if (bootstrapDecodeHello(c->buf, sizeof(c->buf), &h) != loomSuccess) {
+        gatherDrop(g, c, "malformed hello");
+        return;
+    }
+    if (!bootstrapSecretEqual(h.secret, g->secret)) {
+        gatherDrop(g, c, "wrong secret (a stranger, or a rank holding another job's id)");
+        return;
+    }
+    const char *refused = g->take(g->ctx, &h, c->fd, &c->peer);
+    if (refused == NULL) {
+        c->fd = -1; /* owned by the taker now */
+        return;
+    }
+    snprintf(why, sizeof(why), "hello of rank %d of %d refused: %s", (int)h.rank, (int)h.nranks,
+             refused);
+    gatherDrop(g, c, why);
+}
+
+static void gatherRead(struct helloGather *g, struct helloConn *c)
+{
+    /* Read no further than the hello: whatever follows it belongs to the taker. */
+    if (socketTryRecv(c->fd, c->buf, sizeof(c->buf), &c->got) != loomSuccess) {
+        gatherDrop(g, c, errno == 0 ? "closed before a whole hello" : strerror(errno));
+        return;
+    }
+    if (c->got == sizeof(c->buf))
+        gatherJudge(g, c);
+}
+
+/* Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can be shed. */
+static int gatherAccept(struct helloGather *g)
+{
+    for (int i = 0; i < MAX_PENDING; i++) {
+        union socketAddress peer;
+        int fd;
+        if (socketTryAccept(g->listenFd, &fd, &peer) != loomSuccess) {
+            if (g->nconns == 0) {
+                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(errno));
+                return -1;
+            }
+            /* Out of descriptors, most likely: the oldest silent connection makes room. */
+            gatherDrop(g, &g->conns[0], "dropped to make room (accept failed)");
+            gatherCompact(g);
+            return 0;
+        }
+        if (fd < 0)
+            return 0;
+        if (g->nconns == MAX_PENDING) {
+            gatherDrop(g, &g->conns[0], "too many connections without a hello; oldest dropped");
+            gatherCompact(g);
+        }
+        struct helloConn *c = &g->conns[g->nconns++];
+        c->fd = fd;
+        c->got = 0;
+        c->peer = peer;
+        c->deadline = socketDeadline(HELLO_TIMEOUT_SEC);
+        gatherRead(g, c); /* the hello usually arrives with the connection */
+        gatherCompact(g);
+    }
+    return 0;
+}
+
+/* Waits up to maxMs for connections or hello bytes and handles what came. */
+static void gatherRound(struct helloGather *g, int maxMs)
+{
+    uint64_t now = socketClockNs();
+    int ms = maxMs;
+
+    g->pfds[0] = (struct pollfd){.fd = g->listenFd, .events = POLLIN};
+    for (int i = 0; i < g->nconns; i++) {
+        g->pfds[i + 1] = (struct pollfd){.fd = g->conns[i].fd, .events = POLLIN};
+        int left = socketPollMs(g->conns[i].deadline);
+        if (left < ms)
+            ms = left;
+    }
+    int n = poll(g->pfds, (nfds_t)g->nconns + 1, ms);
+    if (n > 0) {
+        for (int i = 0; i < g->nconns; i++) {
+            if (g->pfds[i + 1].revents != 0)
+                gatherRead(g, &g->conns[i]);
+        }
+        gatherCompact(g);
+        if (g->pfds[0].revents != 0 && gatherAccept(g) != 0)
+            poll(NULL, 0, maxMs); /* accept keeps failing: do not spin on it */
+    }
+    now = socketClockNs();
+    for (int i = 0; i < g->nconns; i++) {
+        if (g->conns[i].deadline <= now)
+            gatherDrop(g, &g->conns[i], "no whole hello within " STR(HELLO_TIMEOUT_SEC) " s");
+    }
+    gatherCompact(g);
+}
+
+static void gatherCloseAll(struct helloGather *g)
+{
+    for (int i = 0; i < g->nconns; i++)
+        socketClose(g->conns[i].fd);
+    g->nconns = 0;
+}
+
+/* ---- the root thread ---- */
+
+struct rootRank {
+    int fd; /* -1 until this rank has said hello */
+    struct bootstrapAddr addr;
+    union socketAddress peer;
+};
+
+struct bootstrapRoot {
+    int listenFd;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    char name[SOCKET_ADDR_STRLEN]; /* the root's address, for log lines */
+    int timeoutSec;
+    uint64_t deadline;
+    int nranks; /* 0 until the first valid hello says */
+    int joined;
+    struct rootRank *ranks;
+    struct pollfd *watch;
+};
+
+static void rootForgetRanks(struct bootstrapRoot *root)
+{
+    for (int r = 0; r < root->nranks; r++)
+        socketClose(root->ranks[r].fd);
+    free(root->ranks);
+    free(root->watch);
+    root->ranks = NULL;
+    root->watch = NULL;
+    root->nranks = 0;
+    root->joined = 0;
+}
+
+static const char *rootTake(void *ctx, const struct bootstrapHello *h, int fd,
+                            const union socketAddress *peer)
+{
+    struct bootstrapRoot *root = ctx;
+
+    if (root->nranks == 0) {
+        root->ranks = calloc((size_t)h->nranks, sizeof(*root->ranks));
+        root->watch = calloc((size_t)h->nranks, sizeof(*root->watch));
+        if (root->ranks == NULL || root->watch == NULL) {
+            free(root->ranks);
+            free(root->watch);
+            root->ranks = NULL;
+            root->watch = NULL;
+            return "out of memory for the rank table";
+        }
+        for (int r = 0; r < h->nranks; r++)
+            root->ranks[r].fd = -1;
+        root->nranks = h->nranks;
+    } else if (h->nranks != root->nranks) {
+        return "nranks differs from that of the ranks already joined";
+    }
+    struct rootRank *slot = &root->ranks[h->rank];
+    if (slot->fd >= 0)
+        return "that rank has already joined";
+    slot->fd = fd;
+    slot->addr = h->addr;
+    slot->peer = *peer;
+    root->joined++;
+    TRACE(LOOM_BOOTSTRAP, "bootstrap root at %s: rank %d of %d joined (%d so far)", root->name,
+          (int)h->rank, root->nranks, root->joined);
+    return NULL;
+}
+
+/*
+ * A rank sends nothing after its hello, so any event on its connection means
+ * it went away (or misbehaves): free its slot so that a restarted rank can
+ * take it, and forget nranks if nobody is left.
+ */
+static void rootWatch(struct bootstrapRoot *root)
+{
+    int n = 0;
+    for (int r = 0; r < root->nranks; r++) {
+        if (root->ranks[r].fd >= 0)
+            root->watch[n++] = (struct pollfd){.fd = root->ranks[r].fd, .events = POLLIN};
+    }
+    if (n == 0 || poll(root->watch, (nfds_t)n, 0) <= 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (root->watch[i].revents == 0)
+            continue;
+        for (int r = 0; r < root->nranks; r++) {
+            if (root->ranks[r].fd == root->watch[i].fd) {
+                INFO(LOOM_BOOTSTRAP, "bootstrap root at %s: rank %d left before the table was "
+                     "sent; its place is free again", root->name, r);
+                socketClose(root->ranks[r].fd);
+                root->ranks[r].fd = -1;
+                root->joined--;
+            }
+        }
+    }
+    if (root->joined == 0)
+        rootForgetRanks(root);
+}
+
+static void rootTimedOut(struct bootstrapRoot *root)
+{
+    char missing[256] = "";
+    size_t used = 0;
+    int listed = 0;
+
+    if (root->nranks == 0) {
+        WARN("bootstrap root at %s: no rank joined within %d s; giving up", root->name,
+             root->timeoutSec);
+        return;
+    }
+    for (int r = 0; r < root->nranks && used < sizeof(missing) - 16; r++) {
+        if (root->ranks[r].fd >= 0)
+            continue;
+        int n = snprintf(missing + used, sizeof(missing) - used, "%s%d", listed ? ", " : "", r);
+        used += n > 0 ? (size_t)n : 0;
+        listed++;
+    }
+    if (listed < root->nranks - root->joined)
+        snprintf(missing + used, sizeof(missing) - used, ", ...");
+    WARN("bootstrap root at %s: %d of %d ranks joined within %d s (missing: %s); giving up",
+         root->name, root->joined, root->nranks, root->timeoutSec, missing);
+}
+
+static void rootSendTables(struct bootstrapRoot *root)
+{
+    size_t len = TABLE_HEADER_BYTES + (size_t)root->nranks * ADDR_BYTES;
+    uint8_t *table = malloc(len);
+
+    if (table == NULL) {
+        WARN("bootstrap root at %s: out of memory for the address table of %d ranks", root->name,
+             root->nranks);
+        return;
+    }
+    memcpy(table, "LMT", 3);
+    table[3] = TABLE_VERSION;
+    put32(table + 4, (uint32_t)root->nranks);
+    for (int r = 0; r < root->nranks; r++)
+        addrEncode(&root->ranks[r].addr, table + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
+    for (int r = 0; r < root->nranks; r++) {
+        /* One rank failing to take its table is that rank's error; the others go on. */
+        if (socketSendAll(root->ranks[r].fd, table, len, socketDeadline(TABLE_SEND_TIMEOUT_SEC),
+                          NULL, NULL) != loomSuccess) {
+            char peer[SOCKET_ADDR_STRLEN];
+            socketAddrFormat(&root->ranks[r].peer, peer, sizeof(peer));
+            WARN("bootstrap root at %s: could not send the address table to rank %d (%s): %s",
+                 root->name, r, peer, errno == 0 ? "connection closed" : strerror(errno));
+        }
+    }
+    free(table);
+    INFO(LOOM_BOOTSTRAP, "bootstrap root at %s: all %d ranks joined; address tables sent",
+         root->name, root->nranks);
+}
+
+static void rootRun(struct bootstrapRoot *root)
+{
+    struct helloGather *g = calloc(1, sizeof(*g));
+    uint64_t lastWatch = 0;
+
+    if (g == NULL) {
+        WARN("bootstrap root at %s: out of memory; no rank can join", root->name);
+        return;
+    }
+    g->listenFd = root->listenFd;
+    g->secret = root->secret;
+    g->owner = "root";
+    g->take = rootTake;
+    g->ctx = root;
+    while (root->nranks == 0 || root->joined < root->nranks) {
+        if (socketClockNs() >= root->deadline) {
+            rootTimedOut(root);
+            goto close_all;
+        }
+        gatherRound(g, socketPollMs(root->deadline));
+        uint64_t now = socketClockNs();
+        if (now - lastWatch >= ROOT_WATCH_MS * 1000000ull) {
+            rootWatch(root);
+            lastWatch = now;
+        }
+    }
+    rootSendTables(root);
+close_all:
+    gatherCloseAll(g);
+    free(g);
+}
+
+static void *rootMain(void *arg)
+{
+    struct bootstrapRoot *root = arg;
+
+    pthread_setname_np(pthread_self(), "loom-bootstrap");
+    rootRun(root);
+    rootForgetRanks(root);
+    socketClose(root->listenFd);
+    free(root);
+    return NULL;
+}
+
+/* Starts the detached root thread, which from then on owns root. */
+static loomResult_t rootStart(struct bootstrapRoot *root)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, old;
+
+    if (pthread_attr_init(&attr) != 0)
+        return loomSetError(loomSystemError, "bootstrap: pthread_attr_init failed");
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* The application's signals are for its own threads, not for ours. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&thread, &attr, rootMain, root);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (err != 0)
+        return loomSetError(loomSystemError, "bootstrap: cannot start the root thread: %s",
+                            strerror(err));
+    return loomSuccess;
+}
+
+static loomResult_t fillRandom(uint8_t *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = getrandom(buf + got, len - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return loomSetError(loomSystemError, "bootstrap: getrandom: %s", strerror(errno));
+        got += (size_t)n;
+    }
+    return loomSuccess;
+}
+
+loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+{
+    union socketAddress local, bound;
+    struct bootstrapId bid;
+    loomUniqueId encoded;
+    loomResult_t res;
+
+    if (id == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
+    struct bootstrapRoot *root = calloc(1, sizeof(*root));
+    if (root == NULL)
+        return loomSetError(loomSystemError, "bootstrap: out of memory");
+    res = socketFindInterface(&local, NULL, 0);
+    if (res != loomSuccess)
+        goto fail_free;
+    res = socketListen(&local, &root->listenFd, &bound);
+    if (res != loomSuccess)
+        goto fail_free;
+    res = fillRandom(root->secret, sizeof(root->secret));
+    if (res != loomSuccess)
+        goto fail_close;
+    memcpy(bid.secret, root->secret, sizeof(bid.secret));
+    if (socketAddrToBootstrap(&bound, &bid.root) != loomSuccess ||
+        bootstrapEncodeId(&bid, &encoded) != LOOM_UNIQUE_ID_BYTES) {
+        res = loomSetError(loomInternalError, "bootstrap: cannot encode the unique id");
+        goto fail_close;
+    }
+    socketAddrFormat(&bound, root->name, sizeof(root->name));
+    int64_t timeout = paramInt(LOOM_PARAM_TIMEOUT);
+    int timeoutSec = timeout < 1 ? 1 : (timeout > 1000000000 ? 1000000000 : (int)timeout);
+    root->timeoutSec = timeoutSec;
+    root->deadline = socketDeadline(timeoutSec);
+    char name[SOCKET_ADDR_STRLEN];
+    memcpy(name, root->name, sizeof(name));
+    res = rootStart(root);
+    if (res != loomSuccess)
+        goto fail_close;
+    /* root belongs to its thread now. */
+    *id = encoded;
+    INFO(LOOM_BOOTSTRAP, "bootstrap: root listening at %s for %d s", name, timeoutSec);
+    return loomSuccess;
+
+fail_close:
+    socketClose(root->listenFd);
+fail_free:
+    free(root);
+    return res;
+}
+
+/* ---- joining: root, then ring ---- */
+
+static void peerLabel(const struct loomBootstrap *b, int r, char *buf, size_t len)
+{
+    char addr[SOCKET_ADDR_STRLEN];
+    addrFormat(&b->peers[r], addr, sizeof(addr));
+    snprintf(buf, len, "rank %d (%s)", r, addr);
+}
+
+static loomResult_t helloMake(const struct loomBootstrap *b, uint8_t *buf)
+{
+    struct bootstrapHello h;
+
+    memcpy(h.secret, b->secret, sizeof(h.secret));
+    h.rank = b->rank;
+    h.nranks = b->nranks;
+    if (socketAddrToBootstrap(&b->listenAddr, &h.addr) != loomSuccess ||
+        bootstrapEncodeHello(&h, buf, BOOTSTRAP_HELLO_BYTES) != BOOTSTRAP_HELLO_BYTES)
+        return loomSetError(loomInternalError, "bootstrap: rank %d cannot encode its hello",
+                            b->rank);
+    return loomSuccess;
+}
+
+/* Receives len bytes of the table, turning a quiet failure into a message about the root. */
+static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t len,
+                              uint64_t deadline, const char *rootName)
+{
+    if (socketRecvAll(fd, buf, len, deadline, b->abortFlag, NULL) == loomSuccess)
+        return loomSuccess;
+    int err = errno;
+    if (err == ECANCELED)
+        return loomSetError(loomRemoteError,
+                            "bootstrap: rank %d aborted while waiting for the root at %s",
+                            b->rank, rootName);
+    if (err == ETIMEDOUT)
+        return loomSetError(loomTimeout,
+                            "bootstrap: rank %d of %d: not every rank joined the root at %s "
+                            "within %d s",
+                            b->rank, b->nranks, rootName, b->timeoutSec);
+    if (err == 0)
+        return loomSetError(loomRemoteError,
+                            "bootstrap: rank %d of %d: the root at %s closed the connection: it "
+                            "refused the hello (the id is from another job, nranks differs "
+                            "between ranks, or rank %d joined twice) or gave up waiting",
+                            b->rank, b->nranks, rootName, b->rank);
+    return loomSetError(loomRemoteError,
+                        "bootstrap: rank %d: connection to the root at %s failed: %s", b->rank,
+                        rootName, strerror(err));
+}
+
+static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline,
+                              const char *rootName)
+{
+    uint8_t hdr[TABLE_HEADER_BYTES];
+    struct bootstrapAddr mine;
+    size_t len = (size_t)b->nranks * ADDR_BYTES;
+
+    LOOMCHECK(tableRecv(b, fd, hdr, sizeof(hdr), deadline, rootName));
+    if (memcmp(hdr, "LMT", 3) != 0 || hdr[3] != TABLE_VERSION ||
+        get32(hdr + 4) != (uint32_t)b->nranks)
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: malformed address table header from the root "
+                            "at %s",
+                            b->rank, rootName);
+    uint8_t *raw = malloc(len);
+    b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
+    if (raw == NULL || b->peers == NULL) {
+        free(raw);
+        return loomSetError(loomSystemError, "bootstrap: out of memory for %d addresses",
+                            b->nranks);
+    }
+    loomResult_t res = tableRecv(b, fd, raw, len, deadline, rootName);
+    for (int r = 0; res == loomSuccess && r < b->nranks; r++) {
+        if (addrDecode(raw + (size_t)r * ADDR_BYTES, &b->peers[r]) != NULL)
+            res = loomSetError(loomInternalError,
+                               "bootstrap: rank %d: malformed address of rank %d in the table "
+                               "from the root at %s",
+                               b->rank, r, rootName);
+    }
+    free(raw);
+    LOOMCHECK(res);
+    socketAddrToBootstrap(&b->listenAddr, &mine);
+    if (!addrSame(&mine, &b->peers[b->rank]))
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: the root at %s lists another address for it",
+                            b->rank, rootName);
+    return loomSuccess;
+}
+
+static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *id,
+                             uint64_t deadline)
+{
+    union socketAddress rootAddr;
+    char rootName[SOCKET_ADDR_STRLEN], who[SOCKET_ADDR_STRLEN + 64];
+    uint8_t hello[BOOTSTRAP_HELLO_BYTES];
+    int fd;
+
+    socketAddrFromBootstrap(&id->root, &rootAddr);
+    socketAddrFormat(&rootAddr, rootName, sizeof(rootName));
+    snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)",
+             b->rank, b->nranks, b->timeoutSec);
+    LOOMCHECK(helloMake(b, hello));
+    LOOMCHECK(socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd));
+    loomResult_t res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    if (res == loomSuccess)
+        res = tableRead(b, fd, deadline, rootName);
+    socketClose(fd);
+    return res;
+}
+
+struct ringAccept {
+    struct loomBootstrap *b;
+    int prev;
+    int fd;
+};
+
+static const char *ringTake(void *ctx, const struct bootstrapHello *h, int fd,
+                            const union socketAddress *peer)
+{
+    struct ringAccept *ra = ctx;
+    (void)peer;
+
+    if (h->nranks != ra->b->nranks)
+        return "nranks differs from this rank's";
+    if (h->rank != ra->prev)
+        return "not this rank's ring predecessor";
+    if (!addrSame(&h->addr, &ra->b->peers[ra->prev]))
+        return "its listen address differs from the root's table";
+    if (ra->fd >= 0)
+        return "the predecessor is connected already";
+    ra->fd = fd;
+    return NULL;
+}
+
+static loomResult_t ringAcceptPrev(struct loomBootstrap *b, uint64_t deadline)
+{
+    struct ringAccept ra = {.b = b, .prev = (b->rank - 1 + b->nranks) % b->nranks, .fd = -1};
+    char owner[32];
+    loomResult_t res = loomSuccess;
+
+    struct helloGather *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return loomSetError(loomSystemError, "bootstrap: out of memory");
+    snprintf(owner, sizeof(owner), "rank %d", b->rank);
+    g->listenFd = b->listenFd;
+    g->secret = b->secret;
+    g->owner = owner;
+    g->take = ringTake;
+    g->ctx = &ra;
+    while (ra.fd < 0) {
+        if (socketAborted(b->abortFlag)) {
+            res = loomSetError(loomRemoteError,
+                               "bootstrap: rank %d aborted while waiting for %s to connect",
+                               b->rank, b->prevLabel);
+            break;
+        }
+        if (socketClockNs() >= deadline) {
+            res = loomSetError(loomTimeout, "bootstrap: %s did not connect to rank %d within %d s",
+                               b->prevLabel, b->rank, b->timeoutSec);
+            break;
+        }
+        gatherRound(g, socketPollMs(deadline));
+    }
+    gatherCloseAll(g);
+    free(g);
+    b->prevFd = ra.fd;
+    return res;
+}
+
+static loomResult_t ringConnect(struct loomBootstrap *b, uint64_t deadline)
+{
+    int next = (b->rank + 1) % b->nranks;
+    int prev = (b->rank - 1 + b->nranks) % b->nranks;
+    union socketAddress nextAddr;
+    uint8_t hello[BOOTSTRAP_HELLO_BYTES];
+    char who[LABEL_LEN + 64];
+
+    peerLabel(b, next, b->nextLabel, sizeof(b->nextLabel));
+    peerLabel(b, prev, b->prevLabel, sizeof(b->prevLabel));
+    socketAddrFromBootstrap(&b->peers[next], &nextAddr);
+    snprintf(who, sizeof(who), "bootstrap: rank %d connecting to its ring successor %s", b->rank,
+             b->nextLabel);
+    LOOMCHECK(helloMake(b, hello));
+    /* Every rank listened before it said hello to the root, so the successor is listening. */
+    LOOMCHECK(socketConnect(&nextAddr, deadline, b->abortFlag, who, &b->nextFd));
+    LOOMCHECK(socketSendAll(b->nextFd, hello, sizeof(hello), deadline, b->abortFlag, who));
+    LOOMCHECK(ringAcceptPrev(b, deadline));
+    INFO(LOOM_BOOTSTRAP, "bootstrap: rank %d of %d: ring up, next %s, prev %s", b->rank,
+         b->nranks, b->nextLabel, b->prevLabel);
+    return loomSuccess;
+}
+
+loomResult_t bootstrapInit(const loomUniqueId *id, int rank, int nranks, int timeoutSec,
+                           atomic_int *abortFlag, struct loomBootstrap **out)
+{
+    struct bootstrapId bid;
+    union socketAddress local;
+    loomResult_t res;
+
+    if (id == NULL || out == NULL)
+        return loomSetError(loomInvalidArgument, "bootstrap: %s is NULL",
+                            id == NULL ? "the unique id" : "the output pointer");
+    if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS)
+        return loomSetError(loomInvalidArgument, "bootstrap: nranks %d is not in 1..%d", nranks,
+                            BOOTSTRAP_MAX_RANKS);
+    if (rank < 0 || rank >= nranks)
+        return loomSetError(loomInvalidArgument, "bootstrap: rank %d is not in 0..%d", rank,
+                            nranks - 1);
+    if (timeoutSec <= 0)
+        return loomSetError(loomInvalidArgument, "bootstrap: timeout %d s is not positive",
+                            timeoutSec);
+    const char *why = idDecode(id, &bid);
+    if (why != NULL)
+        return loomSetError(loomInvalidArgument,
+                            "bootstrap: the unique id is not usable: %s; pass every rank the id "
+                            "loomGetUniqueId wrote, unchanged",
+                            why);
+    struct loomBootstrap *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return loomSetError(loomSystemError, "bootstrap: out of memory");
+    b->rank = rank;
+    b->nranks = nranks;
+    b->timeoutSec = timeoutSec;
+    b->abortFlag = abortFlag;
+    b->listenFd = b->nextFd = b->prevFd = -1;
+    memcpy(b->secret, bid.secret, sizeof(b->secret));
+    uint64_t deadline = socketDeadline(timeoutSec);
+
+    res = socketFindInterface(&local, NULL, 0);
+    if (res != loomSuccess)
+        goto fail_close;
+    res = socketListen(&local, &b->listenFd, &b->listenAddr);
+    if (res != loomSuccess)
+        goto fail_close;
+    res = joinRoot(b, &bid, deadline);
+    if (res != loomSuccess)
+        goto fail_close;
+    if (nranks > 1) {
+        res = ringConnect(b, deadline);
+        if (res != loomSuccess)
+            goto fail_close;
+    }
+    *out = b;
+    return loomSuccess;
+
+fail_close:
+    bootstrapClose(b);
+    return res;
+}
+
+/* ---- ring collectives ---- */
+
+struct ringXfer {
+    uint8_t hdr[FRAME_HEADER_BYTES];
+    size_t hdrDone;
+    size_t dataDone;
+};
+
+static loomResult_t frameCheck(const struct loomBootstrap *b, const uint8_t *hdr, uint32_t seq,
+                               size_t bytes, int step)
+{
+    if (get32(hdr) != FRAME_MAGIC)
+        return loomSetError(loomInternalError,
+                            "bootstrap: malformed allgather frame from %s to rank %d",
+                            b->prevLabel, b->rank);
+    if (get32(hdr + 4) != seq)
+        return loomSetError(loomInternalError,
+                            "bootstrap: %s is at bootstrap collective #%u, rank %d at #%u (the "
+                            "ranks called allgather/barrier a different number of times)",
+                            b->prevLabel, get32(hdr + 4), b->rank, seq);
+    if (get64(hdr + 8) != bytes)
+        return loomSetError(loomInternalError,
+                            "bootstrap: %s sent a %llu-byte block in allgather step %d, rank %d "
+                            "expected %zu bytes (every rank must pass the same size)",
+                            b->prevLabel, (unsigned long long)get64(hdr + 8), step, b->rank,
+                            bytes);
+    return loomSuccess;
+}
+
+static loomResult_t ringLost(const struct loomBootstrap *b, int sending, int err, int step)
+{
+    const char *dir = sending ? "to" : "from";
+    const char *label = sending ? b->nextLabel : b->prevLabel;
+
+    if (err == 0)
+        return loomSetError(loomRemoteError,
+                            "bootstrap: connection %s %s closed during allgather (rank %d, step "
+                            "%d of %d)",
+                            dir, label, b->rank, step + 1, b->nranks - 1);
+    return loomSetError(loomRemoteError,
+                        "bootstrap: connection %s %s failed during allgather: %s (rank %d)", dir,
+                        label, strerror(err), b->rank);
+}
+
+static loomResult_t ringStalled(const struct loomBootstrap *b, int sending, size_t done,
+                                size_t total, int step)
+{
+    if (sending)
+        return loomSetError(loomTimeout,
+                            "bootstrap: rank %d could not send to %s for %d s during allgather "
+                            "(step %d of %d, %zu of %zu bytes sent)",
+                            b->rank, b->nextLabel, b->timeoutSec, step + 1, b->nranks - 1, done,
+                            total);
+    return loomSetError(loomTimeout,
+                        "bootstrap: rank %d got nothing from %s for %d s during allgather (step "
+                        "%d of %d, %zu of %zu bytes received)",
+                        b->rank, b->prevLabel, b->timeoutSec, step + 1, b->nranks - 1, done,
+                        total);
+}
+
+/*
+ * One ring step: sends `bytes` from sendBuf to the successor while receiving
+ * `bytes` into recvBuf from the predecessor. The deadline restarts whenever
+ * bytes move, so only a stall, not a large block, times out.
+ */
+static loomResult_t ringExchange(struct loomBootstrap *b, uint32_t seq, int step,
+                                 const uint8_t *sendBuf, uint8_t *recvBuf, size_t bytes)
+{
+    struct ringXfer out = {.hdrDone = 0}, in = {.hdrDone = 0};
+    uint64_t deadline = socketDeadline(b->timeoutSec);
+    int checked = 0;
+
+    put32(out.hdr, FRAME_MAGIC);
+    put32(out.hdr + 4, seq);
+    put64(out.hdr + 8, bytes);
+    for (;;) {
+        size_t before = out.hdrDone + out.dataDone + in.hdrDone + in.dataDone;
+        loomResult_t res = socketTrySend(b->nextFd, out.hdr, FRAME_HEADER_BYTES, &out.hdrDone);
+        if (res == loomSuccess && out.hdrDone == FRAME_HEADER_BYTES)
+            res = socketTrySend(b->nextFd, sendBuf, bytes, &out.dataDone);
+        if (res != loomSuccess)
+            return ringLost(b, 1, errno, step);
+        res = socketTryRecv(b->prevFd, in.hdr, FRAME_HEADER_BYTES, &in.hdrDone);
+        if (res == loomSuccess && in.hdrDone == FRAME_HEADER_BYTES) {
+            if (!checked) {
+                LOOMCHECK(frameCheck(b, in.hdr, seq, bytes, step));
+                checked = 1;
+            }
+            res = socketTryRecv(b->prevFd, recvBuf, bytes, &in.dataDone);
+        }
+        if (res != loomSuccess)
+            return ringLost(b, 0, errno, step);
+        int sendDone = out.hdrDone == FRAME_HEADER_BYTES && out.dataDone == bytes;
+        int recvDone = checked && in.dataDone == bytes;
+        if (sendDone && recvDone)
+            return loomSuccess;
+        if (out.hdrDone + out.dataDone + in.hdrDone + in.dataDone != before)
+            deadline = socketDeadline(b->timeoutSec);
+        if (socketAborted(b->abortFlag))
+            return loomSetError(loomRemoteError, "bootstrap: rank %d: allgather aborted",
+                                b->rank);
+        int ms = socketPollMs(deadline);
+        if (ms == 0)
+            return recvDone ? ringStalled(b, 1, out.dataDone, bytes, step)
+                            : ringStalled(b, 0, in.dataDone, bytes, step);
+        struct pollfd p[2];
+        int n = 0;
+        if (!sendDone)
+            p[n++] = (struct pollfd){.fd = b->nextFd, .events = POLLOUT};
+        if (!recvDone)
+            p[n++] = (struct pollfd){.fd = b->prevFd, .events = POLLIN};
+        poll(p, (nfds_t)n, ms);
+    }
+}
+
+loomResult_t bootstrapAllGather(struct loomBootstrap *b, void *data, size_t bytes)
+{
+    if (b == NULL || (data == NULL && bytes > 0))
+        return loomSetError(loomInvalidArgument, "bootstrapAllGather: %s is NULL",
+                            b == NULL ? "the bootstrap" : "data");
+    if (bytes > SIZE_MAX / (size_t)b->nranks)
+        return loomSetError(loomInvalidArgument,
+                            "bootstrapAllGather: %zu bytes x %d ranks overflows", bytes,
+                            b->nranks);
+    uint32_t seq = b->seq++;
+    int n = b->nranks;
+    uint8_t *blocks = data;
+    for (int s = 0; s < n - 1; s++) {
+        size_t sendBlock = (size_t)((b->rank - s + n) % n);
+        size_t recvBlock = (size_t)((b->rank - s - 1 + 2 * n) % n);
+        LOOMCHECK(ringExchange(b, seq, s, blocks + sendBlock * bytes, blocks + recvBlock * bytes,
+                               bytes));
+    }
+    return loomSuccess;
+}
+
+loomResult_t bootstrapBarrier(struct loomBootstrap *b)
+{
+    if (b == NULL)
+        return loomSetError(loomInvalidArgument, "bootstrapBarrier: the bootstrap is NULL");
+    if (b->nranks == 1)
+        return loomSuccess;
+    uint8_t *tokens = calloc((size_t)b->nranks, 1);
+    if (tokens == NULL)
+        return loomSetError(loomSystemError, "bootstrap: out of memory");
+    /* An allgather returns only after every block, hence every rank, has arrived. */
+    loomResult_t res = bootstrapAllGather(b, tokens, 1);
+    free(tokens);
+    return res;
+}
+
+void bootstrapClose(struct loomBootstrap *b)
+{
+    if (b == NULL)
+        return;
+    socketClose(b->nextFd);
+    socketClose(b->prevFd);
+    socketClose(b->listenFd);
+    free(b->peers);
+    free(b);
+}

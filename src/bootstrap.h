@@ -1,0 +1,91 @@
+/*
+ * bootstrap.h — unique id, TCP rendezvous, out-of-band allgather and barrier.
+ *
+ * loomGetUniqueId (bootstrapGetUniqueId) opens a listening socket, starts a
+ * root thread and writes into the id the root's address and a random 32-byte
+ * job secret. Each rank opens its own listening socket, connects to the root
+ * and says hello (secret, rank, nranks, its listen address). When all nranks
+ * have said hello the root sends each rank the table of listen addresses and
+ * ends. Ranks then connect in a ring (rank r connects to r+1 and accepts
+ * r-1), presenting the secret again; the ring carries allgather and barrier.
+ * A connection that does not present the secret, or says anything malformed,
+ * is closed and forgotten; the job goes on.
+ *
+ *   root thread              rank r
+ *      <------ hello{secret, r, n, addr_r} ---
+ *      ------- table{addr_0 .. addr_n-1} ---->
+ *                             connect(addr_{r+1}), accept() from r-1
+ *
+ * All waits are bounded by a deadline and poll an abort flag.
+ */
+#ifndef LOOM_BOOTSTRAP_H_
+#define LOOM_BOOTSTRAP_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+#define BOOTSTRAP_SECRET_BYTES 32
+
+/* A socket address in a fixed, byte-order-independent form (IPv4 or IPv6). */
+struct bootstrapAddr {
+    uint8_t family; /* 4 or 6 */
+    uint8_t ip[16]; /* IPv4 in the first 4 bytes */
+    uint16_t port;  /* host order */
+};
+
+/* The decoded unique id. */
+struct bootstrapId {
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    struct bootstrapAddr root;
+};
+
+/* Hello a rank sends the root, and a ring neighbour. */
+struct bootstrapHello {
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    int32_t rank;
+    int32_t nranks;
+    struct bootstrapAddr addr;
+};
+
+struct loomBootstrap; /* opaque: one rank's state in one communicator */
+
+/* Starts a root thread for one communicator and fills *id. */
+loomResult_t bootstrapGetUniqueId(loomUniqueId *id);
+
+/*
+ * Joins the communicator described by id as `rank` of `nranks`. Returns
+ * loomTimeout if the others do not all arrive within timeoutSec seconds,
+ * loomRemoteError if *abortFlag becomes non-zero. On success *out is a ring
+ * ready for bootstrapAllGather.
+ */
+loomResult_t bootstrapInit(const loomUniqueId *id, int rank, int nranks, int timeoutSec,
+                           atomic_int *abortFlag, struct loomBootstrap **out);
+/*
+ * data holds nranks blocks of `bytes` each; this rank's block (at
+ * rank * bytes) is filled on entry; on return every block is filled.
+ * Collective over the communicator.
+ */
+loomResult_t bootstrapAllGather(struct loomBootstrap *b, void *data, size_t bytes);
+/* Returns when every rank has entered the barrier. */
+loomResult_t bootstrapBarrier(struct loomBootstrap *b);
+/* Closes the ring sockets and frees b (NULL is a no-op). Not collective. */
+void bootstrapClose(struct loomBootstrap *b);
+
+/*
+ * Coding, exposed for the unit tests and the fuzz target. Encoders write at
+ * most `len` bytes and return the byte count (0 if len is too small).
+ * Decoders return loomSuccess, or loomInvalidArgument for a malformed or
+ * truncated buffer (never reading past len).
+ */
+#define BOOTSTRAP_HELLO_BYTES 64
+size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out);
+loomResult_t bootstrapDecodeId(const loomUniqueId *in, struct bootstrapId *id);
+size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t len);
+loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstrapHello *h);
+/* Constant-time comparison of two secrets: 1 if equal. */
+int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b);
+
+#endif /* LOOM_BOOTSTRAP_H_ */

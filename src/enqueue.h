@@ -1,0 +1,52 @@
+/*
+ * enqueue.h — from an API call to work: the captured operation, groups, plans
+ * and host streams.
+ *
+ *   loomAllReduce(...) -> check arguments -> struct loomOp
+ *       -> inside a group: kept until loomGroupEnd
+ *       -> on a stream: queued for the stream's progress thread
+ *       -> otherwise: planExecute on the calling thread
+ *
+ * planExecute turns operations into lanes (one schedule per channel, cached
+ * per communicator) and runs them with execRun.
+ */
+#ifndef LOOM_ENQUEUE_H_
+#define LOOM_ENQUEUE_H_
+
+#include "core.h"
+#include "schedule.h"
+
+struct loomOp {
+    loomColl_t coll;
+    const void *sendbuff;
+    void *recvbuff;
+    size_t count;
+    loomDataType_t dt;
+    loomRedOp_t op;
+    int root; /* Broadcast/Reduce root; Send/Recv peer */
+    struct loomComm *comm;
+    struct loomStream *stream;
+    size_t *v; /* AlltoAllv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned */
+};
+
+/* Runs ops (one call or one group) to completion on this thread. */
+loomResult_t planExecute(struct loomOp *ops, int nops);
+/* Frees what an op owns. */
+void opRelease(struct loomOp *op);
+/* Frees this thread's plan scratch (called when a stream thread ends). */
+void enqueueThreadCleanup(void);
+
+/* group.c */
+int groupActive(void);
+/* Adds a checked op to the current group (takes ownership of op->v). */
+loomResult_t groupAdd(struct loomOp *op);
+/* Records a failed call inside a group: loomGroupEnd will return it and run nothing. */
+void groupRecordError(loomResult_t res);
+
+/* stream.c */
+/* loomSuccess if s is a live stream; else loomInvalidArgument naming fn. */
+loomResult_t streamCheck(struct loomStream *s, const char *fn);
+/* Queues ops (ownership of each op's v passes to the stream) as one unit of work. */
+loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops);
+
+#endif /* LOOM_ENQUEUE_H_ */

@@ -1,0 +1,401 @@
+/*
+ * exec.c — the host executor: walks schedules over connectors on the CPU.
+ *
+ * Each lane executes its steps in order. A step may run when its receive
+ * FIFO holds a message (tail > pos) and its send FIFO has a free slot
+ * (head + LOOM_STEPS > pos); then it copies or reduces with reduce.c,
+ * publishes the counters (release) and rings the other end's doorbell.
+ * Nothing here blocks: execRun sweeps all lanes, and only when a sweep makes
+ * no progress does it wait, in three stages:
+ *
+ *   spin (pause) -> yield -> sleep on this process's doorbell futex
+ *
+ * The sleeper flags itself (`sleeping`) before re-checking, and writers look
+ * at the flag after publishing (both seq_cst), so a wake-up cannot be lost;
+ * sleeps are also capped at 100 ms so abort, the deadline and dead peers are
+ * noticed without help. With more ranks than cores the spin stage is cut
+ * short, since spinning would only steal the core the peer needs.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "debug.h"
+#include "exec.h"
+#include "reduce.h"
+
+#define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
+#define EXEC_YIELDS 64
+
+static inline void cpuRelax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static long futexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
+                          .tv_nsec = (long)(ns % 1000000000ULL)};
+    return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+void execRingBell(struct loomDoorbell *bell)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
+        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+void execWake(struct loomComm *comm)
+{
+    if (comm->bell == NULL)
+        return;
+    atomic_fetch_add_explicit(&comm->bell->seq, 1, memory_order_seq_cst);
+    syscall(SYS_futex, (uint32_t *)&comm->bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- connector ownership between lanes of one plan ---- */
+
+static inline int ownerIndex(const struct loomComm *comm, int dir, int channel, int peer)
+{
+    return (dir * comm->nChannels + channel) * comm->nranks + peer;
+}
+
+static int laneUses(const struct loomLane *lane, int dir, int peer)
+{
+    for (size_t i = lane->cur; i < lane->nsteps; i++) {
+        const struct loomStep *s = &lane->steps[i];
+        if ((dir == 0 && s->sendPeer == peer) || (dir == 1 && s->recvPeer == peer))
+            return 1;
+    }
+    return 0;
+}
+
+static void ownersClaim(struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomLane *l = &lanes[i];
+        for (size_t k = 0; k < l->nsteps; k++) {
+            const struct loomStep *s = &l->steps[k];
+            int *o;
+            if (s->sendPeer >= 0) {
+                o = &l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)];
+                if (*o < 0)
+                    *o = i;
+            }
+            if (s->recvPeer >= 0) {
+                o = &l->comm->owner[ownerIndex(l->comm, 1, l->channel, s->recvPeer)];
+                if (*o < 0)
+                    *o = i;
+            }
+        }
+    }
+}
+
+/* Hands each connector lane `i` owned to the next lane that uses it, or frees it. */
+static void ownersRelease(struct loomLane *lanes, int nlanes, int i)
+{
+    struct loomComm *comm = lanes[i].comm;
+    for (int dir = 0; dir < 2; dir++) {
+        for (int p = 0; p < comm->nranks; p++) {
+            int *o = &comm->owner[ownerIndex(comm, dir, lanes[i].channel, p)];
+            if (*o != i)
+                continue;
+            *o = -1;
+            for (int j = i + 1; j < nlanes; j++) {
+                if (lanes[j].comm == comm && lanes[j].channel == lanes[i].channel && !lanes[j].done &&
+                    laneUses(&lanes[j], dir, p)) {
+                    *o = j;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+static void ownersReset(struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomComm *comm = lanes[i].comm;
+        size_t n = 2 * (size_t)comm->nChannels * comm->nranks;
+        for (size_t k = 0; k < n; k++)
+            comm->owner[k] = -1;
+    }
+}
+
+/* ---- one step ---- */
+
+static loomResult_t sizeMismatch(struct loomLane *lane, const struct loomStep *s, uint64_t got,
+                                 size_t want)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %llu bytes from rank %d where it expected %zu: the "
+                        "ranks called different operations or counts (calls must match in order, "
+                        "count and datatype on every rank)",
+                        lane->comm->rank, (unsigned long long)got, s->recvPeer, want);
+}
+
+static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *in, char *out)
+{
+    size_t es = l->elemSize, bytes = s->count * es;
+    const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
+    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
+    int final = (s->flags & LOOM_STEP_FINAL) != 0;
+    int n = l->comm->nranks;
+
+    switch (s->op) {
+    case LOOM_STEP_SEND:
+        reduceCopy(out, src, bytes);
+        break;
+    case LOOM_STEP_RECV:
+        reduceCopy(dst, in, bytes);
+        break;
+    case LOOM_STEP_RECV_REDUCE_SEND:
+        if (final)
+            reduceApplyFinal(out, in, src, s->count, l->dt, l->op, n);
+        else
+            reduceApply(out, in, src, s->count, l->dt, l->op);
+        break;
+    case LOOM_STEP_RECV_REDUCE_COPY:
+    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
+        if (final)
+            reduceApplyFinal(dst, in, src, s->count, l->dt, l->op, n);
+        else
+            reduceApply(dst, in, src, s->count, l->dt, l->op);
+        if (out)
+            reduceCopy(out, dst, bytes);
+        break;
+    case LOOM_STEP_RECV_COPY_SEND:
+        reduceCopy(out, in, bytes);
+        reduceCopy(dst, in, bytes);
+        break;
+    case LOOM_STEP_COPY:
+        if (dst != src)
+            memmove(dst, src, bytes);
+        if (final)
+            reducePostOp(dst, s->count, l->dt, l->op, n);
+        break;
+    }
+}
+
+/* Runs as many steps of lane `i` as can run now. Returns steps done, or -1 on error. */
+static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t *err)
+{
+    struct loomLane *l = &lanes[i];
+    struct loomChannel *ch = &l->comm->channels[l->channel];
+    int shared = nlanes > 1;
+    long done = 0;
+
+    while (l->cur < l->nsteps) {
+        const struct loomStep *s = &l->steps[l->cur];
+        struct loomConnector *rc = NULL, *sc = NULL;
+        const char *in = NULL;
+        char *out = NULL;
+        size_t bytes = s->count * l->elemSize;
+
+        if (s->recvPeer >= 0) {
+            rc = &ch->recv[s->recvPeer];
+            if (shared && l->comm->owner[ownerIndex(l->comm, 1, l->channel, s->recvPeer)] != i)
+                break;
+            if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+                break;
+            uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
+            if (got != bytes) {
+                *err = sizeMismatch(l, s, got, bytes);
+                return -1;
+            }
+            in = rc->slots + (rc->pos % LOOM_STEPS) * rc->slotBytes;
+        }
+        if (s->sendPeer >= 0) {
+            sc = &ch->send[s->sendPeer];
+            if (shared && l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)] != i)
+                break;
+            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <=
+                sc->pos)
+                break;
+            out = sc->slots + (sc->pos % LOOM_STEPS) * sc->slotBytes;
+        }
+        stepCompute(l, s, in, out);
+        if (sc) {
+            sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
+            sc->pos++;
+            atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
+            execRingBell(sc->peerBell);
+        }
+        if (rc) {
+            rc->pos++;
+            atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
+            execRingBell(rc->peerBell);
+        }
+        l->cur++;
+        done++;
+    }
+    if (l->cur == l->nsteps && !l->done) {
+        l->done = 1;
+        if (shared)
+            ownersRelease(lanes, nlanes, i);
+    }
+    return done;
+}
+
+/* ---- waiting ---- */
+
+struct execWait {
+    int spins;
+    uint64_t idleSince;
+    uint64_t lastLiveCheck;
+};
+
+/* Returns the rank of a peer on this host whose process is gone, or -1. */
+static int deadLocalPeer(const struct loomComm *comm)
+{
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || comm->peers[p].hostHash != comm->peers[comm->rank].hostHash)
+            continue;
+        if (kill(comm->peers[p].pid, 0) != 0 && errno == ESRCH)
+            return p;
+    }
+    return -1;
+}
+
+/* The first lane not done, to name who we wait for. */
+static const struct loomLane *firstBlocked(const struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++)
+        if (!lanes[i].done)
+            return &lanes[i];
+    return &lanes[0];
+}
+
+static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now, struct execWait *w)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomComm *comm = lanes[i].comm;
+        if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
+            return loomSetError(loomRemoteError, "%s",
+                                comm->abortReason[0] ? comm->abortReason
+                                                     : "communicator aborted");
+    }
+    if (now - w->lastLiveCheck >= EXEC_SLEEP_NS) {
+        w->lastLiveCheck = now;
+        for (int i = 0; i < nlanes; i++) {
+            struct loomComm *comm = lanes[i].comm;
+            int dead = deadLocalPeer(comm);
+            if (dead >= 0)
+                return loomSetError(loomRemoteError,
+                                    "rank %d (pid %d on %s) exited while rank %d waited for it",
+                                    dead, comm->peers[dead].pid, comm->peers[dead].hostname,
+                                    comm->rank);
+        }
+    }
+    const struct loomLane *b = firstBlocked(lanes, nlanes);
+    if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
+        const struct loomStep *s = &b->steps[b->cur];
+        return loomSetError(loomTimeout,
+                            "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
+                            "%zu (receive from rank %d, send to rank %d); a peer is stopped, hung or "
+                            "called a different operation",
+                            b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer,
+                            s->sendPeer);
+    }
+    return loomSuccess;
+}
+
+static int sweep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err)
+{
+    int left = 0;
+    *progress = 0;
+    for (int i = 0; i < nlanes; i++) {
+        if (lanes[i].done)
+            continue;
+        long d = laneAdvance(lanes, nlanes, i, err);
+        if (d < 0)
+            return -1;
+        *progress += d;
+        left += !lanes[i].done;
+    }
+    return left;
+}
+
+static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err,
+                      int *left)
+{
+    struct loomDoorbell *bell = lanes[0].comm->bell;
+    int multi = 0;
+    for (int i = 1; i < nlanes; i++)
+        multi |= lanes[i].comm != lanes[0].comm;
+    uint32_t seq = atomic_load_explicit(&bell->seq, memory_order_seq_cst);
+    atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
+    *left = sweep(lanes, nlanes, progress, err);
+    if (*left > 0 && *progress == 0)
+        futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS);
+    atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
+}
+
+static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res)
+{
+    for (int i = 0; i < nlanes; i++)
+        commSetBroken(lanes[i].comm, res, debugLastError(NULL));
+}
+
+loomResult_t execRun(struct loomLane *lanes, int nlanes)
+{
+    struct execWait w = {0, 0, 0};
+    loomResult_t err = loomSuccess;
+    long progress;
+    int left, spinLimit = lanes[0].comm->spin;
+
+    if (nlanes > 1)
+        ownersClaim(lanes, nlanes);
+    for (;;) {
+        left = sweep(lanes, nlanes, &progress, &err);
+        if (left <= 0)
+            break;
+        if (progress) {
+            w.spins = 0;
+            continue;
+        }
+        if (w.spins == 0)
+            w.idleSince = loomClockNs();
+        w.spins++;
+        if (w.spins < spinLimit) {
+            cpuRelax();
+            if ((w.spins & 1023) == 0 &&
+                atomic_load_explicit(&lanes[0].comm->abortFlag, memory_order_relaxed))
+                w.spins = spinLimit; /* go and notice it below */
+            continue;
+        }
+        if (w.spins < spinLimit + EXEC_YIELDS) {
+            sched_yield();
+            continue;
+        }
+        execSleep(lanes, nlanes, &progress, &err, &left);
+        if (left <= 0)
+            break;
+        if (progress) {
+            w.spins = 0;
+            continue;
+        }
+        err = waitFailure(lanes, nlanes, loomClockNs(), &w);
+        if (err != loomSuccess)
+            break;
+    }
+    if (nlanes > 1)
+        ownersReset(lanes, nlanes);
+    if (err != loomSuccess)
+        markBroken(lanes, nlanes, err);
+    return err;
+}

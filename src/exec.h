@@ -1,0 +1,43 @@
+/*
+ * exec.h — the host executor: runs lanes of steps over connectors.
+ *
+ * A lane is one schedule applied to one operation's buffers on one channel.
+ * A plan (one call, or one group) is a set of lanes run together: each lane
+ * goes step by step in order, but lanes progress independently, so any
+ * matching set of sends and receives completes. Two lanes that use the same
+ * connector take turns in plan order (the order the user issued them, the
+ * same on both ends).
+ */
+#ifndef LOOM_EXEC_H_
+#define LOOM_EXEC_H_
+
+#include "core.h"
+#include "schedule.h"
+
+struct loomLane {
+    struct loomComm *comm;
+    int channel;
+    const struct loomStep *steps;
+    size_t nsteps;
+    size_t cur;
+    char *bufs[2]; /* LOOM_BUF_SEND, LOOM_BUF_RECV */
+    loomDataType_t dt;
+    loomRedOp_t op;
+    size_t elemSize;
+    int done;
+};
+
+/*
+ * Runs every lane to completion. Returns loomSuccess, loomTimeout (no progress
+ * for the comm's timeout), loomRemoteError (abort, or a peer died), or
+ * loomInvalidUsage (the peers disagree on a message size). On an error the
+ * communicators involved are marked broken.
+ */
+loomResult_t execRun(struct loomLane *lanes, int nlanes);
+
+/* Rings a doorbell: wakes its owner if it sleeps. */
+void execRingBell(struct loomDoorbell *bell);
+/* Wakes a thread of this process blocked in execRun on comm (used by abort). */
+void execWake(struct loomComm *comm);
+
+#endif /* LOOM_EXEC_H_ */

@@ -1,0 +1,115 @@
+/*
+ * group.c — loomGroupStart / loomGroupEnd.
+ *
+ * Between Start and the matching End (groups nest; only the outermost End
+ * acts), checked operations are collected in a per-thread list. At End they
+ * run as one plan: every operation's lanes progress together, so a set of
+ * sends and receives that matches across ranks completes whatever order the
+ * ranks issued them in. A call that failed its checks inside the group makes
+ * End return that error and run nothing, since running the rest would leave
+ * the peers waiting for the missing operation.
+ */
+#include <stdlib.h>
+
+#include "debug.h"
+#include "enqueue.h"
+
+static __thread int groupDepth;
+static __thread struct loomOp *groupOps;
+static __thread int groupCount, groupCap;
+static __thread loomResult_t groupError;
+
+int groupActive(void)
+{
+    return groupDepth > 0;
+}
+
+loomResult_t groupAdd(struct loomOp *op)
+{
+    if (groupCount == groupCap) {
+        int cap = groupCap ? 2 * groupCap : 16;
+        struct loomOp *p = realloc(groupOps, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            opRelease(op);
+            groupError = loomSetError(loomSystemError, "out of memory growing a group to %d ops",
+                                      cap);
+            return groupError;
+        }
+        groupOps = p;
+        groupCap = cap;
+    }
+    groupOps[groupCount++] = *op;
+    op->v = NULL; /* the group owns it now */
+    return loomSuccess;
+}
+
+void groupRecordError(loomResult_t res)
+{
+    if (groupError == loomSuccess)
+        groupError = res;
+}
+
+loomResult_t loomGroupStart(void)
+{
+    groupDepth++;
+    return loomSuccess;
+}
+
+static void groupClear(void)
+{
+    for (int i = 0; i < groupCount; i++)
+        opRelease(&groupOps[i]);
+    groupCount = 0;
+    groupError = loomSuccess;
+}
+
+static loomResult_t groupCheckStreams(void)
+{
+    for (int i = 1; i < groupCount; i++)
+        if (groupOps[i].stream != groupOps[0].stream)
+            return loomSetError(loomInvalidUsage,
+                                "loomGroupEnd: operation %d of the group uses a different stream "
+                                "than operation 0; all operations of a group must share a stream",
+                                i);
+    return loomSuccess;
+}
+
+static loomResult_t groupRun(void)
+{
+    loomResult_t res = groupError;
+    if (res != loomSuccess) {
+        loomSetError(res, "loomGroupEnd: an operation of the group failed its checks (%s); "
+                          "nothing of the group was run",
+                     loomGetErrorString(res));
+        return res;
+    }
+    if (groupCount == 0)
+        return loomSuccess;
+    LOOMCHECK(groupCheckStreams());
+    if (groupOps[0].stream) {
+        res = streamEnqueue(groupOps[0].stream, groupOps, groupCount);
+        for (int i = 0; i < groupCount; i++)
+            groupOps[i].v = NULL; /* the stream owns them now */
+        return res;
+    }
+    for (int i = 0; i < groupCount; i++)
+        atomic_fetch_add_explicit(&groupOps[i].comm->activeCalls, 1, memory_order_acq_rel);
+    res = planExecute(groupOps, groupCount);
+    for (int i = 0; i < groupCount; i++) {
+        if (res != loomSuccess)
+            commRecordError(groupOps[i].comm);
+        atomic_fetch_sub_explicit(&groupOps[i].comm->activeCalls, 1, memory_order_acq_rel);
+    }
+    return res;
+}
+
+loomResult_t loomGroupEnd(void)
+{
+    if (groupDepth == 0)
+        return loomSetError(loomInvalidUsage, "loomGroupEnd without a matching loomGroupStart");
+    if (--groupDepth > 0)
+        return loomSuccess;
+    loomResult_t res = groupRun();
+    groupClear();
+    return res;
+}

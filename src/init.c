@@ -1,0 +1,590 @@
+/*
+ * init.c — communicator lifecycle: unique id, init, split, finalize,
+ * destroy, abort, and the handle checks every API entry makes.
+ *
+ * Init, in order: bootstrap ring (bootstrap.c) -> allgather of each rank's
+ * host identity and pid -> ring order -> transports connect the connectors
+ * (shm inside a host) -> barrier. Every step is bounded by the timeout; on
+ * failure everything built so far is released and *comm is left untouched.
+ *
+ * Handles: a struct loomComm is never freed. Destroy releases what it owns
+ * and marks it dead, and every communicator ever created is listed in a
+ * registry, so a NULL, foreign or destroyed handle gives a one-line error
+ * instead of a crash.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "debug.h"
+#include "enqueue.h"
+#include "exec.h"
+#include "param.h"
+#include "reduce.h"
+#include "transport.h"
+
+const struct loomTransport *const loomTransports[] = {&shmTransport, NULL};
+
+/* ---- registry of communicators ---- */
+
+#define REGISTRY_MAX 65536
+static pthread_mutex_t registryLock = PTHREAD_MUTEX_INITIALIZER;
+static struct loomComm *registry[REGISTRY_MAX];
+static _Atomic int registryCount;
+
+static loomResult_t registryAdd(struct loomComm *comm)
+{
+    pthread_mutex_lock(&registryLock);
+    int n = atomic_load_explicit(&registryCount, memory_order_relaxed);
+    if (n == REGISTRY_MAX) {
+        pthread_mutex_unlock(&registryLock);
+        return loomSetError(loomSystemError, "more than %d communicators created", REGISTRY_MAX);
+    }
+    registry[n] = comm;
+    atomic_store_explicit(&registryCount, n + 1, memory_order_release);
+    pthread_mutex_unlock(&registryLock);
+    return loomSuccess;
+}
+
+static int registryHas(const struct loomComm *comm)
+{
+    int n = atomic_load_explicit(&registryCount, memory_order_acquire);
+    for (int i = n - 1; i >= 0; i--)
+        if (registry[i] == comm)
+            return 1;
+    return 0;
+}
+
+int commIsLive(const struct loomComm *comm)
+{
+    return comm != NULL && registryHas(comm) && comm->magic == LOOM_COMM_MAGIC;
+}
+
+loomResult_t commCheck(const struct loomComm *comm, const char *fn)
+{
+    if (comm == NULL)
+        return loomSetError(loomInvalidArgument, "%s: comm is NULL", fn);
+    if (!registryHas(comm))
+        return loomSetError(loomInvalidArgument,
+                            "%s: comm %p is not a communicator created by this process", fn,
+                            (const void *)comm);
+    if (comm->magic != LOOM_COMM_MAGIC)
+        return loomSetError(loomInvalidUsage, "%s: the communicator was destroyed", fn);
+    return loomSuccess;
+}
+
+void commRecordError(struct loomComm *comm)
+{
+    uint64_t seq;
+    const char *line = debugLastError(&seq);
+    pthread_mutex_lock(&comm->errLock);
+    if (seq > comm->lastErrorSeq) {
+        snprintf(comm->lastError, sizeof(comm->lastError), "%s", line);
+        comm->lastErrorSeq = seq;
+    }
+    pthread_mutex_unlock(&comm->errLock);
+}
+
+void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason)
+{
+    int none = 0;
+    if (atomic_compare_exchange_strong(&comm->broken, &none, (int)res) &&
+        !atomic_load(&comm->abortFlag))
+        snprintf(comm->abortReason, sizeof(comm->abortReason), "%s", reason);
+}
+
+uint64_t loomClockNs(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- small public functions ---- */
+
+loomResult_t loomGetVersion(int *version)
+{
+    if (version == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetVersion: version is NULL");
+    *version = LOOM_VERSION_CODE;
+    return loomSuccess;
+}
+
+loomResult_t loomGetUniqueId(loomUniqueId *uniqueId)
+{
+    debugInit();
+    if (uniqueId == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
+    return bootstrapGetUniqueId(uniqueId);
+}
+
+const char *loomGetLastError(loomComm_t comm)
+{
+    static __thread char copy[512];
+    uint64_t seq;
+    const char *mine = debugLastError(&seq);
+    if (comm == NULL || !registryHas(comm))
+        return mine;
+    pthread_mutex_lock(&comm->errLock);
+    if (comm->lastErrorSeq > seq)
+        snprintf(copy, sizeof(copy), "%s", comm->lastError);
+    else
+        snprintf(copy, sizeof(copy), "%s", mine);
+    pthread_mutex_unlock(&comm->errLock);
+    return copy;
+}
+
+loomResult_t loomCommCount(const loomComm_t comm, int *count)
+{
+    LOOMCHECK(commCheck(comm, "loomCommCount"));
+    if (count == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommCount: count is NULL");
+    *count = comm->nranks;
+    return loomSuccess;
+}
+
+loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
+{
+    LOOMCHECK(commCheck(comm, "loomCommUserRank"));
+    if (rank == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommUserRank: rank is NULL");
+    *rank = comm->rank;
+    return loomSuccess;
+}
+
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
+{
+    LOOMCHECK(commCheck(comm, "loomCommGetAsyncError"));
+    if (asyncError == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommGetAsyncError: asyncError is NULL");
+    int e = atomic_load(&comm->asyncError);
+    if (e == loomSuccess)
+        e = atomic_load(&comm->broken);
+    *asyncError = (loomResult_t)e;
+    return loomSuccess;
+}
+
+int loomTransportCount(void)
+{
+    int n = 0;
+    while (loomTransports[n])
+        n++;
+    return n;
+}
+
+loomResult_t loomTransportInfo(int index, const char **name, int *usable, const char **why)
+{
+    if (index < 0 || index >= loomTransportCount())
+        return loomSetError(loomInvalidArgument, "loomTransportInfo: index %d is not in 0..%d",
+                            index, loomTransportCount() - 1);
+    if (name == NULL || usable == NULL || why == NULL)
+        return loomSetError(loomInvalidArgument, "loomTransportInfo: an output pointer is NULL");
+    *name = loomTransports[index]->name;
+    *usable = loomTransports[index]->usable(why);
+    return loomSuccess;
+}
+
+/* ---- init ---- */
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* Host identity: LOOM_HOSTID, else hostname + boot id (containers share a boot id). */
+static void hostIdentity(struct loomPeerInfo *me)
+{
+    char boot[64] = "";
+    gethostname(me->hostname, sizeof(me->hostname) - 1);
+    const char *forced = paramStr(LOOM_PARAM_HOSTID);
+    if (forced[0]) {
+        me->hostHash = fnv1a(0xcbf29ce484222325ULL, forced, strlen(forced));
+        return;
+    }
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(boot, sizeof(boot), f) == NULL)
+            boot[0] = '\0';
+        fclose(f);
+    }
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, me->hostname, strlen(me->hostname));
+    me->hostHash = fnv1a(h, boot, strlen(boot));
+}
+
+static loomResult_t commExchangePeers(struct loomComm *comm)
+{
+    comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
+    if (comm->peers == NULL)
+        return loomSetError(loomSystemError, "out of memory for %d peers", comm->nranks);
+    struct loomPeerInfo *me = &comm->peers[comm->rank];
+    hostIdentity(me);
+    me->pid = (int32_t)getpid();
+    LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
+    comm->localSize = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        comm->peers[p].hostname[LOOM_HOSTNAME_BYTES - 1] = '\0';
+        if (comm->peers[p].hostHash == me->hostHash)
+            comm->peers[p].localRank = comm->localSize++;
+        else
+            return loomSetError(loomInvalidUsage,
+                                "rank %d is on host %s and rank %d on host %s: ranks on several "
+                                "hosts need a network transport, which this build of Loom does "
+                                "not have yet",
+                                comm->rank, me->hostname, p, comm->peers[p].hostname);
+    }
+    return loomSuccess;
+}
+
+static int onlineCpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int configInt(int value, int fallback)
+{
+    return value == LOOM_CONFIG_UNDEF_INT ? fallback : value;
+}
+
+/* Sizes that depend on the parameters and on how many ranks share the host. */
+static void commSizes(struct loomComm *comm)
+{
+    const int oneMiB = 1 << 20;
+    int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
+    size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
+    if (!setBuff && comm->localSize > 8) /* keep /dev/shm use near 8 MiB per rank */
+        buff = (size_t)(8 * oneMiB / comm->localSize) < 64 * 1024 ? 64 * 1024
+                                                                  : 8 * oneMiB / comm->localSize;
+    comm->slotBytes = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
+    if (comm->slotBytes < LOOM_CACHELINE)
+        comm->slotBytes = LOOM_CACHELINE;
+    comm->buffBytes = comm->slotBytes * LOOM_STEPS;
+    comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    if (comm->nChannels > LOOM_MAX_CHANNELS)
+        comm->nChannels = LOOM_MAX_CHANNELS;
+    comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
+    if (comm->localSize > onlineCpus())
+        comm->spin = comm->spin < 64 ? comm->spin : 64; /* oversubscribed: yield early */
+}
+
+static loomResult_t commAllocChannels(struct loomComm *comm)
+{
+    size_t n = (size_t)comm->nranks;
+    comm->ring = calloc(n, sizeof(*comm->ring));
+    comm->owner = malloc(2 * (size_t)comm->nChannels * n * sizeof(*comm->owner));
+    if (comm->ring == NULL || comm->owner == NULL)
+        return loomSetError(loomSystemError, "out of memory for a communicator of %zu ranks", n);
+    for (size_t i = 0; i < 2 * (size_t)comm->nChannels * n; i++)
+        comm->owner[i] = -1;
+    for (size_t i = 0; i < n; i++)
+        comm->ring[i] = (int)i;
+    for (int c = 0; c < comm->nChannels; c++) {
+        comm->channels[c].send = calloc(n, sizeof(struct loomConnector));
+        comm->channels[c].recv = calloc(n, sizeof(struct loomConnector));
+        if (!comm->channels[c].send || !comm->channels[c].recv)
+            return loomSetError(loomSystemError, "out of memory for connectors");
+    }
+    return loomSuccess;
+}
+
+static loomResult_t commConnect(struct loomComm *comm)
+{
+    int served = 0;
+    for (int t = 0; loomTransports[t]; t++) {
+        const char *why;
+        if (!loomTransports[t]->usable(&why)) {
+            INFO(LOOM_INIT, "transport %s not used: %s", loomTransports[t]->name, why);
+            continue;
+        }
+        LOOMCHECK(loomTransports[t]->setup(comm));
+        served = 1;
+        break;
+    }
+    if (!served)
+        return loomSetError(loomInvalidUsage,
+                            "no transport can connect the ranks of this host (shared memory is "
+                            "disabled by LOOM_SHM_DISABLE=1 or /dev/shm is not writable, and no "
+                            "other transport is built yet)");
+    return loomSuccess;
+}
+
+/* Releases what the communicator owns (not the struct itself). */
+static void commFree(struct loomComm *comm)
+{
+    for (int t = 0; loomTransports[t]; t++)
+        loomTransports[t]->teardown(comm);
+    bootstrapClose(comm->bootstrap);
+    comm->bootstrap = NULL;
+    for (int c = 0; c < LOOM_MAX_CHANNELS; c++) {
+        free(comm->channels[c].send);
+        free(comm->channels[c].recv);
+        comm->channels[c].send = comm->channels[c].recv = NULL;
+    }
+    for (int i = 0; i < LOOM_SCHED_CACHE; i++)
+        scheduleFree(&comm->cache[i].sched);
+    for (int i = 0; i < comm->poolSize; i++)
+        scheduleFree(&comm->pool[i]);
+    free(comm->pool);
+    free(comm->peers);
+    free(comm->ring);
+    free(comm->owner);
+    free(comm->scratch);
+    comm->pool = NULL, comm->poolSize = 0;
+    comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
+}
+
+static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
+                                  const char *fn)
+{
+    if (comm == NULL)
+        return loomSetError(loomInvalidArgument, "%s: comm is NULL", fn);
+    if (nranks < 1)
+        return loomSetError(loomInvalidArgument, "%s: nranks %d must be at least 1", fn, nranks);
+    if (rank < 0 || rank >= nranks)
+        return loomSetError(loomInvalidArgument, "%s: rank %d is out of range 0..%d", fn, rank,
+                            nranks - 1);
+    if (config && (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t)))
+        return loomSetError(loomInvalidArgument,
+                            "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
+    if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
+        return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1",
+                            fn, config->timeoutSec);
+    return loomSuccess;
+}
+
+static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
+{
+    LOOMCHECK(bootstrapInit(id, comm->rank, comm->nranks, comm->timeoutSec, &comm->abortFlag,
+                            &comm->bootstrap));
+    LOOMCHECK(commExchangePeers(comm));
+    commSizes(comm);
+    LOOMCHECK(commAllocChannels(comm));
+    LOOMCHECK(commConnect(comm));
+    LOOMCHECK(bootstrapBarrier(comm->bootstrap));
+    return registryAdd(comm);
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t *config)
+{
+    const char *fn = "loomCommInitRank";
+    debugInit();
+    LOOMCHECK(checkInitArgs(newcomm, nranks, rank, config, fn));
+    struct loomComm *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return loomSetError(loomSystemError, "%s: out of memory", fn);
+    loomConfig_t defaults = LOOM_CONFIG_INITIALIZER;
+    comm->config = config ? *config : defaults;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->timeoutSec = configInt(comm->config.timeoutSec, (int)paramInt(LOOM_PARAM_TIMEOUT));
+    comm->bell = &comm->localBell;
+    pthread_mutex_init(&comm->errLock, NULL);
+    if (comm->config.blocking == 0)
+        INFO(LOOM_INIT, "config.blocking = 0 is not implemented yet; calls block");
+
+    loomResult_t res = commBuild(comm, &commId);
+    if (res != loomSuccess) {
+        commFree(comm);
+        pthread_mutex_destroy(&comm->errLock);
+        free(comm);
+        return res;
+    }
+    comm->magic = LOOM_COMM_MAGIC;
+    debugSetRank(rank);
+    INFO(LOOM_INIT, "comm %p rank %d of %d ready (%d local, %zu KiB per FIFO)", (void *)comm, rank,
+         nranks, comm->localSize, comm->buffBytes >> 10);
+    *newcomm = comm;
+    return loomSuccess;
+}
+
+loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
+{
+    return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+static int hexValue(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static loomResult_t envInt(const char *name, int *out)
+{
+    /* Launcher variables (job identity), not tunables: read here, not in param.c. */
+    const char *v = getenv(name);
+    char *end;
+    if (v == NULL || *v == '\0')
+        return loomSetError(loomInvalidUsage,
+                            "loomCommInitFromEnv: %s is not set; start the program with loomrun "
+                            "(loomrun -n 4 prog)",
+                            name);
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < 0 || x > 1 << 24)
+        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: %s=%s is not a rank count",
+                            name, v);
+    *out = (int)x;
+    return loomSuccess;
+}
+
+loomResult_t loomCommInitFromEnv(loomComm_t *comm)
+{
+    int rank, nranks;
+    loomUniqueId id;
+    debugInit();
+    if (comm == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: comm is NULL");
+    LOOMCHECK(envInt("LOOM_RANK", &rank));
+    LOOMCHECK(envInt("LOOM_NRANKS", &nranks));
+    const char *hex = getenv("LOOM_UNIQUE_ID");
+    if (hex == NULL || strlen(hex) != 2 * sizeof(id.internal))
+        return loomSetError(loomInvalidUsage,
+                            "loomCommInitFromEnv: LOOM_UNIQUE_ID is %s; expected %zu hex digits "
+                            "as loomrun sets it",
+                            hex ? "malformed" : "not set", 2 * sizeof(id.internal));
+    for (size_t i = 0; i < sizeof(id.internal); i++) {
+        int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return loomSetError(loomInvalidArgument,
+                                "loomCommInitFromEnv: LOOM_UNIQUE_ID has a non-hex character at "
+                                "%zu",
+                                2 * i + (hi < 0 ? 0 : 1));
+        id.internal[i] = (char)(hi << 4 | lo);
+    }
+    return loomCommInitRankConfig(comm, nranks, id, rank, NULL);
+}
+
+/* ---- split ---- */
+
+struct splitEntry {
+    int32_t color, key, rank;
+};
+
+static int splitCompare(const void *a, const void *b)
+{
+    const struct splitEntry *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+static loomResult_t splitRanks(struct loomComm *comm, int color, int key, int *newRank,
+                               int *newSize, int *leader)
+{
+    int n = comm->nranks;
+    struct splitEntry *all = calloc((size_t)n, sizeof(*all));
+    if (all == NULL)
+        return loomSetError(loomSystemError, "loomCommSplit: out of memory");
+    all[comm->rank] = (struct splitEntry){color, key, comm->rank};
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, all, sizeof(*all));
+    if (res == loomSuccess) {
+        int m = 0;
+        for (int p = 0; p < n; p++)
+            if (all[p].color == color)
+                all[m++] = all[p];
+        qsort(all, (size_t)m, sizeof(*all), splitCompare);
+        for (int i = 0; i < m; i++)
+            if (all[i].rank == comm->rank)
+                *newRank = i;
+        *newSize = m;
+        *leader = all[0].rank;
+    }
+    free(all);
+    return res;
+}
+
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                           loomConfig_t *config)
+{
+    const char *fn = "loomCommSplit";
+    LOOMCHECK(commCheck(comm, fn));
+    if (newcomm == NULL)
+        return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
+    if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
+        return loomSetError(loomInvalidArgument,
+                            "%s: color %d must be >= 0 or LOOM_SPLIT_NOCOLOR", fn, color);
+    int newRank = 0, newSize = 0, leader = -1;
+    LOOMCHECK(splitRanks(comm, color, key, &newRank, &newSize, &leader));
+    loomUniqueId *ids = calloc((size_t)comm->nranks, sizeof(*ids));
+    if (ids == NULL)
+        return loomSetError(loomSystemError, "%s: out of memory", fn);
+    loomResult_t res = loomSuccess;
+    if (color != LOOM_SPLIT_NOCOLOR && leader == comm->rank)
+        res = bootstrapGetUniqueId(&ids[comm->rank]);
+    /* Everyone takes part in the exchange even if its own id failed, so nobody hangs. */
+    loomResult_t ex = bootstrapAllGather(comm->bootstrap, ids, sizeof(*ids));
+    if (res == loomSuccess)
+        res = ex;
+    if (res == loomSuccess && color == LOOM_SPLIT_NOCOLOR)
+        *newcomm = NULL;
+    else if (res == loomSuccess)
+        res = loomCommInitRankConfig(newcomm, newSize, ids[leader], newRank,
+                                     config ? config : &comm->config);
+    free(ids);
+    return res;
+}
+
+/* ---- teardown ---- */
+
+static void waitQuiet(struct loomComm *comm)
+{
+    while (atomic_load(&comm->pending) > 0 || atomic_load(&comm->activeCalls) > 0) {
+        execWake(comm);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+loomResult_t loomCommFinalize(loomComm_t comm)
+{
+    LOOMCHECK(commCheck(comm, "loomCommFinalize"));
+    while (atomic_load(&comm->pending) > 0) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    int e = atomic_load(&comm->asyncError);
+    if (e != loomSuccess)
+        return loomSetError((loomResult_t)e, "loomCommFinalize: an operation failed: %s",
+                            comm->lastError);
+    return loomSuccess;
+}
+
+static loomResult_t commRelease(struct loomComm *comm)
+{
+    waitQuiet(comm);
+    comm->magic = LOOM_COMM_DEAD;
+    commFree(comm);
+    return loomSuccess;
+}
+
+loomResult_t loomCommDestroy(loomComm_t comm)
+{
+    LOOMCHECK(commCheck(comm, "loomCommDestroy"));
+    return commRelease(comm);
+}
+
+loomResult_t loomCommAbort(loomComm_t comm)
+{
+    LOOMCHECK(commCheck(comm, "loomCommAbort"));
+    snprintf(comm->abortReason, sizeof(comm->abortReason),
+             "rank %d's communicator was aborted (loomCommAbort)", comm->rank);
+    atomic_store_explicit(&comm->abortFlag, 1, memory_order_release);
+    execWake(comm);
+    return commRelease(comm);
+}

@@ -1,0 +1,322 @@
+/*
+ * param.c — the table of LOOM_* environment parameters.
+ *
+ * Every setting a user can change lives in one row of paramTable below:
+ * name, type, default, range (integers) or accepted words (enumerated
+ * strings), and a one-line help that loom-info -c prints. paramInit reads
+ * the environment once, under pthread_once, so no other file calls getenv()
+ * for a LOOM_* variable and every part of Loom sees the same values for the
+ * life of the process.
+ *
+ * A value that does not parse, is out of range or is not one of the accepted
+ * words is reported on stderr, naming the variable, the value and the
+ * default kept, and the default stays in force. These warnings are printed
+ * whatever LOOM_DEBUG says: they are about the configuration itself, and
+ * LOOM_DEBUG may be the very variable that is wrong. An empty variable counts
+ * as unset.
+ *
+ * Values are copied out of the environment at paramInit, so a later
+ * setenv() by the application neither changes nor invalidates them.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "debug.h"
+#include "param.h"
+
+typedef enum { PARAM_INT, PARAM_STR } paramType_t;
+
+struct paramRow {
+    const char *name;
+    paramType_t type;
+    const char *defaultValue; /* text; integer defaults are parsed with the row's range */
+    int64_t min, max;         /* integers only */
+    const char *what;         /* integers: "a number of seconds", for the warning */
+    const char *const *words; /* enumerated strings: accepted words, NULL-terminated */
+    const char *help;
+};
+
+static const char *const paramDebugWords[] = {"NONE", "WARN", "INFO", "TRACE", NULL};
+static const char *const paramNetWords[] = {"socket", "ib", NULL};
+
+/* Rows are placed by loomParamId_t so the table cannot drift from the enum's order. */
+static const struct paramRow paramTable[] = {
+    [LOOM_PARAM_DEBUG] = {"LOOM_DEBUG", PARAM_STR, "", 0, 0, NULL, paramDebugWords,
+                          "log level: NONE, WARN, INFO or TRACE (any case); unset prints "
+                          "nothing and errors are reported only by loomGetLastError"},
+    [LOOM_PARAM_DEBUG_SUBSYS] = {"LOOM_DEBUG_SUBSYS", PARAM_STR, "ALL", 0, 0, NULL, NULL,
+                                 "subsystems logged at INFO/TRACE, comma list of INIT, COLL, "
+                                 "SHM, NET, TUNING, BOOTSTRAP, ALL; a leading ^ excludes them"},
+    [LOOM_PARAM_DEBUG_FILE] = {"LOOM_DEBUG_FILE", PARAM_STR, "", 0, 0, NULL, NULL,
+                               "file log lines are appended to (%h host, %p pid); unset: "
+                               "stderr; use %p for one file per process"},
+    [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
+                         "algorithms allowed, e.g. ring or ^tree (NCCL list syntax); unset: "
+                         "chosen per call by the tuner"},
+    [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
+                              "channels (parallel rings/trees) per communicator, 1..32"},
+    [LOOM_PARAM_BUFFSIZE] = {"LOOM_BUFFSIZE", PARAM_INT, "1048576", 512, 1073741824,
+                             "a size in bytes", NULL,
+                             "bytes of each connector FIFO (8 slots), 512..1G; K/M/G suffixes "
+                             "accepted"},
+    [LOOM_PARAM_TIMEOUT] = {"LOOM_TIMEOUT", PARAM_INT, "600", 1, 86400, "a number of seconds", NULL,
+                            "seconds a wait may go without progress before the call returns "
+                            "loomTimeout, 1..86400"},
+    [LOOM_PARAM_SHM_DISABLE] = {"LOOM_SHM_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
+                                "1: do not use shared memory between ranks of one host"},
+    [LOOM_PARAM_P2P_DISABLE] = {"LOOM_P2P_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
+                                "1: do not use GPU peer-to-peer (CUDA IPC) between GPUs"},
+    [LOOM_PARAM_NET] = {"LOOM_NET", PARAM_STR, "", 0, 0, NULL, paramNetWords,
+                        "network transport between hosts: socket or ib; unset: ib if a "
+                        "device is usable, else socket"},
+    [LOOM_PARAM_SOCKET_IFNAME] = {"LOOM_SOCKET_IFNAME", PARAM_STR, "", 0, 0, NULL, NULL,
+                                  "network interface(s) for TCP traffic, e.g. eth0; unset: "
+                                  "chosen automatically"},
+    [LOOM_PARAM_IB_HCA] = {"LOOM_IB_HCA", PARAM_STR, "", 0, 0, NULL, NULL,
+                           "InfiniBand device(s) to use, e.g. mlx5_0; unset: all"},
+    [LOOM_PARAM_HOSTID] = {"LOOM_HOSTID", PARAM_STR, "", 0, 0, NULL, NULL,
+                           "overrides this host's identity (ranks with equal ids share "
+                           "memory); unset: hash of hostname and boot id"},
+    [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "2000", 0, 10000000, "a number of iterations",
+                         NULL,
+                         "busy-poll iterations of a wait before it yields the CPU, "
+                         "0..10000000"},
+};
+
+_Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,
+               "paramTable needs one row per loomParamId_t");
+
+/* The values in force; written only inside paramOnce, read-only afterwards. */
+struct paramValue {
+    int64_t intValue;
+    const char *text; /* value as text; for strings the value itself */
+    int isSet;
+    char intText[24]; /* holds text for integer rows */
+};
+
+static struct paramValue paramValues[LOOM_PARAM_NUM];
+static pthread_once_t paramOnceControl = PTHREAD_ONCE_INIT;
+
+int paramParseInt(const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    if (text == NULL || out == NULL)
+        return -1;
+    const char *p = text;
+    int negative = 0;
+    if (*p == '-' || *p == '+')
+        negative = (*p++ == '-');
+    /* Accumulate the magnitude unsigned so INT64_MIN stays representable. */
+    uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    uint64_t magnitude = 0;
+    const char *digits = p;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (magnitude > (limit - d) / 10)
+            return -1;
+        magnitude = magnitude * 10 + d;
+    }
+    if (p == digits)
+        return -1;
+    const char *suffixes = "KMG";
+    const char *suffix = *p != '\0' ? strchr(suffixes, toupper((unsigned char)*p)) : NULL;
+    int shift = suffix != NULL ? 10 * (int)(suffix - suffixes + 1) : 0;
+    if (suffix != NULL)
+        p++;
+    if (*p != '\0' || magnitude > (limit >> shift))
+        return -1;
+    magnitude <<= shift;
+    int64_t value;
+    if (!negative)
+        value = (int64_t)magnitude;
+    else if (magnitude == (uint64_t)INT64_MAX + 1)
+        value = INT64_MIN;
+    else
+        value = -(int64_t)magnitude;
+    if (value < min || value > max)
+        return -1;
+    *out = value;
+    return 0;
+}
+
+/*
+ * Configuration warnings go straight to stderr with the log prefix: the log
+ * level and file are themselves parameters, so they cannot be used yet.
+ * One write per line keeps lines of concurrent processes whole.
+ */
+static void paramWarn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void paramWarn(const char *fmt, ...)
+{
+    char host[64] = "unknown";
+    if (gethostname(host, sizeof(host)) != 0)
+        strcpy(host, "unknown");
+    host[sizeof(host) - 1] = '\0';
+    host[strcspn(host, ".")] = '\0';
+
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "%s:%d:- [LOOM] WARN ", host, (int)getpid());
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    ssize_t ignored = write(STDERR_FILENO, line, len);
+    (void)ignored;
+}
+
+/* Accepted words listed for a warning: "NONE, WARN, INFO, TRACE". */
+static void paramWordList(const char *const *words, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (int i = 0; words[i] != NULL; i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%s%s", i ? ", " : "", words[i]);
+    }
+}
+
+static void paramSetInt(struct paramValue *v, int64_t value)
+{
+    v->intValue = value;
+    snprintf(v->intText, sizeof(v->intText), "%" PRId64, value);
+    v->text = v->intText;
+}
+
+static void paramReadInt(const struct paramRow *row, struct paramValue *v, const char *env)
+{
+    int64_t value = 0;
+    /* The built-in default must satisfy its own row; the unit test checks every row. */
+    if (paramParseInt(row->defaultValue, row->min, row->max, &value) != 0)
+        value = row->min;
+    paramSetInt(v, value);
+    if (env == NULL)
+        return;
+    if (paramParseInt(env, row->min, row->max, &value) != 0) {
+        paramWarn("%s=%s is not %s in %" PRId64 "..%" PRId64 "; using %s", row->name, env,
+                  row->what, row->min, row->max, v->text);
+        return;
+    }
+    paramSetInt(v, value);
+    v->isSet = 1;
+}
+
+static void paramReadStr(const struct paramRow *row, struct paramValue *v, const char *env)
+{
+    v->text = row->defaultValue;
+    if (env == NULL)
+        return;
+    const char *value = env;
+    if (row->words != NULL) {
+        value = NULL;
+        /* Store the canonical spelling so users of the value compare with strcmp. */
+        for (int i = 0; row->words[i] != NULL && value == NULL; i++)
+            if (strcasecmp(env, row->words[i]) == 0)
+                value = row->words[i];
+        if (value == NULL) {
+            char list[128];
+            paramWordList(row->words, list, sizeof(list));
+            if (row->defaultValue[0] != '\0')
+                paramWarn("%s=%s is not one of %s; using %s", row->name, env, list,
+                          row->defaultValue);
+            else
+                paramWarn("%s=%s is not one of %s; ignoring it", row->name, env, list);
+            return;
+        }
+    } else {
+        value = strdup(env);
+        if (value == NULL) {
+            paramWarn("%s: no memory to keep its value; using the default", row->name);
+            return;
+        }
+    }
+    v->text = value;
+    v->isSet = 1;
+}
+
+static void paramOnce(void)
+{
+    for (int id = 0; id < LOOM_PARAM_NUM; id++) {
+        const struct paramRow *row = &paramTable[id];
+        const char *env = getenv(row->name);
+        if (env != NULL && env[0] == '\0')
+            env = NULL;
+        if (row->type == PARAM_INT)
+            paramReadInt(row, &paramValues[id], env);
+        else
+            paramReadStr(row, &paramValues[id], env);
+    }
+}
+
+void paramInit(void)
+{
+    pthread_once(&paramOnceControl, paramOnce);
+}
+
+/* Integer value of row `id`; 0 for a string row or an id out of range (a Loom bug). */
+int64_t paramInt(loomParamId_t id)
+{
+    paramInit();
+    if ((unsigned)id >= LOOM_PARAM_NUM || paramTable[id].type != PARAM_INT)
+        return 0;
+    return paramValues[id].intValue;
+}
+
+/* String value of row `id`; integer rows give their value as text. */
+const char *paramStr(loomParamId_t id)
+{
+    paramInit();
+    if ((unsigned)id >= LOOM_PARAM_NUM)
+        return "";
+    return paramValues[id].text;
+}
+
+int paramIsSet(loomParamId_t id)
+{
+    paramInit();
+    return (unsigned)id < LOOM_PARAM_NUM && paramValues[id].isSet;
+}
+
+int loomParamCount(void)
+{
+    return LOOM_PARAM_NUM;
+}
+
+loomResult_t loomParamGet(int index, loomParamInfo_t *info)
+{
+    if (index < 0 || index >= LOOM_PARAM_NUM)
+        return loomSetError(loomInvalidArgument,
+                            "loomParamGet: index %d is out of range 0..%d (see loomParamCount)",
+                            index, LOOM_PARAM_NUM - 1);
+    if (info == NULL)
+        return loomSetError(loomInvalidArgument, "loomParamGet: info is NULL");
+    paramInit();
+    info->name = paramTable[index].name;
+    info->value = paramValues[index].text;
+    info->defaultValue = paramTable[index].defaultValue;
+    info->help = paramTable[index].help;
+    info->isSet = paramValues[index].isSet;
+    return loomSuccess;
+}
+
+const char *loomBuildFeatures(void)
+{
+#ifdef LOOM_BUILD_FEATURES
+    return LOOM_BUILD_FEATURES;
+#else
+    return "hwloc=yes cuda=no verbs=no mpi=no";
+#endif
+}

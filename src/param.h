@@ -1,0 +1,48 @@
+/*
+ * param.h — the table of environment parameters.
+ *
+ * Every tunable of Loom is one row of the table in param.c: name, type,
+ * default, help. The table is read from the environment once (paramInit, on
+ * first use); a bad value gives a WARN naming the variable and the default is
+ * kept. Nothing else in Loom calls getenv() for a LOOM_* setting.
+ */
+#ifndef LOOM_PARAM_H_
+#define LOOM_PARAM_H_
+
+#include <stdint.h>
+
+typedef enum {
+    LOOM_PARAM_DEBUG = 0,   /* string: NONE WARN INFO TRACE */
+    LOOM_PARAM_DEBUG_SUBSYS, /* string: comma list */
+    LOOM_PARAM_DEBUG_FILE,  /* string */
+    LOOM_PARAM_ALGO,        /* string */
+    LOOM_PARAM_NCHANNELS,   /* int */
+    LOOM_PARAM_BUFFSIZE,    /* int (bytes) */
+    LOOM_PARAM_TIMEOUT,     /* int (seconds) */
+    LOOM_PARAM_SHM_DISABLE, /* int 0/1 */
+    LOOM_PARAM_P2P_DISABLE, /* int 0/1 */
+    LOOM_PARAM_NET,         /* string */
+    LOOM_PARAM_SOCKET_IFNAME, /* string */
+    LOOM_PARAM_IB_HCA,      /* string */
+    LOOM_PARAM_HOSTID,      /* string */
+    LOOM_PARAM_SPIN,        /* int: spin iterations before yielding */
+    LOOM_PARAM_NUM
+} loomParamId_t;
+
+/* Reads the environment into the table (once; later calls do nothing). Thread safe. */
+void paramInit(void);
+/* Value of an integer parameter (paramInit is called if needed). */
+int64_t paramInt(loomParamId_t id);
+/* 1 if the parameter was taken from the environment (a valid value was set). */
+int paramIsSet(loomParamId_t id);
+/* Value of a string parameter, "" when unset and without default (never NULL). */
+const char *paramStr(loomParamId_t id);
+
+/*
+ * Parses `text` as an integer parameter value: decimal, optional K/M/G
+ * suffix (powers of 1024) for sizes, within [min, max]. Returns 0 and
+ * stores *out on success, -1 on a bad value. Exposed for the unit tests.
+ */
+int paramParseInt(const char *text, int64_t min, int64_t max, int64_t *out);
+
+#endif /* LOOM_PARAM_H_ */

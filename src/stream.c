@@ -1,0 +1,191 @@
+/*
+ * stream.c — host streams: an ordered queue of work run by a progress thread.
+ *
+ * loomStreamCreate starts one thread per stream. Each enqueued unit (one
+ * call, or one group) is a small array of operations; the thread runs units
+ * in order with planExecute, so communication proceeds while the caller
+ * computes (DDP overlaps gradient AllReduce with backward this way). The
+ * first error is kept and returned by Synchronize and Query, and recorded as
+ * the communicator's async error. Stream structs are never freed, like
+ * communicators, so a destroyed stream is reported, not dereferenced freed.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+#include "enqueue.h"
+
+#define STREAM_MAGIC 0x4c4f4f4d53545245ULL /* "LOOMSTRE" */
+#define STREAM_DEAD 0x4445414453545245ULL
+
+struct streamUnit {
+    struct streamUnit *next;
+    int nops;
+    struct loomOp ops[];
+};
+
+struct loomStream {
+    uint64_t magic;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* work arrived, or stop */
+    pthread_cond_t idle; /* queue drained */
+    struct streamUnit *head, *tail, *free;
+    int running; /* a unit is being executed */
+    int stop;
+    loomResult_t error;
+};
+
+loomResult_t streamCheck(struct loomStream *s, const char *fn)
+{
+    if (s->magic == STREAM_DEAD)
+        return loomSetError(loomInvalidUsage, "%s: the stream was destroyed", fn);
+    if (s->magic != STREAM_MAGIC)
+        return loomSetError(loomInvalidArgument, "%s: stream %p is not a loomStream_t", fn,
+                            (void *)s);
+    return loomSuccess;
+}
+
+static void unitRun(struct loomStream *s, struct streamUnit *u)
+{
+    loomResult_t res = planExecute(u->ops, u->nops);
+    for (int i = 0; i < u->nops; i++) {
+        struct loomComm *comm = u->ops[i].comm;
+        if (res != loomSuccess) {
+            commRecordError(comm);
+            int none = loomSuccess;
+            atomic_compare_exchange_strong(&comm->asyncError, &none, (int)res);
+        }
+        opRelease(&u->ops[i]);
+        atomic_fetch_sub_explicit(&comm->pending, 1, memory_order_acq_rel);
+    }
+    if (res != loomSuccess && s->error == loomSuccess)
+        s->error = res;
+}
+
+static void *streamMain(void *arg)
+{
+    struct loomStream *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->head == NULL)
+            break;
+        struct streamUnit *u = s->head;
+        s->head = u->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->running = 1;
+        pthread_mutex_unlock(&s->lock);
+        unitRun(s, u);
+        pthread_mutex_lock(&s->lock);
+        s->running = 0;
+        free(u);
+        if (s->head == NULL)
+            pthread_cond_broadcast(&s->idle);
+    }
+    pthread_mutex_unlock(&s->lock);
+    enqueueThreadCleanup();
+    return NULL;
+}
+
+loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
+{
+    struct streamUnit *u = malloc(sizeof(*u) + (size_t)nops * sizeof(struct loomOp));
+    if (u == NULL)
+        return loomSetError(loomSystemError, "out of memory queueing %d operation(s)", nops);
+    u->next = NULL;
+    u->nops = nops;
+    memcpy(u->ops, ops, (size_t)nops * sizeof(*ops));
+    for (int i = 0; i < nops; i++) {
+        ops[i].v = NULL;
+        atomic_fetch_add_explicit(&ops[i].comm->pending, 1, memory_order_acq_rel);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = u;
+    else
+        s->head = u;
+    s->tail = u;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    return loomSuccess;
+}
+
+loomResult_t loomStreamCreate(loomStream_t *stream)
+{
+    if (stream == NULL)
+        return loomSetError(loomInvalidArgument, "loomStreamCreate: stream is NULL");
+    struct loomStream *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return loomSetError(loomSystemError, "loomStreamCreate: out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->magic = STREAM_MAGIC;
+    int e = pthread_create(&s->thread, NULL, streamMain, s);
+    if (e != 0) {
+        s->magic = STREAM_DEAD;
+        return loomSetError(loomSystemError, "loomStreamCreate: cannot start a thread: %s",
+                            strerror(e));
+    }
+    *stream = s;
+    return loomSuccess;
+}
+
+loomResult_t loomStreamCreateCuda(loomStream_t *stream, void *cudaStream)
+{
+    if (stream == NULL)
+        return loomSetError(loomInvalidArgument, "loomStreamCreateCuda: stream is NULL");
+    return loomSetError(loomInvalidUsage,
+                        "loomStreamCreateCuda: CUDA streams are not implemented in this build "
+                        "of Loom; use loomStreamCreate for host buffers");
+}
+
+loomResult_t loomStreamSynchronize(loomStream_t s)
+{
+    if (s == NULL)
+        return loomSuccess; /* the NULL stream: every call already completed */
+    LOOMCHECK(streamCheck(s, "loomStreamSynchronize"));
+    pthread_mutex_lock(&s->lock);
+    while (s->head || s->running)
+        pthread_cond_wait(&s->idle, &s->lock);
+    loomResult_t res = s->error;
+    pthread_mutex_unlock(&s->lock);
+    if (res != loomSuccess)
+        loomSetError(res, "loomStreamSynchronize: an operation on the stream failed (%s)",
+                     loomGetErrorString(res));
+    return res;
+}
+
+loomResult_t loomStreamQuery(loomStream_t s)
+{
+    if (s == NULL)
+        return loomSuccess;
+    LOOMCHECK(streamCheck(s, "loomStreamQuery"));
+    pthread_mutex_lock(&s->lock);
+    loomResult_t res = s->error != loomSuccess              ? s->error
+                       : (s->head || s->running) ? loomInProgress
+                                                 : loomSuccess;
+    pthread_mutex_unlock(&s->lock);
+    return res;
+}
+
+loomResult_t loomStreamDestroy(loomStream_t s)
+{
+    if (s == NULL)
+        return loomSetError(loomInvalidArgument, "loomStreamDestroy: stream is NULL");
+    LOOMCHECK(streamCheck(s, "loomStreamDestroy"));
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    s->magic = STREAM_DEAD;
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->idle);
+    return loomSuccess;
+}

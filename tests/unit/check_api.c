@@ -1,0 +1,324 @@
+/*
+ * check_api.c — the public API on one host: results, bad arguments, groups,
+ * streams, split, memory, and the handle checks.
+ *
+ * Communicators here are real: a one-rank communicator in the test process,
+ * or several ranks as forked children of it joined through a unique id, all
+ * over the real shared-memory transport. Every bad-argument case asserts the
+ * result code and that loomGetLastError names the argument, and that the
+ * communicator still works afterwards.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "loom.h"
+
+static loomComm_t soloComm(void)
+{
+    loomUniqueId id;
+    loomComm_t comm = NULL;
+    ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
+    ck_assert_int_eq(loomCommInitRank(&comm, 1, id, 0), loomSuccess);
+    ck_assert_ptr_nonnull(comm);
+    return comm;
+}
+
+/* Asserts `call` returns `res` and the last error line contains `word`. */
+#define ck_error(call, res, word)                                                               \
+    do {                                                                                        \
+        ck_assert_int_eq((call), (res));                                                        \
+        ck_assert_msg(strstr(loomGetLastError(NULL), (word)) != NULL,                          \
+                      "last error \"%s\" does not name \"%s\"", loomGetLastError(NULL), (word)); \
+    } while (0)
+
+START_TEST(test_version_and_strings)
+{
+    int v = 0;
+    ck_assert_int_eq(loomGetVersion(&v), loomSuccess);
+    ck_assert_int_eq(v, LOOM_VERSION_CODE);
+    ck_error(loomGetVersion(NULL), loomInvalidArgument, "version");
+    for (int r = 0; r <= loomNumResults; r++)
+        ck_assert_ptr_nonnull(loomGetErrorString((loomResult_t)r));
+    ck_assert_str_eq(loomGetErrorString(loomInvalidArgument), "invalid argument");
+}
+END_TEST
+
+START_TEST(test_solo_collectives)
+{
+    loomComm_t comm = soloComm();
+    float in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    ck_assert_int_eq(loomAllReduce(in, out, 5, loomFloat32, loomSum, comm, NULL), loomSuccess);
+    ck_assert(memcmp(in, out, sizeof(in)) == 0);
+    ck_assert_int_eq(loomAllReduce(in, in, 0, loomFloat32, loomAvg, comm, NULL), loomSuccess);
+    int n = 0, r = -1;
+    ck_assert_int_eq(loomCommCount(comm, &n), loomSuccess);
+    ck_assert_int_eq(loomCommUserRank(comm, &r), loomSuccess);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(r, 0);
+    ck_assert_int_eq(loomCommDestroy(comm), loomSuccess);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    loomComm_t comm = soloComm();
+    float buf[4] = {1, 2, 3, 4};
+    ck_error(loomAllReduce(NULL, buf, 4, loomFloat32, loomSum, comm, NULL), loomInvalidArgument,
+             "sendbuff");
+    ck_error(loomAllReduce(buf, NULL, 4, loomFloat32, loomSum, comm, NULL), loomInvalidArgument,
+             "recvbuff");
+    ck_error(loomAllReduce(buf, buf, 4, (loomDataType_t)42, loomSum, comm, NULL),
+             loomInvalidArgument, "datatype");
+    ck_error(loomAllReduce(buf, buf, 4, loomFloat32, (loomRedOp_t)-1, comm, NULL),
+             loomInvalidArgument, "op");
+    ck_error(loomAllReduce(buf, buf, SIZE_MAX / 2, loomFloat64, loomSum, comm, NULL),
+             loomInvalidArgument, "overflow");
+    ck_error(loomBroadcast(buf, buf, 4, loomFloat32, 1, comm, NULL), loomInvalidArgument, "root");
+    ck_error(loomReduce(buf, buf, 4, loomFloat32, loomSum, -1, comm, NULL), loomInvalidArgument,
+             "root");
+    ck_error(loomSend(buf, 4, loomFloat32, 3, comm, NULL), loomInvalidArgument, "peer");
+    ck_error(loomRecv(buf, 4, loomFloat32, -2, comm, NULL), loomInvalidArgument, "peer");
+    ck_error(loomAllReduce(buf, buf, 4, loomFloat32, loomSum, NULL, NULL), loomInvalidArgument,
+             "comm");
+    ck_error(loomAllReduce(buf, buf, 4, loomFloat32, loomSum, (loomComm_t)buf, NULL),
+             loomInvalidArgument, "not a communicator");
+    ck_error(loomAllReduce(buf, buf, 4, loomFloat32, loomSum, comm, (loomStream_t)buf),
+             loomInvalidArgument, "stream");
+    ck_error(loomAlltoAllv(buf, NULL, NULL, buf, NULL, NULL, loomFloat32, comm, NULL),
+             loomInvalidArgument, "sendcounts");
+    ck_error(loomCommCount(comm, NULL), loomInvalidArgument, "count");
+    ck_error(loomCommInitRank(NULL, 1, (loomUniqueId){{0}}, 0), loomInvalidArgument, "comm");
+    loomComm_t c2;
+    ck_error(loomCommInitRank(&c2, 2, (loomUniqueId){{0}}, 5), loomInvalidArgument, "rank");
+    ck_error(loomCommInitRank(&c2, 0, (loomUniqueId){{0}}, 0), loomInvalidArgument, "nranks");
+    ck_error(loomMemFree(buf), loomInvalidArgument, "loomMemAlloc");
+    /* The communicator still works, and the comm's last error is the latest. */
+    float out[4];
+    ck_assert_int_eq(loomAllReduce(buf, out, 4, loomFloat32, loomMax, comm, NULL), loomSuccess);
+    ck_assert(memcmp(buf, out, sizeof(out)) == 0);
+    ck_assert_int_eq(loomCommDestroy(comm), loomSuccess);
+}
+END_TEST
+
+START_TEST(test_use_after_destroy)
+{
+    loomComm_t comm = soloComm();
+    float x = 1;
+    ck_assert_int_eq(loomCommDestroy(comm), loomSuccess);
+    ck_error(loomAllReduce(&x, &x, 1, loomFloat32, loomSum, comm, NULL), loomInvalidUsage,
+             "destroyed");
+    ck_error(loomCommDestroy(comm), loomInvalidUsage, "destroyed");
+    loomStream_t s;
+    ck_assert_int_eq(loomStreamCreate(&s), loomSuccess);
+    ck_assert_int_eq(loomStreamDestroy(s), loomSuccess);
+    ck_error(loomStreamSynchronize(s), loomInvalidUsage, "destroyed");
+}
+END_TEST
+
+START_TEST(test_group_errors)
+{
+    loomComm_t comm = soloComm();
+    float a = 1, b = 0;
+    ck_error(loomGroupEnd(), loomInvalidUsage, "loomGroupStart");
+    ck_assert_int_eq(loomGroupStart(), loomSuccess);
+    ck_assert_int_eq(loomSend(&a, 1, loomFloat32, 0, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomRecv(&b, 1, loomFloat32, 9, comm, NULL), loomInvalidArgument);
+    ck_error(loomGroupEnd(), loomInvalidArgument, "nothing of the group");
+    ck_assert(b == 0);
+    /* A clean group afterwards runs: send to self and receive from self. */
+    ck_assert_int_eq(loomGroupStart(), loomSuccess);
+    ck_assert_int_eq(loomGroupStart(), loomSuccess);
+    ck_assert_int_eq(loomSend(&a, 1, loomFloat32, 0, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomRecv(&b, 1, loomFloat32, 0, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomGroupEnd(), loomSuccess);
+    ck_assert(b == 0); /* nested: nothing ran yet */
+    ck_assert_int_eq(loomGroupEnd(), loomSuccess);
+    ck_assert(b == 1);
+    loomCommDestroy(comm);
+}
+END_TEST
+
+START_TEST(test_stream_and_memory)
+{
+    loomComm_t comm = soloComm();
+    loomStream_t s;
+    double *buf = NULL;
+    ck_assert_int_eq(loomMemAlloc((void **)&buf, 1000 * sizeof(double), comm), loomSuccess);
+    for (int i = 0; i < 1000; i++)
+        buf[i] = i;
+    double out[1000];
+    ck_assert_int_eq(loomStreamCreate(&s), loomSuccess);
+    for (int k = 0; k < 10; k++)
+        ck_assert_int_eq(loomAllReduce(buf, out, 1000, loomFloat64, loomSum, comm, s),
+                         loomSuccess);
+    ck_assert_int_eq(loomStreamSynchronize(s), loomSuccess);
+    ck_assert_int_eq(loomStreamQuery(s), loomSuccess);
+    ck_assert(out[999] == 999.0);
+    ck_assert_int_eq(loomStreamDestroy(s), loomSuccess);
+    ck_assert_int_eq(loomMemFree(buf), loomSuccess);
+    ck_error(loomMemFree(buf), loomInvalidArgument, "loomMemAlloc");
+    ck_error(loomStreamCreateCuda(&s, NULL), loomInvalidUsage, "CUDA");
+    loomCommDestroy(comm);
+}
+END_TEST
+
+/* ---- several ranks: forked children of the test process ---- */
+
+typedef int (*rankFn)(int rank, int nranks, loomComm_t comm);
+
+static void runRanks(int nranks, rankFn fn)
+{
+    loomUniqueId id;
+    pid_t pids[16];
+    ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            loomComm_t comm;
+            if (loomCommInitRank(&comm, nranks, id, r) != loomSuccess)
+                _exit(100);
+            int rc = fn(r, nranks, comm);
+            loomCommDestroy(comm);
+            _exit(rc);
+        }
+    }
+    for (int r = 0; r < nranks; r++) {
+        int st;
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
+    }
+}
+
+/* Everyone sends first around a ring, with messages much larger than a FIFO. */
+static int ringSendFirst(int rank, int n, loomComm_t comm)
+{
+    size_t count = 3 << 20;
+    int *out = malloc(count * sizeof(int)), *in = malloc(count * sizeof(int));
+    for (size_t i = 0; i < count; i++)
+        out[i] = rank * 7 + (int)i;
+    loomGroupStart();
+    loomSend(out, count, loomInt32, (rank + 1) % n, comm, NULL);
+    loomRecv(in, count, loomInt32, (rank + n - 1) % n, comm, NULL);
+    if (loomGroupEnd() != loomSuccess)
+        return 1;
+    int prev = (rank + n - 1) % n;
+    for (size_t i = 0; i < count; i++)
+        if (in[i] != prev * 7 + (int)i)
+            return 2;
+    free(out);
+    free(in);
+    return 0;
+}
+
+START_TEST(test_group_ring_send_first)
+{
+    runRanks(3, ringSendFirst);
+}
+END_TEST
+
+/* A bad call on one rank does not break the communicator. */
+static int errorThenWork(int rank, int n, loomComm_t comm)
+{
+    long x = rank + 1, sum = 0;
+    if (loomAllReduce(&x, &sum, 1, loomInt64, (loomRedOp_t)99, comm, NULL) != loomInvalidArgument)
+        return 1;
+    if (strstr(loomGetLastError(comm), "op") == NULL)
+        return 2;
+    if (loomAllReduce(&x, &sum, 1, loomInt64, loomSum, comm, NULL) != loomSuccess)
+        return 3;
+    return sum == (long)n * (n + 1) / 2 ? 0 : 4;
+}
+
+START_TEST(test_error_keeps_comm)
+{
+    runRanks(4, errorThenWork);
+}
+END_TEST
+
+/* Split into even and odd ranks, reversed by key; rank 1 opts out. */
+static int splitWork(int rank, int n, loomComm_t comm)
+{
+    loomComm_t sub = NULL;
+    int color = rank == 1 ? LOOM_SPLIT_NOCOLOR : rank % 2;
+    if (loomCommSplit(comm, color, -rank, &sub, NULL) != loomSuccess)
+        return 1;
+    if (rank == 1)
+        return sub == NULL ? 0 : 2;
+    int sr, sn;
+    loomCommUserRank(sub, &sr);
+    loomCommCount(sub, &sn);
+    int expectN = 0, expectR = 0;
+    for (int p = 0; p < n; p++)
+        if (p != 1 && p % 2 == rank % 2) {
+            expectN++;
+            expectR += p > rank;
+        }
+    if (sn != expectN || sr != expectR)
+        return 3;
+    int v = rank, sum = 0;
+    if (loomAllReduce(&v, &sum, 1, loomInt32, loomSum, sub, NULL) != loomSuccess)
+        return 4;
+    int want = 0;
+    for (int p = 0; p < n; p++)
+        if (p != 1 && p % 2 == rank % 2)
+            want += p;
+    loomCommDestroy(sub);
+    return sum == want ? 0 : 5;
+}
+
+START_TEST(test_split)
+{
+    runRanks(5, splitWork);
+}
+END_TEST
+
+/* Mismatched counts between ranks give an error, not garbage or a hang. */
+static int mismatch(int rank, int n, loomComm_t comm)
+{
+    int buf[64] = {0};
+    loomResult_t r = loomAllReduce(buf, buf, rank == 0 ? 16 : 32, loomInt32, loomSum, comm, NULL);
+    return r == loomInvalidUsage || r == loomTimeout || r == loomRemoteError ? 0 : 1;
+}
+
+START_TEST(test_mismatch)
+{
+    setenv("LOOM_TIMEOUT", "3", 1);
+    runRanks(2, mismatch);
+}
+END_TEST
+
+static Suite *apiSuite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("solo");
+    tcase_add_test(tc, test_version_and_strings);
+    tcase_add_test(tc, test_solo_collectives);
+    tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_use_after_destroy);
+    tcase_add_test(tc, test_group_errors);
+    tcase_add_test(tc, test_stream_and_memory);
+    suite_add_tcase(s, tc);
+    TCase *multi = tcase_create("ranks");
+    tcase_set_timeout(multi, 60);
+    tcase_add_test(multi, test_group_ring_send_first);
+    tcase_add_test(multi, test_error_keeps_comm);
+    tcase_add_test(multi, test_split);
+    tcase_add_test(multi, test_mismatch);
+    suite_add_tcase(s, multi);
+    return s;
+}
+
+int main(void)
+{
+    setenv("LOOM_SOCKET_IFNAME", "lo", 0);
+    SRunner *sr = srunner_create(apiSuite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

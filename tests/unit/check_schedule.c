@@ -1,0 +1,1221 @@
+/*
+ * check_schedule.c — the schedule generators, run together in a symbolic
+ * simulator.
+ *
+ * The generators only emit steps, so their correctness is a property of the
+ * steps of all n ranks taken together. The simulator runs every rank's
+ * schedule at once over one FIFO of LOOM_STEPS slots per ordered pair of
+ * ranks; a rank executes its next step only when the message it needs has
+ * arrived and its outgoing FIFO has a free slot. A full pass in which no rank
+ * moves while some are unfinished is a deadlock.
+ *
+ * Elements are symbols, not numbers. Every element of rank r's send buffer
+ * starts as {origin r, index j, mask 1 << r}; a reduction ORs the masks of
+ * its inputs and fails if they overlap (a rank counted twice) or if the two
+ * inputs are different elements; LOOM_STEP_FINAL marks a value finished and
+ * fails on a value already finished, and a finished value may no longer be
+ * reduced. Receive buffers start poisoned and count their writes. After a
+ * run every element of every buffer is compared with what the collective
+ * must leave there, written exactly once, and every untouched element must
+ * still be poison. Messages carry their element count, which must equal the
+ * count of the receiving step.
+ *
+ *   rank 0 steps ─┐      FIFO[0->1] (8 slots)       ┌─ rank 1 steps
+ *   rank 1 steps ─┼──>   FIFO[1->2] ...        ──>  ├─ ...
+ *   ...           ┘      one per ordered pair       └─ buffers: send, recv
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+
+#define MAX_RANKS 64
+#define MAX_CHUNK 16 /* largest chunkElems any test uses */
+#define ERR_LEN 512
+/*
+ * Past this many ranks runs get expensive, so the sweeps thin out: each case
+ * runs in one of the two orders, and the per-rank-block collectives (which
+ * cut each block in pieces of chunk whatever n is, at a cost of n^2 x count)
+ * use counts that no longer grow with n. Everything stays under seconds.
+ */
+#define SMALL_RANKS 16
+
+/* One symbolic element. */
+struct sym {
+    uint64_t mask;  /* ranks whose input this value contains */
+    uint32_t idx;   /* index of the element in its origin's send buffer */
+    uint8_t origin; /* rank whose send buffer it came from (0xff once reduced) */
+    uint8_t valid;  /* 0: poison, never written */
+    uint8_t final;  /* LOOM_STEP_FINAL was applied */
+    uint8_t writes; /* buffer elements only: how many steps wrote it */
+};
+
+enum { USES_SEND = 0x1, USES_RECV = 0x2, USES_SRC = 0x4, USES_DST = 0x8 };
+
+static const uint8_t opUses[LOOM_STEP_NUM_OPS] = {
+    [LOOM_STEP_SEND] = USES_SEND | USES_SRC,
+    [LOOM_STEP_RECV] = USES_RECV | USES_DST,
+    [LOOM_STEP_RECV_REDUCE_SEND] = USES_RECV | USES_SRC | USES_SEND,
+    [LOOM_STEP_RECV_REDUCE_COPY] = USES_RECV | USES_SRC | USES_DST,
+    [LOOM_STEP_RECV_REDUCE_COPY_SEND] = USES_RECV | USES_SRC | USES_DST | USES_SEND,
+    [LOOM_STEP_RECV_COPY_SEND] = USES_RECV | USES_DST | USES_SEND,
+    [LOOM_STEP_COPY] = USES_SRC | USES_DST,
+};
+
+static const char *const opNames[LOOM_STEP_NUM_OPS] = {
+    "SEND",           "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND",
+    "RECV_COPY_SEND", "COPY",
+};
+
+static int opReduces(int op)
+{
+    return op == LOOM_STEP_RECV_REDUCE_SEND || op == LOOM_STEP_RECV_REDUCE_COPY ||
+           op == LOOM_STEP_RECV_REDUCE_COPY_SEND;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deterministic randomness (xorshift64*), so a failure reproduces.           */
+
+static uint64_t rngNext(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static size_t rngBelow(uint64_t *s, size_t n)
+{
+    return n ? (size_t)(rngNext(s) % n) : 0;
+}
+
+static void rngShuffle(uint64_t *s, int *v, int n)
+{
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)rngBelow(s, (size_t)i + 1);
+        int t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The simulator.                                                             */
+
+struct simFifo {
+    uint64_t head, tail;
+    size_t count[LOOM_STEPS];
+    struct sym *slots; /* LOOM_STEPS x MAX_CHUNK, allocated on first use */
+};
+
+/*
+ * FIFOs and buffers are kept from one run to the next: the tests make
+ * thousands of runs, and fresh pages for each cost more than the runs.
+ */
+static struct simFifo fifoPool[MAX_RANKS * MAX_RANKS];
+static struct loomSchedule schedPool[MAX_RANKS]; /* reset, never freed, between runs */
+static struct sym *bufPool[MAX_RANKS][2];
+static size_t bufPoolCap[MAX_RANKS][2];
+
+/* Rank r's buffer b, len elements of poison (one extra so that len 0 is a real pointer). */
+static struct sym *poolBuffer(int r, int b, size_t len)
+{
+    if (len + 1 > bufPoolCap[r][b]) {
+        free(bufPool[r][b]);
+        bufPool[r][b] = malloc((len + 1) * sizeof(struct sym));
+        ck_assert(bufPool[r][b] != NULL);
+        bufPoolCap[r][b] = len + 1;
+    }
+    memset(bufPool[r][b], 0, (len + 1) * sizeof(struct sym));
+    return bufPool[r][b];
+}
+
+struct simRank {
+    const struct loomStep *steps;
+    size_t nsteps, pc;
+    struct sym *buf[2]; /* LOOM_BUF_SEND, LOOM_BUF_RECV */
+    size_t len[2];
+};
+
+struct sim {
+    int n;
+    size_t chunk;
+    struct simRank *ranks;
+    struct simFifo *fifos; /* [from * n + to] */
+    struct sym *tmp;
+    char *err;
+};
+
+static int simFail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int simFail(struct sim *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, ERR_LEN, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void simInit(struct sim *s, int n, size_t chunk, struct simRank *ranks, char *err)
+{
+    s->n = n;
+    s->chunk = chunk;
+    s->ranks = ranks;
+    s->fifos = fifoPool;
+    s->tmp = calloc(chunk, sizeof(*s->tmp));
+    s->err = err;
+    ck_assert(n <= MAX_RANKS && chunk <= MAX_CHUNK && s->tmp != NULL);
+    for (int i = 0; i < n * n; i++)
+        s->fifos[i].head = s->fifos[i].tail = 0;
+}
+
+static void simFree(struct sim *s)
+{
+    free(s->tmp);
+}
+
+/* Checks the fields of step pc of rank r that do not depend on the run. */
+static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *st)
+{
+    if (st->op >= LOOM_STEP_NUM_OPS)
+        return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
+    uint8_t uses = opUses[st->op];
+    if (st->count < 1 || st->count > s->chunk)
+        return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc, opNames[st->op],
+                       st->count, s->chunk);
+    if ((st->flags & ~LOOM_STEP_FINAL) ||
+        ((st->flags & LOOM_STEP_FINAL) && !opReduces(st->op) && st->op != LOOM_STEP_COPY))
+        return simFail(s, "rank %d step %zu (%s): bad flags %#x", r, pc, opNames[st->op],
+                       st->flags);
+    if (st->srcBuf > LOOM_BUF_RECV || st->dstBuf > LOOM_BUF_RECV)
+        return simFail(s, "rank %d step %zu: bad buffer", r, pc);
+    int okSend = (uses & USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
+    int okRecv = (uses & USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
+    if (!okSend || !okRecv)
+        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc, opNames[st->op],
+                       st->sendPeer, st->recvPeer);
+    return 0;
+}
+
+static int simReduce(struct sim *s, int r, const struct sym *a, const struct sym *b,
+                     struct sym *out)
+{
+    size_t pc = s->ranks[r].pc;
+    if (a->idx != b->idx)
+        return simFail(s, "rank %d step %zu: reduces element %u with element %u", r, pc, a->idx,
+                       b->idx);
+    if (a->mask & b->mask)
+        return simFail(s, "rank %d step %zu: element %u counts ranks %#llx twice", r, pc, a->idx,
+                       (unsigned long long)(a->mask & b->mask));
+    if (a->final || b->final)
+        return simFail(s, "rank %d step %zu: element %u reduced after FINAL", r, pc, a->idx);
+    *out = (struct sym){.mask = a->mask | b->mask, .idx = a->idx, .origin = 0xff, .valid = 1};
+    return 0;
+}
+
+/* Computes the step's output values into s->tmp. */
+static int simCompute(struct sim *s, int r, const struct loomStep *st, const struct sym *msg)
+{
+    struct simRank *rk = &s->ranks[r];
+    const struct sym *src = NULL;
+    if (opUses[st->op] & USES_SRC) {
+        if (st->srcOff > rk->len[st->srcBuf] || st->count > rk->len[st->srcBuf] - st->srcOff)
+            return simFail(s, "rank %d step %zu: reads [%zu,+%zu) of a %zu-element buffer", r,
+                           rk->pc, st->srcOff, st->count, rk->len[st->srcBuf]);
+        src = rk->buf[st->srcBuf] + st->srcOff;
+    }
+    for (size_t i = 0; i < st->count; i++) {
+        if ((src && !src[i].valid) || (msg && !msg[i].valid))
+            return simFail(s, "rank %d step %zu (%s): reads an unwritten element", r, rk->pc,
+                           opNames[st->op]);
+        if (src && msg) {
+            if (simReduce(s, r, &msg[i], &src[i], &s->tmp[i]) < 0)
+                return -1;
+        } else {
+            s->tmp[i] = src ? src[i] : msg[i];
+        }
+        if (st->flags & LOOM_STEP_FINAL) {
+            if (s->tmp[i].final)
+                return simFail(s, "rank %d step %zu: FINAL applied twice to element %u", r, rk->pc,
+                               s->tmp[i].idx);
+            s->tmp[i].final = 1;
+        }
+    }
+    return 0;
+}
+
+static int simStore(struct sim *s, int r, const struct loomStep *st)
+{
+    struct simRank *rk = &s->ranks[r];
+    if (st->dstOff > rk->len[st->dstBuf] || st->count > rk->len[st->dstBuf] - st->dstOff)
+        return simFail(s, "rank %d step %zu: writes [%zu,+%zu) of a %zu-element buffer", r, rk->pc,
+                       st->dstOff, st->count, rk->len[st->dstBuf]);
+    struct sym *dst = rk->buf[st->dstBuf] + st->dstOff;
+    for (size_t i = 0; i < st->count; i++) {
+        uint8_t writes = dst[i].writes;
+        dst[i] = s->tmp[i];
+        dst[i].writes = (uint8_t)(writes < 255 ? writes + 1 : 255);
+    }
+    return 0;
+}
+
+static void simPush(struct sim *s, struct simFifo *f, size_t count)
+{
+    if (f->slots == NULL) {
+        f->slots = calloc(LOOM_STEPS * MAX_CHUNK, sizeof(*f->slots));
+        ck_assert(f->slots != NULL);
+    }
+    size_t slot = f->tail % LOOM_STEPS;
+    memcpy(f->slots + slot * s->chunk, s->tmp, count * sizeof(*s->tmp));
+    f->count[slot] = count;
+    f->tail++;
+}
+
+/* Runs rank r's next step: 1 if it ran, 0 if it must wait, -1 on a failure. */
+static int simStep(struct sim *s, int r)
+{
+    struct simRank *rk = &s->ranks[r];
+    const struct loomStep *st = &rk->steps[rk->pc];
+    uint8_t uses = opUses[st->op];
+    struct simFifo *in = (uses & USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
+    struct simFifo *out = (uses & USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
+    if ((in && in->head == in->tail) || (out && out->tail - out->head == LOOM_STEPS))
+        return 0;
+    const struct sym *msg = NULL;
+    if (in) {
+        size_t slot = in->head % LOOM_STEPS;
+        if (in->count[slot] != st->count)
+            return simFail(s,
+                           "rank %d step %zu (%s): receives %zu elements from rank %d, "
+                           "which sent %zu",
+                           r, rk->pc, opNames[st->op], st->count, st->recvPeer, in->count[slot]);
+        msg = in->slots + slot * s->chunk;
+    }
+    if (simCompute(s, r, st, msg) < 0)
+        return -1;
+    if ((uses & USES_DST) && simStore(s, r, st) < 0)
+        return -1;
+    if (in)
+        in->head++;
+    if (out)
+        simPush(s, out, st->count);
+    rk->pc++;
+    return 1;
+}
+
+static int simDeadlock(struct sim *s)
+{
+    char *p = s->err;
+    size_t left = ERR_LEN;
+    int k = snprintf(p, left, "deadlock:");
+    for (int r = 0; r < s->n && k > 0 && (size_t)k < left; r++) {
+        struct simRank *rk = &s->ranks[r];
+        if (rk->pc == rk->nsteps)
+            continue;
+        p += k;
+        left -= (size_t)k;
+        const struct loomStep *st = &rk->steps[rk->pc];
+        k = snprintf(p, left, " rank %d at step %zu/%zu (%s);", r, rk->pc, rk->nsteps,
+                     st->op < LOOM_STEP_NUM_OPS ? opNames[st->op] : "?");
+    }
+    return -1;
+}
+
+/*
+ * Runs all ranks to completion. randomOrder: each pass visits the ranks in a
+ * fresh random order and lets each run 1..4 steps; otherwise one step each,
+ * round-robin. Returns 0, or -1 with s->err set.
+ */
+static int simRun(struct sim *s, int randomOrder, uint64_t *rng)
+{
+    int order[MAX_RANKS];
+    for (int r = 0; r < s->n; r++) {
+        order[r] = r;
+        for (size_t pc = 0; pc < s->ranks[r].nsteps; pc++)
+            if (simValidate(s, r, pc, &s->ranks[r].steps[pc]) < 0)
+                return -1;
+    }
+    for (;;) {
+        int progress = 0, unfinished = 0;
+        if (randomOrder)
+            rngShuffle(rng, order, s->n);
+        for (int i = 0; i < s->n; i++) {
+            struct simRank *rk = &s->ranks[order[i]];
+            int burst = randomOrder ? 1 + (int)rngBelow(rng, 4) : 1;
+            for (int b = 0; b < burst && rk->pc < rk->nsteps; b++) {
+                int rc = simStep(s, order[i]);
+                if (rc < 0)
+                    return -1;
+                if (rc == 0)
+                    break;
+                progress = 1;
+            }
+            unfinished |= rk->pc < rk->nsteps;
+        }
+        if (!unfinished)
+            break;
+        if (!progress)
+            return simDeadlock(s);
+    }
+    for (int i = 0; i < s->n * s->n; i++)
+        if (s->fifos[i].head != s->fifos[i].tail)
+            return simFail(s, "FIFO %d->%d holds %llu messages at the end", i / s->n, i % s->n,
+                           (unsigned long long)(s->fifos[i].tail - s->fifos[i].head));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Collectives: buffers, generators and the exact expected result.           */
+
+struct coll {
+    loomColl_t coll;
+    int n;
+    int root; /* Broadcast/Reduce root; Send/Recv: the sender */
+    int peer; /* Send/Recv: the receiver */
+    const int *ring;
+    size_t count;
+    size_t chunk;
+    /* AlltoAllv, per rank r at [r * n]: counts and displacements by peer */
+    const size_t *sc, *sd, *rc, *rd;
+    const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
+};
+
+static void collLens(const struct coll *c, int r, size_t len[2])
+{
+    size_t n = (size_t)c->n, k = c->count;
+    switch (c->coll) {
+    case LOOM_COLL_ALLGATHER:
+        len[0] = k, len[1] = n * k;
+        break;
+    case LOOM_COLL_REDUCESCATTER:
+        len[0] = n * k, len[1] = k;
+        break;
+    case LOOM_COLL_ALLTOALL:
+        len[0] = n * k, len[1] = n * k;
+        break;
+    case LOOM_COLL_ALLTOALLV:
+        len[0] = c->vlen[2 * r], len[1] = c->vlen[2 * r + 1];
+        break;
+    default:
+        len[0] = k, len[1] = k;
+    }
+}
+
+static int collIsReduction(loomColl_t coll)
+{
+    return coll == LOOM_COLL_ALLREDUCE || coll == LOOM_COLL_REDUCE ||
+           coll == LOOM_COLL_REDUCESCATTER;
+}
+
+static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
+                                 struct loomSchedule *out)
+{
+    switch (c->coll) {
+    case LOOM_COLL_BROADCAST:
+        return ringBroadcastSchedule(a, out);
+    case LOOM_COLL_REDUCE:
+        return ringReduceSchedule(a, out);
+    case LOOM_COLL_ALLREDUCE:
+        return ringAllReduceSchedule(a, out);
+    case LOOM_COLL_ALLGATHER:
+        return ringAllGatherSchedule(a, out);
+    case LOOM_COLL_REDUCESCATTER:
+        return ringReduceScatterSchedule(a, out);
+    case LOOM_COLL_ALLTOALL:
+        return directAlltoAllSchedule(a, out);
+    case LOOM_COLL_ALLTOALLV:
+        a->sendcounts = c->sc + a->rank * c->n;
+        a->sdispls = c->sd + a->rank * c->n;
+        a->recvcounts = c->rc + a->rank * c->n;
+        a->rdispls = c->rd + a->rank * c->n;
+        return directAlltoAllvSchedule(a, out);
+    default: /* a sender and a receiver; the other ranks have nothing to do */
+        a->coll = a->rank == c->root ? LOOM_COLL_SEND : LOOM_COLL_RECV;
+        a->root = a->rank == c->root ? c->peer : c->root;
+        if (a->rank == c->root)
+            return directSendSchedule(a, out);
+        return a->rank == c->peer ? directRecvSchedule(a, out) : loomSuccess;
+    }
+}
+
+static uint64_t allRanks(int n)
+{
+    return n == 64 ? ~0ULL : (1ULL << n) - 1;
+}
+
+static struct sym copyOf(int origin, size_t idx)
+{
+    return (struct sym){
+        .mask = 1ULL << origin, .idx = (uint32_t)idx, .origin = (uint8_t)origin, .valid = 1};
+}
+
+static struct sym reducedAt(int n, size_t idx)
+{
+    return (struct sym){
+        .mask = allRanks(n), .idx = (uint32_t)idx, .origin = 0xff, .valid = 1, .final = 1};
+}
+
+/* The AlltoAllv element rank r's receive element i must hold; 0 if it must stay poison. */
+static int collExpectV(const struct coll *c, int r, size_t i, struct sym *e)
+{
+    for (int q = 0; q < c->n; q++) {
+        size_t off = c->rd[r * c->n + q], len = c->rc[r * c->n + q];
+        if (i >= off && i < off + len) {
+            *e = copyOf(q, c->sd[q * c->n + r] + (i - off));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * What rank r's receive element i holds once elements [0, cov) of each
+ * per-rank block (of the buffer for whole-buffer collectives) are done:
+ * returns 1 and fills *e, or 0 when the element must still be poison.
+ * Element i is element j of per-rank block q (i == q * count + j).
+ */
+static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j, size_t cov,
+                      struct sym *e)
+{
+    size_t k = c->count;
+    switch (c->coll) {
+    case LOOM_COLL_ALLREDUCE:
+        *e = reducedAt(c->n, i);
+        return i < cov;
+    case LOOM_COLL_REDUCE:
+        *e = reducedAt(c->n, i);
+        return r == c->root && i < cov;
+    case LOOM_COLL_REDUCESCATTER:
+        *e = reducedAt(c->n, (size_t)r * k + i);
+        return i < cov;
+    case LOOM_COLL_BROADCAST:
+        *e = copyOf(c->root, i);
+        return i < cov;
+    case LOOM_COLL_ALLGATHER:
+        *e = copyOf((int)q, j);
+        return j < cov;
+    case LOOM_COLL_ALLTOALL:
+        *e = copyOf((int)q, (size_t)r * k + j);
+        return j < cov;
+    case LOOM_COLL_ALLTOALLV:
+        return collExpectV(c, r, i, e);
+    default:
+        *e = copyOf(c->root, i);
+        return r == c->peer && i < cov;
+    }
+}
+
+static int symEqual(const struct sym *a, const struct sym *b, int reduced)
+{
+    return a->valid == b->valid && a->mask == b->mask && a->idx == b->idx && a->final == b->final &&
+           (reduced || a->origin == b->origin);
+}
+
+static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, char *err)
+{
+    int reduced = collIsReduction(c->coll);
+    for (int r = 0; r < c->n; r++) {
+        struct simRank *rk = &ranks[r];
+        for (size_t j = 0; j < rk->len[0]; j++) {
+            struct sym e = copyOf(r, j);
+            if (!symEqual(&rk->buf[0][j], &e, 0) || rk->buf[0][j].writes != 0) {
+                snprintf(err, ERR_LEN, "rank %d: send element %zu was modified", r, j);
+                return -1;
+            }
+        }
+        for (size_t i = 0, q = 0, j = 0; i < rk->len[1];
+             i++, j = j + 1 == c->count ? (q++, 0) : j + 1) {
+            const struct sym *v = &rk->buf[1][i];
+            struct sym e;
+            if (!collExpect(c, r, i, q, j, cov, &e)) {
+                if (v->writes != 0) {
+                    snprintf(err, ERR_LEN,
+                             "rank %d: recv element %zu written outside the "
+                             "collective's range",
+                             r, i);
+                    return -1;
+                }
+                continue;
+            }
+            if (v->writes != 1 || !symEqual(v, &e, reduced)) {
+                snprintf(err, ERR_LEN,
+                         "rank %d: recv element %zu is {origin %d idx %u mask %#llx final %d "
+                         "written %d times}, want {origin %d idx %u mask %#llx final %d once}",
+                         r, i, v->valid ? v->origin : -1, v->idx, (unsigned long long)v->mask,
+                         v->final, v->writes, e.origin, e.idx, (unsigned long long)e.mask, e.final);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void collAllocBuffers(const struct coll *c, struct simRank *ranks)
+{
+    for (int r = 0; r < c->n; r++) {
+        collLens(c, r, ranks[r].len);
+        for (int b = 0; b < 2; b++)
+            ranks[r].buf[b] = poolBuffer(r, b, ranks[r].len[b]);
+        for (size_t j = 0; j < ranks[r].len[0]; j++)
+            ranks[r].buf[0][j] = copyOf(r, j);
+    }
+}
+
+/* Builds one lane's schedule for every rank, runs them together and checks the buffers. */
+static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomSchedule *scheds,
+                       size_t lo, size_t hi, int randomOrder, uint64_t *rng, char *err)
+{
+    for (int r = 0; r < c->n; r++) {
+        struct loomSchedArgs a = {.coll = c->coll,
+                                  .nranks = c->n,
+                                  .rank = r,
+                                  .ring = c->ring,
+                                  .root = c->root,
+                                  .count = c->count,
+                                  .lo = lo,
+                                  .hi = hi,
+                                  .chunkElems = c->chunk};
+        scheduleReset(&scheds[r]);
+        loomResult_t res = collSchedule(c, &a, &scheds[r]);
+        if (res != loomSuccess) {
+            snprintf(err, ERR_LEN, "rank %d: generator failed with %d", r, res);
+            return -1;
+        }
+        ranks[r].steps = scheds[r].steps;
+        ranks[r].nsteps = scheds[r].nsteps;
+        ranks[r].pc = 0;
+    }
+    struct sim s;
+    simInit(&s, c->n, c->chunk, ranks, err);
+    int rc = simRun(&s, randomOrder, rng);
+    simFree(&s);
+    return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
+}
+
+/*
+ * Runs the collective split into lanes [cuts[l], cuts[l+1]) for l < nlanes
+ * (cuts[0] == 0, cuts[nlanes] == count), one simulation per lane on the same
+ * buffers, and checks the buffers after each lane.
+ */
+static int collRunLanes(const struct coll *c, int nlanes, const size_t *cuts, int randomOrder,
+                        uint64_t seed, char *err)
+{
+    struct simRank ranks[MAX_RANKS] = {{0}};
+    uint64_t rng = seed | 1;
+    int rc = 0;
+    collAllocBuffers(c, ranks);
+    for (int l = 0; l < nlanes && rc == 0; l++)
+        rc = collRunLane(c, ranks, schedPool, cuts[l], cuts[l + 1], randomOrder, &rng, err);
+    return rc;
+}
+
+static int collRun(const struct coll *c, int randomOrder, uint64_t seed, char *err)
+{
+    size_t cuts[2] = {0, c->count};
+    return collRunLanes(c, 1, cuts, randomOrder, seed, err);
+}
+
+/*
+ * Runs c round-robin and in random order and fails the test with the case
+ * spelled out. Past SMALL_RANKS ranks only one order runs, alternating with
+ * the case number, so every collective still meets both at every size.
+ */
+static void collExpectOk(const struct coll *c, const char *ring, unsigned caseNo)
+{
+    char err[ERR_LEN];
+    for (int randomOrder = 0; randomOrder < 2; randomOrder++) {
+        if (c->n > SMALL_RANKS && randomOrder != (int)(caseNo & 1))
+            continue;
+        uint64_t seed =
+            0x9e3779b97f4a7c15ULL ^ ((uint64_t)c->n << 32) ^ (c->count << 8) ^ (uint64_t)c->root;
+        int rc = collRun(c, randomOrder, seed, err);
+        ck_assert_msg(rc == 0, "coll %d n %d root %d count %zu chunk %zu ring %s %s order: %s",
+                      c->coll, c->n, c->root, c->count, c->chunk, ring,
+                      randomOrder ? "random" : "round-robin", err);
+    }
+}
+
+static const size_t chunks[] = {1, 3, 16};
+
+static int perBlock(loomColl_t coll, int n)
+{
+    return n > SMALL_RANKS && (coll == LOOM_COLL_ALLGATHER || coll == LOOM_COLL_REDUCESCATTER ||
+                               coll == LOOM_COLL_ALLTOALL);
+}
+
+/*
+ * A count past the interesting boundaries: for AllReduce (and the other
+ * whole-buffer collectives) two full loops of n x chunk and a ragged tail;
+ * for the large per-block runs, more pieces than FIFO slots and a ragged tail.
+ */
+static size_t bigCount(loomColl_t coll, int n, size_t chunk)
+{
+    return perBlock(coll, n) ? (LOOM_STEPS + 1) * chunk + 1 : 2 * (size_t)n * chunk + 6;
+}
+
+/* A count of a few pieces with a ragged end: 3n + 1, or chunk + 1 for the large per-block runs. */
+static size_t midCount(loomColl_t coll, int n, size_t chunk)
+{
+    return perBlock(coll, n) ? chunk + 1 : 3 * (size_t)n + 1;
+}
+
+/* Every n in 1..64, every chunk size, the interesting counts, the given roots. */
+static void sweep(loomColl_t coll, int allRoots)
+{
+    unsigned caseNo = 0;
+    for (int n = 1; n <= MAX_RANKS; n++) {
+        for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
+            size_t ch = chunks[ci], nn = (size_t)n;
+            size_t counts[] = {0, 1, perBlock(coll, n) ? ch : nn - 1, midCount(coll, n, ch),
+                               bigCount(coll, n, ch)};
+            int roots[] = {0, n - 1, n / 2, (n * 7 + 3) % n};
+            int nroots = !allRoots ? 1 : n <= 8 ? n : 4;
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                for (int ri = 0; ri < nroots; ri++) {
+                    struct coll c = {.coll = coll,
+                                     .n = n,
+                                     .count = counts[k],
+                                     .chunk = ch,
+                                     .root = n <= 8 ? ri : roots[ri]};
+                    collExpectOk(&c, "identity", caseNo++);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The step array.                                                            */
+
+START_TEST(test_array_grows_and_keeps_order)
+{
+    struct loomSchedule s = {0};
+    for (size_t i = 0; i < 1000; i++) {
+        struct loomStep st = {.op = LOOM_STEP_COPY, .count = i + 1, .sendPeer = -1};
+        ck_assert_int_eq(scheduleAppend(&s, &st), loomSuccess);
+    }
+    ck_assert_uint_eq(s.nsteps, 1000);
+    ck_assert_uint_ge(s.cap, 1000);
+    for (size_t i = 0; i < 1000; i++)
+        ck_assert_uint_eq(s.steps[i].count, i + 1);
+    size_t cap = s.cap;
+    struct loomStep *steps = s.steps;
+    scheduleReset(&s);
+    ck_assert_uint_eq(s.nsteps, 0);
+    ck_assert_uint_eq(s.cap, cap);
+    struct loomStep st = {.op = LOOM_STEP_SEND, .count = 7};
+    ck_assert_int_eq(scheduleAppend(&s, &st), loomSuccess);
+    ck_assert_ptr_eq(s.steps, steps);
+    ck_assert_uint_eq(s.steps[0].count, 7);
+    scheduleFree(&s);
+    ck_assert_ptr_null(s.steps);
+    ck_assert_uint_eq(s.nsteps, 0);
+    ck_assert_uint_eq(s.cap, 0);
+    scheduleFree(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The shape of the schedules.                                                */
+
+START_TEST(test_allreduce_shape)
+{
+    /* n = 4, one loop of 4 full blocks: DESIGN.md's sequence, exactly. */
+    static const int ops[] = {LOOM_STEP_SEND,
+                              LOOM_STEP_RECV_REDUCE_SEND,
+                              LOOM_STEP_RECV_REDUCE_SEND,
+                              LOOM_STEP_RECV_REDUCE_COPY_SEND,
+                              LOOM_STEP_RECV_COPY_SEND,
+                              LOOM_STEP_RECV_COPY_SEND,
+                              LOOM_STEP_RECV};
+    static const size_t blocks[] = {1, 0, 3, 2, 1, 0, 3}; /* rank 1: blk(1), blk(0), ... */
+    struct loomSchedule s = {0};
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLREDUCE,
+                              .nranks = 4,
+                              .rank = 1,
+                              .count = 40,
+                              .lo = 0,
+                              .hi = 40,
+                              .chunkElems = 10};
+    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 7);
+    for (size_t i = 0; i < 7; i++) {
+        const struct loomStep *st = &s.steps[i];
+        ck_assert_int_eq(st->op, ops[i]);
+        ck_assert_uint_eq(st->count, 10);
+        ck_assert_int_eq(st->flags,
+                         ops[i] == LOOM_STEP_RECV_REDUCE_COPY_SEND ? LOOM_STEP_FINAL : 0);
+        ck_assert_int_eq(st->sendPeer, (opUses[st->op] & USES_SEND) ? 2 : -1);
+        ck_assert_int_eq(st->recvPeer, (opUses[st->op] & USES_RECV) ? 0 : -1);
+        size_t off = (opUses[st->op] & USES_SRC) ? st->srcOff : st->dstOff;
+        ck_assert_uint_eq(off, blocks[i] * 10);
+    }
+    scheduleFree(&s);
+}
+END_TEST
+
+START_TEST(test_empty_ranges_emit_nothing)
+{
+    loomResult_t (*gens[])(const struct loomSchedArgs *, struct loomSchedule *) = {
+        ringBroadcastSchedule, ringReduceSchedule,        ringAllReduceSchedule,
+        ringAllGatherSchedule, ringReduceScatterSchedule, directAlltoAllSchedule,
+        directSendSchedule,    directRecvSchedule};
+    struct loomSchedule s = {0};
+    for (size_t g = 0; g < sizeof(gens) / sizeof(gens[0]); g++) {
+        for (int n = 1; n <= 5; n++) {
+            struct loomSchedArgs a = {.nranks = n,
+                                      .rank = n - 1,
+                                      .root = 0,
+                                      .count = 9,
+                                      .lo = 4,
+                                      .hi = 4,
+                                      .chunkElems = 2};
+            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            a.count = a.lo = a.hi = 0;
+            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            ck_assert_msg(s.nsteps == 0, "generator %zu n %d emitted %zu steps", g, n, s.nsteps);
+        }
+    }
+    scheduleFree(&s);
+}
+END_TEST
+
+START_TEST(test_generators_append)
+{
+    /* Generators append: two lanes built into one array keep both. */
+    struct loomSchedule s = {0};
+    struct loomSchedArgs a = {
+        .nranks = 3, .rank = 0, .root = 1, .count = 12, .lo = 0, .hi = 6, .chunkElems = 4};
+    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    size_t first = s.nsteps;
+    ck_assert_uint_gt(first, 0);
+    a.lo = 6, a.hi = 12;
+    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 2 * first);
+    ck_assert_uint_eq(s.steps[first].dstOff, 6);
+    scheduleFree(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The simulator catches what it claims to catch.                            */
+
+static int runHandmade(int n, struct loomStep *const *steps, const size_t *nsteps, size_t bufLen,
+                       char *err)
+{
+    struct simRank ranks[4] = {{0}};
+    uint64_t rng = 1;
+    for (int r = 0; r < n; r++) {
+        ranks[r].steps = steps[r];
+        ranks[r].nsteps = nsteps[r];
+        for (int b = 0; b < 2; b++) {
+            ranks[r].len[b] = bufLen;
+            ranks[r].buf[b] = calloc(bufLen, sizeof(struct sym));
+        }
+        for (size_t j = 0; j < bufLen; j++)
+            ranks[r].buf[0][j] = copyOf(r, j);
+    }
+    struct sim s;
+    simInit(&s, n, 4, ranks, err);
+    int rc = simRun(&s, 0, &rng);
+    simFree(&s);
+    for (int r = 0; r < n; r++) {
+        free(ranks[r].buf[0]);
+        free(ranks[r].buf[1]);
+    }
+    return rc;
+}
+
+#define STEP(o, sp, rp, so, do_, cnt)                                                              \
+    {                                                                                              \
+        .op = (o), .srcBuf = LOOM_BUF_SEND, .dstBuf = LOOM_BUF_RECV, .sendPeer = (sp),             \
+        .recvPeer = (rp), .srcOff = (so), .dstOff = (do_), .count = (cnt)                          \
+    }
+
+START_TEST(test_sim_detects_deadlock)
+{
+    struct loomStep a[] = {STEP(LOOM_STEP_RECV, -1, 1, 0, 0, 4),
+                           STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 4)};
+    struct loomStep b[] = {STEP(LOOM_STEP_RECV, -1, 0, 0, 0, 4),
+                           STEP(LOOM_STEP_SEND, 0, -1, 0, 0, 4)};
+    struct loomStep *steps[] = {a, b};
+    size_t nsteps[] = {2, 2};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "deadlock") != NULL, "%s", err);
+
+    /* More than LOOM_STEPS sends before the peer's first receive also deadlock. */
+    struct loomStep c[2 * LOOM_STEPS + 2], d[2 * LOOM_STEPS + 2];
+    for (int i = 0; i <= LOOM_STEPS; i++) {
+        c[i] = (struct loomStep)STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 1);
+        d[i] = (struct loomStep)STEP(LOOM_STEP_SEND, 0, -1, 0, 0, 1);
+        c[LOOM_STEPS + 1 + i] = (struct loomStep)STEP(LOOM_STEP_RECV, -1, 1, 0, 0, 1);
+        d[LOOM_STEPS + 1 + i] = (struct loomStep)STEP(LOOM_STEP_RECV, -1, 0, 0, 0, 1);
+    }
+    struct loomStep *steps2[] = {c, d};
+    size_t nsteps2[] = {2 * LOOM_STEPS + 2, 2 * LOOM_STEPS + 2};
+    ck_assert_int_eq(runHandmade(2, steps2, nsteps2, 8, err), -1);
+    ck_assert_msg(strstr(err, "deadlock") != NULL, "%s", err);
+    nsteps2[0] = nsteps2[1] = 2 * LOOM_STEPS; /* LOOM_STEPS sends each: fits */
+    for (int i = 0; i < LOOM_STEPS; i++) {
+        c[LOOM_STEPS + i] = c[LOOM_STEPS + 1 + i];
+        d[LOOM_STEPS + i] = d[LOOM_STEPS + 1 + i];
+    }
+    ck_assert_msg(runHandmade(2, steps2, nsteps2, 8, err) == 0, "%s", err);
+}
+END_TEST
+
+START_TEST(test_sim_detects_size_mismatch)
+{
+    struct loomStep a[] = {STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 3)};
+    struct loomStep b[] = {STEP(LOOM_STEP_RECV, -1, 0, 0, 0, 4)};
+    struct loomStep *steps[] = {a, b};
+    size_t nsteps[] = {1, 1};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "sent 3") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_sim_detects_double_counting)
+{
+    /* 0 -> 1 -> 0: rank 0's input comes back and is added to itself. */
+    struct loomStep a[] = {STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 2),
+                           STEP(LOOM_STEP_RECV_REDUCE_COPY, -1, 1, 0, 0, 2)};
+    struct loomStep b[] = {STEP(LOOM_STEP_RECV_REDUCE_SEND, 0, 0, 0, 0, 2)};
+    struct loomStep *steps[] = {a, b};
+    size_t nsteps[] = {2, 1};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "twice") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_sim_detects_misaligned_reduce)
+{
+    struct loomStep a[] = {STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 2)};
+    struct loomStep b[] = {STEP(LOOM_STEP_RECV_REDUCE_COPY, -1, 0, 1, 0, 2)};
+    struct loomStep *steps[] = {a, b};
+    size_t nsteps[] = {1, 1};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "with element") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_sim_detects_leftover_and_bad_steps)
+{
+    struct loomStep a[] = {STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 2)};
+    struct loomStep *steps[] = {a, NULL};
+    size_t nsteps[] = {1, 0};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "at the end") != NULL, "%s", err);
+
+    struct loomStep big[] = {STEP(LOOM_STEP_COPY, -1, -1, 0, 0, 5)}; /* chunk is 4 */
+    struct loomStep *steps2[] = {big};
+    size_t nsteps2[] = {1};
+    ck_assert_int_eq(runHandmade(1, steps2, nsteps2, 8, err), -1);
+    ck_assert_msg(strstr(err, "outside 1..4") != NULL, "%s", err);
+
+    struct loomStep peer[] = {STEP(LOOM_STEP_COPY, 0, -1, 0, 0, 2)}; /* COPY names a peer */
+    steps2[0] = peer;
+    ck_assert_int_eq(runHandmade(1, steps2, nsteps2, 8, err), -1);
+    ck_assert_msg(strstr(err, "peers") != NULL, "%s", err);
+
+    struct loomStep twice[] = {STEP(LOOM_STEP_COPY, -1, -1, 0, 0, 2),
+                               STEP(LOOM_STEP_COPY, -1, -1, 0, 0, 2)};
+    twice[0].flags = twice[1].flags = LOOM_STEP_FINAL;
+    twice[1].srcBuf = LOOM_BUF_RECV;
+    steps2[0] = twice;
+    nsteps2[0] = 2;
+    ck_assert_int_eq(runHandmade(1, steps2, nsteps2, 8, err), -1);
+    ck_assert_msg(strstr(err, "FINAL applied twice") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_check_detects_wrong_result)
+{
+    /* A Broadcast in which the last rank forgets its final RECV is caught by the checks. */
+    struct coll c = {.coll = LOOM_COLL_BROADCAST, .n = 3, .root = 0, .count = 5, .chunk = 2};
+    struct simRank ranks[3] = {{0}};
+    struct loomSchedule scheds[3] = {{0}};
+    char err[ERR_LEN] = "";
+    uint64_t rng = 1;
+    collAllocBuffers(&c, ranks);
+    for (int r = 0; r < 3; r++) {
+        struct loomSchedArgs a = {
+            .nranks = 3, .rank = r, .root = 0, .count = 5, .lo = 0, .hi = 5, .chunkElems = 2};
+        ck_assert_int_eq(ringBroadcastSchedule(&a, &scheds[r]), loomSuccess);
+        ranks[r].steps = scheds[r].steps;
+        ranks[r].nsteps = scheds[r].nsteps;
+    }
+    ranks[2].nsteps--;
+    struct sim s;
+    simInit(&s, 3, 2, ranks, err);
+    int rc = simRun(&s, 0, &rng);
+    simFree(&s);
+    if (rc == 0)
+        rc = collCheck(&c, ranks, 5, err);
+    ck_assert_int_eq(rc, -1);
+    for (int r = 0; r < 3; r++)
+        scheduleFree(&scheds[r]);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The collectives, n = 1..64.                                                */
+
+START_TEST(test_allreduce)
+{
+    sweep(LOOM_COLL_ALLREDUCE, 0);
+}
+END_TEST
+
+START_TEST(test_reducescatter)
+{
+    sweep(LOOM_COLL_REDUCESCATTER, 0);
+}
+END_TEST
+
+START_TEST(test_allgather)
+{
+    sweep(LOOM_COLL_ALLGATHER, 0);
+}
+END_TEST
+
+START_TEST(test_broadcast)
+{
+    sweep(LOOM_COLL_BROADCAST, 1);
+}
+END_TEST
+
+START_TEST(test_reduce)
+{
+    sweep(LOOM_COLL_REDUCE, 1);
+}
+END_TEST
+
+START_TEST(test_alltoall)
+{
+    sweep(LOOM_COLL_ALLTOALL, 0);
+}
+END_TEST
+
+/* Random per-pair counts (a quarter of them 0) and displacements with gaps, in shuffled order. */
+static void makeAlltoAllv(int n, size_t maxCount, uint64_t *rng, size_t *sc, size_t *sd, size_t *rc,
+                          size_t *rd, size_t *vlen)
+{
+    size_t *cnt = calloc((size_t)n * (size_t)n, sizeof(*cnt));
+    int order[MAX_RANKS];
+    ck_assert(cnt != NULL);
+    for (int i = 0; i < n * n; i++)
+        cnt[i] = rngBelow(rng, 4) == 0 ? 0 : 1 + rngBelow(rng, maxCount);
+    for (int r = 0; r < n; r++) {
+        for (int q = 0; q < n; q++) {
+            sc[r * n + q] = cnt[r * n + q];
+            rc[r * n + q] = cnt[q * n + r];
+            order[q] = q;
+        }
+        size_t off[2] = {rngBelow(rng, 3), rngBelow(rng, 3)};
+        rngShuffle(rng, order, n);
+        for (int i = 0; i < n; i++) {
+            sd[r * n + order[i]] = off[0];
+            off[0] += sc[r * n + order[i]] + rngBelow(rng, 3);
+        }
+        rngShuffle(rng, order, n);
+        for (int i = 0; i < n; i++) {
+            rd[r * n + order[i]] = off[1];
+            off[1] += rc[r * n + order[i]] + rngBelow(rng, 3);
+        }
+        vlen[2 * r] = off[0];
+        vlen[2 * r + 1] = off[1];
+    }
+    free(cnt);
+}
+
+static void alltoallvCase(int n, size_t chunk, size_t maxCount, uint64_t *rng)
+{
+    size_t nn = (size_t)n * (size_t)n;
+    size_t *sc = calloc(nn, sizeof(size_t)), *sd = calloc(nn, sizeof(size_t));
+    size_t *rc = calloc(nn, sizeof(size_t)), *rd = calloc(nn, sizeof(size_t));
+    size_t *vlen = calloc(2 * (size_t)n, sizeof(size_t));
+    ck_assert(sc && sd && rc && rd && vlen);
+    makeAlltoAllv(n, maxCount, rng, sc, sd, rc, rd, vlen);
+    struct coll c = {.coll = LOOM_COLL_ALLTOALLV,
+                     .n = n,
+                     .chunk = chunk,
+                     .sc = sc,
+                     .sd = sd,
+                     .rc = rc,
+                     .rd = rd,
+                     .vlen = vlen};
+    char err[ERR_LEN];
+    for (int randomOrder = 0; randomOrder < 2; randomOrder++) {
+        int res = collRun(&c, randomOrder, rngNext(rng), err);
+        ck_assert_msg(res == 0, "alltoallv n %d chunk %zu max %zu %s order: %s", n, chunk, maxCount,
+                      randomOrder ? "random" : "round-robin", err);
+    }
+    free(sc), free(sd), free(rc), free(rd), free(vlen);
+}
+
+START_TEST(test_alltoallv)
+{
+    uint64_t rng = 0x5eed;
+    for (int n = 1; n <= MAX_RANKS; n++)
+        for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++)
+            alltoallvCase(n, chunks[ci], 3 * chunks[ci] + 2, &rng);
+    /* Long, very uneven exchanges: far more pieces than FIFO slots one way, none the other. */
+    for (int n = 2; n <= 9; n++)
+        alltoallvCase(n, 2, 20 * LOOM_STEPS, &rng);
+}
+END_TEST
+
+START_TEST(test_sendrecv)
+{
+    uint64_t rng = 0xfeed;
+    char err[ERR_LEN];
+    for (int n = 2; n <= MAX_RANKS; n += (n < 8 ? 1 : 7)) {
+        for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
+            size_t counts[] = {0, 1, chunks[ci] * (2 * LOOM_STEPS + 1) + 1};
+            for (size_t k = 0; k < 3; k++) {
+                int from = (int)rngBelow(&rng, (size_t)n);
+                int to = (from + 1 + (int)rngBelow(&rng, (size_t)n - 1)) % n;
+                struct coll c = {.coll = LOOM_COLL_SEND,
+                                 .n = n,
+                                 .root = from,
+                                 .peer = to,
+                                 .count = counts[k],
+                                 .chunk = chunks[ci]};
+                int rc = collRun(&c, (int)(k & 1), rngNext(&rng), err);
+                ck_assert_msg(rc == 0, "send %d -> %d n %d count %zu chunk %zu: %s", from, to, n,
+                              counts[k], chunks[ci], err);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Lanes and ring orders.                                                     */
+
+static const loomColl_t laneColls[] = {
+    LOOM_COLL_BROADCAST,     LOOM_COLL_REDUCE,   LOOM_COLL_ALLREDUCE, LOOM_COLL_ALLGATHER,
+    LOOM_COLL_REDUCESCATTER, LOOM_COLL_ALLTOALL, LOOM_COLL_SEND,
+};
+
+START_TEST(test_lanes_cover_everything)
+{
+    uint64_t rng = 0x1a7e5;
+    char err[ERR_LEN];
+    for (size_t ci = 0; ci < sizeof(laneColls) / sizeof(laneColls[0]); ci++) {
+        for (int n = 1; n <= MAX_RANKS; n++) {
+            if (laneColls[ci] == LOOM_COLL_SEND && n == 1)
+                continue;
+            size_t chunk = chunks[rngBelow(&rng, 3)];
+            size_t count = rngBelow(&rng, 2) ? midCount(laneColls[ci], n, chunk)
+                                             : bigCount(laneColls[ci], n, chunk);
+            int nlanes = 2 + (int)rngBelow(&rng, 2);
+            size_t cuts[4] = {0};
+            for (int l = 1; l < nlanes; l++)
+                cuts[l] = rngBelow(&rng, count + 1);
+            cuts[nlanes] = count;
+            for (int i = 1; i < nlanes; i++) /* sort the cuts; empty lanes are allowed */
+                for (int j = i; j > 1 && cuts[j] < cuts[j - 1]; j--) {
+                    size_t t = cuts[j];
+                    cuts[j] = cuts[j - 1];
+                    cuts[j - 1] = t;
+                }
+            int root = (int)rngBelow(&rng, (size_t)n);
+            struct coll c = {.coll = laneColls[ci],
+                             .n = n,
+                             .root = root,
+                             .peer = (root + 1) % n,
+                             .count = count,
+                             .chunk = chunk};
+            int rc = collRunLanes(&c, nlanes, cuts, (int)rngBelow(&rng, 2), rngNext(&rng), err);
+            ck_assert_msg(rc == 0, "coll %d n %d count %zu chunk %zu lanes %d cuts %zu %zu: %s",
+                          c.coll, n, count, chunk, nlanes, cuts[1], cuts[2], err);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_random_ring_order)
+{
+    static const loomColl_t ringColls[] = {LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE,
+                                           LOOM_COLL_ALLREDUCE, LOOM_COLL_ALLGATHER,
+                                           LOOM_COLL_REDUCESCATTER};
+    uint64_t rng = 0x0bade;
+    int ring[MAX_RANKS];
+    for (int n = 1; n <= MAX_RANKS; n++) {
+        for (int i = 0; i < n; i++)
+            ring[i] = i;
+        rngShuffle(&rng, ring, n);
+        for (size_t ci = 0; ci < sizeof(ringColls) / sizeof(ringColls[0]); ci++) {
+            size_t chunk = chunks[rngBelow(&rng, 3)];
+            size_t counts[] = {midCount(ringColls[ci], n, chunk),
+                               bigCount(ringColls[ci], n, chunk)};
+            for (size_t k = 0; k < 2; k++) {
+                struct coll c = {.coll = ringColls[ci],
+                                 .n = n,
+                                 .ring = ring,
+                                 .root = (int)rngBelow(&rng, (size_t)n),
+                                 .count = counts[k],
+                                 .chunk = chunk};
+                collExpectOk(&c, "random", (unsigned)(n + k));
+            }
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+
+static TCase *tcase(const char *name, const TTest *test)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test);
+    return tc;
+}
+
+static Suite *scheduleSuite(void)
+{
+    Suite *s = suite_create("schedule");
+    suite_add_tcase(s, tcase("array", test_array_grows_and_keeps_order));
+    suite_add_tcase(s, tcase("allreduce shape", test_allreduce_shape));
+    suite_add_tcase(s, tcase("empty ranges", test_empty_ranges_emit_nothing));
+    suite_add_tcase(s, tcase("generators append", test_generators_append));
+    suite_add_tcase(s, tcase("sim deadlock", test_sim_detects_deadlock));
+    suite_add_tcase(s, tcase("sim size mismatch", test_sim_detects_size_mismatch));
+    suite_add_tcase(s, tcase("sim double counting", test_sim_detects_double_counting));
+    suite_add_tcase(s, tcase("sim misaligned reduce", test_sim_detects_misaligned_reduce));
+    suite_add_tcase(s,
+                    tcase("sim leftovers and bad steps", test_sim_detects_leftover_and_bad_steps));
+    suite_add_tcase(s, tcase("check wrong result", test_check_detects_wrong_result));
+    suite_add_tcase(s, tcase("allreduce", test_allreduce));
+    suite_add_tcase(s, tcase("reducescatter", test_reducescatter));
+    suite_add_tcase(s, tcase("allgather", test_allgather));
+    suite_add_tcase(s, tcase("broadcast", test_broadcast));
+    suite_add_tcase(s, tcase("reduce", test_reduce));
+    suite_add_tcase(s, tcase("alltoall", test_alltoall));
+    suite_add_tcase(s, tcase("alltoallv", test_alltoallv));
+    suite_add_tcase(s, tcase("sendrecv", test_sendrecv));
+    suite_add_tcase(s, tcase("lanes", test_lanes_cover_everything));
+    suite_add_tcase(s, tcase("ring order", test_random_ring_order));
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(scheduleSuite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,299 @@
+/*
+ * loom-info — what this Loom is, how it was built, and what it finds here.
+ *
+ * The first thing to run when a job misbehaves on a new machine: it prints
+ * the library version and build features, this host's topology as hwloc
+ * sees it (packages, NUMA nodes and their memory, cores, hardware threads,
+ * caches, GPUs and network devices), and whether each transport compiled in
+ * can be used here and, if not, why. With -c it prints every LOOM_*
+ * parameter: the value in force, the built-in default, where the value came
+ * from, and a line of help.
+ *
+ * It reads the library only through include/loom.h; the topology is hwloc's
+ * own view, printed directly, so a report from this tool shows what Loom's
+ * topology code starts from.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include "loom.h"
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: loom-info [-c] [-h]\n"
+                 "Prints the Loom version, build features, this host's topology and the\n"
+                 "transports usable here.\n"
+                 "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
+                 "  -h, --help     print this help\n");
+}
+
+/* Formats a byte count with a binary unit ("15.6 GiB") into buf. */
+static const char *formatBytes(unsigned long long bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double value = (double)bytes;
+    size_t unit = 0;
+
+    while (value >= 1024.0 && unit + 1 < sizeof(units) / sizeof(units[0])) {
+        value /= 1024.0;
+        unit++;
+    }
+    if (unit == 0 || value >= 100.0 || value == (double)(unsigned long long)value)
+        snprintf(buf, len, "%.0f %s", value, units[unit]);
+    else
+        snprintf(buf, len, "%.1f %s", value, units[unit]);
+    return buf;
+}
+
+static int printVersion(void)
+{
+    int code;
+
+    if (loomGetVersion(&code) != loomSuccess) {
+        fprintf(stderr, "loom-info: loomGetVersion failed: %s\n", loomGetLastError(NULL));
+        return -1;
+    }
+    printf("Loom %d.%d.%d\n", code / 10000, code / 100 % 100, code % 100);
+    printf("Build: %s\n", loomBuildFeatures());
+    return 0;
+}
+
+static void printHost(void)
+{
+    char host[HOST_NAME_MAX + 1];
+
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "unknown (%s)", strerror(errno));
+    host[sizeof(host) - 1] = '\0';
+    printf("Host: %s\n", host);
+}
+
+static void printNumaNodes(hwloc_topology_t topo)
+{
+    int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+    char size[32];
+
+    printf("  NUMA nodes: %d\n", n);
+    for (int i = 0; i < n; i++) {
+        hwloc_obj_t node = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
+        int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, node->cpuset, HWLOC_OBJ_CORE);
+        unsigned long long bytes = node->attr->numanode.local_memory;
+
+        printf("    node %u: %s, %d cores\n", node->os_index,
+               formatBytes(bytes, size, sizeof(size)), cores);
+    }
+}
+
+/*
+ * One summary line for the caches: level, kind, size of one cache and how
+ * many there are ("L1d 48 KiB x 8, L1i 32 KiB x 8, L2 2 MiB x 8, L3 ...").
+ */
+static void printCaches(hwloc_topology_t topo)
+{
+    static const struct {
+        hwloc_obj_type_t type;
+        const char *name;
+    } levels[] = {
+        {HWLOC_OBJ_L1CACHE, "L1d"}, {HWLOC_OBJ_L1ICACHE, "L1i"}, {HWLOC_OBJ_L2CACHE, "L2"},
+        {HWLOC_OBJ_L3CACHE, "L3"},  {HWLOC_OBJ_L4CACHE, "L4"},   {HWLOC_OBJ_L5CACHE, "L5"},
+    };
+    const char *sep = "";
+    char size[32];
+
+    printf("  Caches: ");
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        int n = hwloc_get_nbobjs_by_type(topo, levels[i].type);
+        hwloc_obj_t first = hwloc_get_obj_by_type(topo, levels[i].type, 0);
+
+        if (n <= 0 || first == NULL)
+            continue;
+        printf("%s%s %s x %d", sep, levels[i].name,
+               formatBytes((unsigned long long)first->attr->cache.size, size, sizeof(size)), n);
+        sep = ", ";
+    }
+    printf("%s\n", *sep ? "" : "none reported");
+}
+
+/* hwloc 3 turned the OS device type into a bit set; hwloc 2 has one value per device. */
+static int osdevIs(hwloc_obj_t obj, unsigned long type)
+{
+#if HWLOC_API_VERSION >= 0x00030000
+    return ((unsigned long)obj->attr->osdev.type & type) != 0;
+#else
+    return (unsigned long)obj->attr->osdev.type == type;
+#endif
+}
+
+/*
+ * Lists OS devices of the two given kinds (GPUs: GPU and co-processor
+ * devices; NICs: network and OpenFabrics devices) with the NUMA nodes they
+ * sit next to, since that is what decides which ranks should use which.
+ */
+static void printDevices(hwloc_topology_t topo, const char *title, unsigned long a, unsigned long b)
+{
+    hwloc_obj_t obj = NULL;
+    int found = 0;
+
+    printf("  %s:", title);
+    while ((obj = hwloc_get_next_osdev(topo, obj)) != NULL) {
+        hwloc_obj_t near;
+        char nodes[64] = "";
+
+        if (!osdevIs(obj, a) && !osdevIs(obj, b))
+            continue;
+        near = hwloc_get_non_io_ancestor_obj(topo, obj);
+        if (near != NULL && near->nodeset != NULL)
+            hwloc_bitmap_list_snprintf(nodes, sizeof(nodes), near->nodeset);
+        printf("%s %s", found ? "," : "", obj->name ? obj->name : "?");
+        if (obj->subtype != NULL)
+            printf(" (%s%s%s)", obj->subtype, *nodes ? ", NUMA " : "", nodes);
+        else if (*nodes)
+            printf(" (NUMA %s)", nodes);
+        found++;
+    }
+    printf("%s\n", found ? "" : " none found");
+}
+
+/* Topology is informative: if hwloc cannot load it, say why and go on. */
+static void printTopology(void)
+{
+    hwloc_topology_t topo;
+    unsigned long long bytes;
+    char size[32];
+
+    if (hwloc_topology_init(&topo) != 0) {
+        printf("Topology: unavailable (hwloc_topology_init: %s)\n", strerror(errno));
+        return;
+    }
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) != 0) {
+        printf("Topology: unavailable (hwloc_topology_load: %s)\n", strerror(errno));
+        goto fail_destroy;
+    }
+    printf("Topology (hwloc):\n");
+    printf("  Packages: %d\n", hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
+    bytes = hwloc_get_root_obj(topo)->total_memory;
+    printf("  Memory: %s\n", formatBytes(bytes, size, sizeof(size)));
+    printNumaNodes(topo);
+    printf("  Cores: %d\n", hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE));
+    printf("  Hardware threads: %d\n", hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU));
+    printCaches(topo);
+    printDevices(topo, "GPUs", HWLOC_OBJ_OSDEV_GPU, HWLOC_OBJ_OSDEV_COPROC);
+    printDevices(topo, "NICs", HWLOC_OBJ_OSDEV_NETWORK, HWLOC_OBJ_OSDEV_OPENFABRICS);
+fail_destroy:
+    hwloc_topology_destroy(topo);
+}
+
+static int printTransports(void)
+{
+    int n = loomTransportCount();
+    int width = 0;
+
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL, *why = NULL;
+        int usable = 0;
+
+        if (loomTransportInfo(i, &name, &usable, &why) == loomSuccess && name != NULL &&
+            (int)strlen(name) > width)
+            width = (int)strlen(name);
+    }
+    printf("Transports:%s\n", n > 0 ? "" : " none compiled in");
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL, *why = NULL;
+        int usable = 0;
+
+        if (loomTransportInfo(i, &name, &usable, &why) != loomSuccess) {
+            fprintf(stderr, "loom-info: loomTransportInfo(%d) failed: %s\n", i,
+                    loomGetLastError(NULL));
+            return -1;
+        }
+        printf("  %-*s  %s%s%s\n", width, name ? name : "?", usable ? "usable" : "not usable",
+               why != NULL && *why ? ": " : "", why != NULL ? why : "");
+    }
+    return 0;
+}
+
+/* An empty value prints as "-" so that the columns stay readable. */
+static const char *orDash(const char *s)
+{
+    return s != NULL && *s ? s : "-";
+}
+
+static int printParams(void)
+{
+    int n = loomParamCount();
+    int wName = (int)strlen("NAME"), wValue = (int)strlen("VALUE");
+    int wDefault = (int)strlen("DEFAULT");
+    loomParamInfo_t info;
+
+    for (int i = 0; i < n; i++) {
+        if (loomParamGet(i, &info) != loomSuccess) {
+            fprintf(stderr, "loom-info: loomParamGet(%d) failed: %s\n", i, loomGetLastError(NULL));
+            return -1;
+        }
+        if ((int)strlen(orDash(info.name)) > wName)
+            wName = (int)strlen(orDash(info.name));
+        if ((int)strlen(orDash(info.value)) > wValue)
+            wValue = (int)strlen(orDash(info.value));
+        if ((int)strlen(orDash(info.defaultValue)) > wDefault)
+            wDefault = (int)strlen(orDash(info.defaultValue));
+    }
+    printf("%-*s  %-*s  %-*s  %-7s  %s\n", wName, "NAME", wValue, "VALUE", wDefault, "DEFAULT",
+           "SOURCE", "HELP");
+    for (int i = 0; i < n; i++) {
+        if (loomParamGet(i, &info) != loomSuccess)
+            return -1;
+        printf("%-*s  %-*s  %-*s  %-7s  %s\n", wName, orDash(info.name), wValue, orDash(info.value),
+               wDefault, orDash(info.defaultValue), info.isSet ? "set" : "default",
+               info.help ? info.help : "");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longOptions[] = {
+        {"config", no_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int config = 0;
+    int opt;
+
+    while ((opt = getopt_long(argc, argv, "ch", longOptions, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            config = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_SUCCESS;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "loom-info: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+
+    if (config)
+        return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+
+    if (printVersion() != 0)
+        return EXIT_FAILURE;
+    printHost();
+    printTopology();
+    return printTransports() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
