@@ -93,13 +93,13 @@ static loomResult_t directExchange(struct loomSchedule *out, size_t chunk, int s
                                    size_t nrecv)
 {
     size_t total = nsend > nrecv ? nsend : nrecv;
-    loomResult_t res;
     for (size_t j = 0; j < total; j += directMin(chunk, total - j)) {
-        if (j < nsend &&
-            (res = directSend(out, sendTo, srcOff + j, directMin(chunk, nsend - j))) != loomSuccess)
-            return res;
-        if (j < nrecv && (res = directRecv(out, recvFrom, dstOff + j,
-                                           directMin(chunk, nrecv - j))) != loomSuccess)
+        loomResult_t res = loomSuccess;
+        if (j < nsend)
+            res = directSend(out, sendTo, srcOff + j, directMin(chunk, nsend - j));
+        if (res == loomSuccess && j < nrecv)
+            res = directRecv(out, recvFrom, dstOff + j, directMin(chunk, nrecv - j));
+        if (res != loomSuccess)
             return res;
     }
     return loomSuccess;

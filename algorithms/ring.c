@@ -4,19 +4,23 @@
  *
  * The ranks stand in a ring (args->ring, or the identity) and data only ever
  * flows forward: every step receives from the previous position and sends
- * to the next one. Each FIFO therefore carries one stream in order, and a
- * rank can run ahead of its successor by at most LOOM_STEPS steps, which is
- * what makes the schedules deadlock-free with that many slots.
+ * to the next one. Each FIFO therefore carries one stream, in order, and a
+ * rank waits only on its predecessor (for data) and its successor (for a
+ * free slot). The symbolic simulator in tests/unit/check_schedule.c runs
+ * every schedule here with LOOM_STEPS slots per FIFO for n = 1..64 and finds
+ * no deadlock.
  *
- * AllReduce works on loops of n x chunkElems elements, cut into n blocks of
- * ceil(m / n) (the last ones may be short or empty). With blk(x) the block
- * (x mod n), the rank at position p runs per loop (here n = 4, p = 0):
+ * AllReduce works on loops of m <= n x chunkElems elements, cut into n blocks
+ * of ceil(m / n) (the last ones may be short or empty). With blk(x) the
+ * block (x mod n), the rank at position p runs per loop:
  *
- *   SEND blk(p)                                        reduce-scatter phase:
- *   RECV_REDUCE_SEND blk(p-1) .. blk(p-(n-2))          block p+1 arrives at
- *   RECV_REDUCE_COPY_SEND blk(p-(n-1)) [FINAL]         p complete after n-1 hops
- *   RECV_COPY_SEND blk(p) .. blk(p+1-(n-2))            allgather phase:
- *   RECV blk(p+2-n)                                    n-1 more hops
+ *   SEND blk(p)                                  \  reduce: a block gains one
+ *   RECV_REDUCE_SEND blk(p-1) .. blk(p-(n-2))     }  input per hop and is
+ *   RECV_REDUCE_COPY_SEND blk(p-(n-1)) [FINAL]   /   complete after n-1 hops
+ *   RECV_COPY_SEND blk(p) .. blk(p+1-(n-2))      \  gather: the complete block
+ *   RECV blk(p+2-n)                              /   goes n-1 hops further
+ *
+ * For n = 4:
  *
  *        pos 0        pos 1        pos 2        pos 3
  *   t0   S b0         S b1         S b2         S b3

@@ -138,12 +138,17 @@ static double expectedValue(const struct bench *b, const struct test *t, size_t 
     size_t c = t->count, me = (size_t)b->rank;
     switch (t->coll) {
     case COLL_ALLREDUCE:
-    case COLL_REDUCE: return sumExpected(b->nranks, j);
-    case COLL_REDUCESCATTER: return sumExpected(b->nranks, me * c + j);
-    case COLL_BROADCAST: return dataInput(0, j);
-    case COLL_ALLGATHER: return dataInput((int)(j / c), j % c);
+    case COLL_REDUCE:
+        return sumExpected(b->nranks, j);
+    case COLL_REDUCESCATTER:
+        return sumExpected(b->nranks, me * c + j);
+    case COLL_BROADCAST:
+        return dataInput(0, j);
+    case COLL_ALLGATHER:
+        return dataInput((int)(j / c), j % c);
     case COLL_ALLTOALL:
-    default: return dataInput((int)(j / c), me * c + j % c);
+    default:
+        return dataInput((int)(j / c), me * c + j % c);
     }
 }
 
@@ -182,14 +187,18 @@ static void runOp(struct bench *b, const struct test *t, int inPlace)
     int count = (int)t->count;
     void *send = inPlace ? MPI_IN_PLACE : b->send;
     switch (t->coll) {
-    case COLL_ALLREDUCE: MPI_Allreduce(send, b->recv, count, dt, MPI_SUM, MPI_COMM_WORLD); break;
+    case COLL_ALLREDUCE:
+        MPI_Allreduce(send, b->recv, count, dt, MPI_SUM, MPI_COMM_WORLD);
+        break;
     case COLL_ALLGATHER:
         MPI_Allgather(send, count, dt, b->recv, count, dt, MPI_COMM_WORLD);
         break;
     case COLL_REDUCESCATTER:
         MPI_Reduce_scatter_block(send, b->recv, count, dt, MPI_SUM, MPI_COMM_WORLD);
         break;
-    case COLL_BROADCAST: MPI_Bcast(b->recv, count, dt, 0, MPI_COMM_WORLD); break;
+    case COLL_BROADCAST:
+        MPI_Bcast(b->recv, count, dt, 0, MPI_COMM_WORLD);
+        break;
     case COLL_REDUCE:
         if (inPlace && b->rank != 0) {
             send = b->recv;
@@ -197,7 +206,9 @@ static void runOp(struct bench *b, const struct test *t, int inPlace)
         MPI_Reduce(send, b->recv, count, dt, MPI_SUM, 0, MPI_COMM_WORLD);
         break;
     case COLL_ALLTOALL:
-    default: MPI_Alltoall(send, count, dt, b->recv, count, dt, MPI_COMM_WORLD); break;
+    default:
+        MPI_Alltoall(send, count, dt, b->recv, count, dt, MPI_COMM_WORLD);
+        break;
     }
 }
 
@@ -225,8 +236,10 @@ static int64_t checkOnce(struct bench *b, const struct test *t, int inPlace)
     for (size_t j = 0; j < t->recvElems; j++) {
         if (loadValue(type, b->recv, j) != expectedValue(b, t, j)) {
             if (wrong == 0) {
-                fprintf(stderr, "mpi-coll: rank %d: %s count %zu %s: recvbuf[%zu] is %g, "
-                        "expected %g\n", b->rank, collNames[t->coll], t->count,
+                fprintf(stderr,
+                        "mpi-coll: rank %d: %s count %zu %s: recvbuf[%zu] is %g, "
+                        "expected %g\n",
+                        b->rank, collNames[t->coll], t->count,
                         inPlace ? "in-place" : "out-of-place", j, loadValue(type, b->recv, j),
                         expectedValue(b, t, j));
             }
@@ -252,11 +265,14 @@ static double timeOps(struct bench *b, const struct test *t, int inPlace)
 static double busFactor(enum coll c, int n)
 {
     switch (c) {
-    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case COLL_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
-    case COLL_ALLTOALL: return (double)(n - 1) / n;
-    default: return 1.0;
+    case COLL_ALLTOALL:
+        return (double)(n - 1) / n;
+    default:
+        return 1.0;
     }
 }
 
@@ -301,8 +317,8 @@ static void runTest(struct bench *b, const struct test *t)
         return;
     }
     printf("%12zu  %12zu  %8s  %6s  %6d", t->bytes, t->count, typeTable[b->opt.type].name,
-           isReduction(t->coll) ? "sum" : "none", t->coll == COLL_BROADCAST ||
-           t->coll == COLL_REDUCE ? 0 : -1);
+           isReduction(t->coll) ? "sum" : "none",
+           t->coll == COLL_BROADCAST || t->coll == COLL_REDUCE ? 0 : -1);
     printModeColumns(b, t, times[0], wrong[0]);
     printModeColumns(b, t, times[1], wrong[1]);
     printf("\n");
@@ -348,10 +364,23 @@ static int parseBytes(const char *s, uint64_t *out)
         return -1;
     }
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0') {
         return -1;
@@ -374,9 +403,17 @@ static int parseInt(const char *s, long lo, long hi, int *out)
 
 static int parseOptions(int argc, char **argv, int quiet, struct options *o)
 {
-    *o = (struct options){.colls = {COLL_ALLREDUCE}, .nColls = 1, .type = 0,
-                          .minBytes = 32 << 20, .maxBytes = 32 << 20, .stepBytes = 1 << 20,
-                          .stepFactor = 1, .iters = 20, .warmup = 5, .check = 1, .agg = 1};
+    *o = (struct options){.colls = {COLL_ALLREDUCE},
+                          .nColls = 1,
+                          .type = 0,
+                          .minBytes = 32 << 20,
+                          .maxBytes = 32 << 20,
+                          .stepBytes = 1 << 20,
+                          .stepFactor = 1,
+                          .iters = 20,
+                          .warmup = 5,
+                          .check = 1,
+                          .agg = 1};
     int c, bad = 0;
     char *end;
     opterr = 0;
@@ -391,18 +428,34 @@ static int parseOptions(int argc, char **argv, int quiet, struct options *o)
             }
             bad = o->nColls == 0;
             break;
-        case 'b': bad = parseBytes(optarg, &o->minBytes) != 0; break;
-        case 'e': bad = parseBytes(optarg, &o->maxBytes) != 0; break;
-        case 'i': bad = parseBytes(optarg, &o->stepBytes) != 0; break;
+        case 'b':
+            bad = parseBytes(optarg, &o->minBytes) != 0;
+            break;
+        case 'e':
+            bad = parseBytes(optarg, &o->maxBytes) != 0;
+            break;
+        case 'i':
+            bad = parseBytes(optarg, &o->stepBytes) != 0;
+            break;
         case 'f':
             o->stepFactor = strtod(optarg, &end);
             bad = end == optarg || *end != '\0' || !(o->stepFactor >= 1);
             break;
-        case 'n': bad = parseInt(optarg, 1, 1000000000, &o->iters) != 0; break;
-        case 'w': bad = parseInt(optarg, 0, 1000000000, &o->warmup) != 0; break;
-        case 'c': bad = parseInt(optarg, 0, 1, &o->check) != 0; break;
-        case 'a': bad = parseInt(optarg, 0, 3, &o->agg) != 0; break;
-        case 'o': bad = strcmp(optarg, "sum") != 0; break;
+        case 'n':
+            bad = parseInt(optarg, 1, 1000000000, &o->iters) != 0;
+            break;
+        case 'w':
+            bad = parseInt(optarg, 0, 1000000000, &o->warmup) != 0;
+            break;
+        case 'c':
+            bad = parseInt(optarg, 0, 1, &o->check) != 0;
+            break;
+        case 'a':
+            bad = parseInt(optarg, 0, 3, &o->agg) != 0;
+            break;
+        case 'o':
+            bad = strcmp(optarg, "sum") != 0;
+            break;
         case 'd':
             o->type = -1;
             for (int k = 0; k < NTYPES; k++) {
@@ -417,7 +470,9 @@ static int parseOptions(int argc, char **argv, int quiet, struct options *o)
                 usage(stdout);
             }
             return -1;
-        default: bad = 1; break;
+        default:
+            bad = 1;
+            break;
         }
     }
     if (!bad && (optind < argc || o->minBytes > o->maxBytes ||
@@ -446,13 +501,11 @@ static void printHeader(const struct bench *b)
     MPI_Gather(&pid, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Gather(host, sizeof(host), MPI_CHAR, hosts, sizeof(host), MPI_CHAR, 0, MPI_COMM_WORLD);
     if (b->rank == 0) {
-        printf("# mpi-coll  nranks %d  collective %s  datatype %s  redop sum  root 0\n",
-               b->nranks, o->nColls > 1 ? "all" : collNames[o->colls[0]],
-               typeTable[o->type].name);
+        printf("# mpi-coll  nranks %d  collective %s  datatype %s  redop sum  root 0\n", b->nranks,
+               o->nColls > 1 ? "all" : collNames[o->colls[0]], typeTable[o->type].name);
         printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(%s) warmup iters: %d "
                "iters: %d validation: %d time: %s\n",
-               o->minBytes, o->maxBytes,
-               o->stepFactor > 1 ? o->stepFactor : (double)o->stepBytes,
+               o->minBytes, o->maxBytes, o->stepFactor > 1 ? o->stepFactor : (double)o->stepBytes,
                o->stepFactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
                aggNames[o->agg]);
         printf("#\n");
@@ -465,8 +518,8 @@ static void printHeader(const struct bench *b)
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
                "algbw", "busbw", "#wrong");
         printf("# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %9s  %7s  %7s  %6s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-               "(GB/s)", "");
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+               "");
         fflush(stdout);
     }
     free(pids);

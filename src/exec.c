@@ -259,14 +259,36 @@ struct execWait {
     uint64_t lastLiveCheck;
 };
 
-/* Returns the rank of a peer on this host whose process is gone, or -1. */
-static int deadLocalPeer(const struct loomComm *comm)
+static int peerGone(const struct loomComm *comm, int p)
 {
-    for (int p = 0; p < comm->nranks; p++) {
-        if (p == comm->rank || comm->peers[p].hostHash != comm->peers[comm->rank].hostHash)
-            continue;
-        if (kill(comm->peers[p].pid, 0) != 0 && errno == ESRCH)
-            return p;
+    return comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && p != comm->rank &&
+           kill(comm->peers[p].pid, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * The peer lane `l` waits for if that peer's process is gone, else -1. Only a
+ * peer the current step is blocked on counts: a rank that finished its part
+ * and exited has already written everything its peers will read. The FIFO is
+ * looked at again after the peer is known dead, since a dead process writes
+ * nothing more and a message it wrote just before exiting must still be used.
+ */
+static int laneDeadPeer(const struct loomLane *l)
+{
+    const struct loomStep *s = &l->steps[l->cur];
+    const struct loomChannel *ch = &l->comm->channels[l->channel];
+    if (s->recvPeer >= 0) {
+        const struct loomConnector *rc = &ch->recv[s->recvPeer];
+        if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos &&
+            peerGone(l->comm, s->recvPeer) &&
+            atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+            return s->recvPeer;
+    }
+    if (s->sendPeer >= 0) {
+        const struct loomConnector *sc = &ch->send[s->sendPeer];
+        if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos &&
+            peerGone(l->comm, s->sendPeer) &&
+            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
+            return s->sendPeer;
     }
     return -1;
 }
@@ -293,7 +315,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
         w->lastLiveCheck = now;
         for (int i = 0; i < nlanes; i++) {
             struct loomComm *comm = lanes[i].comm;
-            int dead = deadLocalPeer(comm);
+            int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             if (dead >= 0)
                 return loomSetError(loomRemoteError,
                                     "rank %d (pid %d on %s) exited while rank %d waited for it",

@@ -3,31 +3,33 @@
  *
  * The executor spends most of its CPU time here, combining a received chunk
  * with a local one, so every kernel is written with GCC's vector extension
- * rather than left to the auto-vectoriser: the build uses plain -O2, where
- * GCC 12 and older do not vectorise loops of unknown trip count, and explicit
- * vectors also give SIMD code at any optimisation level from -O1 up. A vector
- * is one register: 16 bytes on baseline x86-64, 32 when built for AVX.
+ * (which clang also reads) rather than left to the auto-vectoriser: the build
+ * uses plain -O2, where GCC 12 and older do not vectorise loops of unknown
+ * trip count, and explicit vectors give SIMD code at any optimisation level
+ * from -O1 up. A vector is one register: 16 bytes on baseline x86-64, 32 when
+ * built for AVX.
  *
  * Buffers carry no alignment guarantee (a chunk may start at any byte of a
- * user buffer), so every load and store goes through memcpy, which GCC turns
- * into one unaligned vector move and which sidesteps strict aliasing too.
- * dst may be a or b exactly: each vector is loaded from both inputs before
- * its slot of dst is written, so in-place calls need no special path.
+ * user buffer), so every load and store goes through memcpy, which the
+ * compiler turns into one unaligned vector move and which sidesteps strict
+ * aliasing too. dst may be a or b exactly: each vector is loaded from both
+ * inputs before its slot of dst is written, so in-place calls need no special
+ * path.
  *
- *   per (datatype, operation):  [ whole vectors ... ][ scalar tail ]
- *   fp16 / bf16:                [ float lanes: widen, op, round back ... ][ tail in a
- *                                 zero-padded staging vector ]
+ *   int / float / double:  [ whole vectors ............ ][ scalar tail ]
+ *   fp16 / bf16:           [ widen to float, op, round back ][ tail, zero-padded
+ *                                                              to one vector ]
  *
  * Integer sum and product wrap modulo 2^bits; they are computed on unsigned
  * lanes because signed overflow is undefined in C. Max and min use the C
- * comparison (a > b ? a : b), so a NaN in a wins or loses as the comparison
- * says, exactly as in a scalar loop. fp16 and bf16 are widened to float,
- * combined in float and rounded back to nearest even; because float carries
- * more than twice their precision plus two bits, the double rounding is
- * harmless and the result equals the correctly rounded one. The conversions
- * are written here in integer arithmetic on the bit patterns, vectorised the
- * same way; the scalar versions at the end are exported for tests and tools
- * and give bit-identical results.
+ * comparison (a > b ? a : b), so a NaN wins or loses as the comparison says,
+ * exactly as in a scalar loop. fp16 and bf16 are widened to float, combined
+ * in float and rounded back to nearest even; float carries more than twice
+ * their precision plus two bits, so this double rounding is harmless and the
+ * result is the correctly rounded one. The conversions are integer arithmetic
+ * on the bit patterns, vectorised like the rest; on x86 CPUs with AVX2 and
+ * F16C, chosen at run time, single instructions do the same work. Every path
+ * gives the same bits.
  *
  * loomAvg reduces as a sum; reducePostOp divides the finished sum by nranks
  * (C integer division for integer types, float division for float types,
@@ -60,6 +62,9 @@ typedef uint64_t vu64 __attribute__((vector_size(VEC_BYTES)));
 typedef float vf32 __attribute__((vector_size(VEC_BYTES)));
 typedef double vf64 __attribute__((vector_size(VEC_BYTES)));
 typedef uint16_t vh16 __attribute__((vector_size(VEC_BYTES)));
+
+/* Inlined whatever the optimisation level, so that constant arguments specialise the code. */
+#define FORCE_INLINE static inline __attribute__((always_inline))
 
 /* Every kernel has this shape; nranks is read only by the dividing ones. */
 typedef void (*reduceKernel_t)(void *dst, const void *a, const void *b, size_t count, int nranks);
@@ -105,7 +110,7 @@ typedef void (*reduceKernel_t)(void *dst, const void *a, const void *b, size_t c
  */
 #define ARITH_KERNELS(name, T, VT, U, VU, VM)                                                      \
     REDUCE_KERNEL(name##Sum, U, VU, x + y, x + y)                                                  \
-    REDUCE_KERNEL(name##Prod, U, VU, x * y, x * y)                                                   \
+    REDUCE_KERNEL(name##Prod, U, VU, (x * y), (x * y))                                             \
     REDUCE_KERNEL(name##Max, T, VT, VMAX(VT, VM), x > y ? x : y)                                   \
     REDUCE_KERNEL(name##Min, T, VT, VMIN(VT, VM), x < y ? x : y)
 
@@ -116,7 +121,7 @@ typedef void (*reduceKernel_t)(void *dst, const void *a, const void *b, size_t c
  * the type's own division for every T.
  */
 #define INT_AVG_KERNELS(name, T, U)                                                                \
-    REDUCE_KERNEL(name##SumDiv, T, T, (T)((T)((U)x + (U)y) / nranks), (T)((U)x + (U)y) / nranks)  \
+    REDUCE_KERNEL(name##SumDiv, T, T, (T)((T)((U)x + (U)y) / nranks), (T)((U)x + (U)y) / nranks)   \
     REDUCE_KERNEL(name##Div, T, T, (T)(x / nranks), x / nranks)
 
 /* Average for float and double: vector division by the rank count in T. */
@@ -154,7 +159,7 @@ FLOAT_AVG_KERNELS(float64, double, vf64)
  * the low half of a 32-bit lane depends on the byte order.
  */
 #define HALF_LANES (VEC_BYTES / 2)
-typedef int16_t vmask16 __attribute__((vector_size(VEC_BYTES)));
+typedef int16_t vmask16 __attribute__((vector_size(VEC_BYTES))); /* GCC's shuffle indices */
 
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define LOW_HALF 1
@@ -162,19 +167,25 @@ typedef int16_t vmask16 __attribute__((vector_size(VEC_BYTES)));
 #define LOW_HALF 0
 #endif
 /* Output position p of a widening shuffle of (x, y): even/odd positions alternate x and y. */
-#define WIDEN_INDEX(p, first) (((p) & 1) == LOW_HALF ? (first) + (p) / 2 : HALF_LANES + (first) + (p) / 2)
+#define WIDEN_INDEX(p, first)                                                                      \
+    (((p)&1) == LOW_HALF ? (first) + (p) / 2 : HALF_LANES + (first) + (p) / 2)
 /* Output position p of a narrowing shuffle: 16-bit half `half` (0 low, 1 high) of lane p. */
 #define NARROW_INDEX(p, half) (2 * (p) + ((half) ^ LOW_HALF))
 #if HALF_LANES == 8
-#define LANE_LIST(index, arg)                                                                      \
-    {index(0, arg), index(1, arg), index(2, arg), index(3, arg),                                   \
-     index(4, arg), index(5, arg), index(6, arg), index(7, arg)}
+#define LANE_ARGS(index, arg)                                                                      \
+    index(0, arg), index(1, arg), index(2, arg), index(3, arg), index(4, arg), index(5, arg),      \
+        index(6, arg), index(7, arg)
 #else
-#define LANE_LIST(index, arg)                                                                      \
-    {index(0, arg),  index(1, arg),  index(2, arg),  index(3, arg),                                \
-     index(4, arg),  index(5, arg),  index(6, arg),  index(7, arg),                                \
-     index(8, arg),  index(9, arg),  index(10, arg), index(11, arg),                               \
-     index(12, arg), index(13, arg), index(14, arg), index(15, arg)}
+#define LANE_ARGS(index, arg)                                                                      \
+    index(0, arg), index(1, arg), index(2, arg), index(3, arg), index(4, arg), index(5, arg),      \
+        index(6, arg), index(7, arg), index(8, arg), index(9, arg), index(10, arg),                \
+        index(11, arg), index(12, arg), index(13, arg), index(14, arg), index(15, arg)
+#endif
+/* GCC and clang spell a two-register shuffle with constant indices differently. */
+#if defined(__clang__)
+#define SHUFFLE16(x, y, index, arg) __builtin_shufflevector(x, y, LANE_ARGS(index, arg))
+#else
+#define SHUFFLE16(x, y, index, arg) __builtin_shuffle(x, y, (vmask16){LANE_ARGS(index, arg)})
 #endif
 
 enum halfFormat { formatFp16, formatBf16 };
@@ -195,14 +206,13 @@ static inline vu32 selectU32(vs32 mask, vu32 p, vu32 q)
 static inline struct halfPair halfSpread(vh16 h, int half)
 {
     const vh16 zero = {0};
-    const vmask16 lo = LANE_LIST(WIDEN_INDEX, 0), hi = LANE_LIST(WIDEN_INDEX, HALF_LANES / 2);
     struct halfPair r;
     if (half == 0) {
-        r.lo = (vf32)__builtin_shuffle(h, zero, lo);
-        r.hi = (vf32)__builtin_shuffle(h, zero, hi);
+        r.lo = (vf32)SHUFFLE16(h, zero, WIDEN_INDEX, 0);
+        r.hi = (vf32)SHUFFLE16(h, zero, WIDEN_INDEX, HALF_LANES / 2);
     } else {
-        r.lo = (vf32)__builtin_shuffle(zero, h, lo);
-        r.hi = (vf32)__builtin_shuffle(zero, h, hi);
+        r.lo = (vf32)SHUFFLE16(zero, h, WIDEN_INDEX, 0);
+        r.hi = (vf32)SHUFFLE16(zero, h, WIDEN_INDEX, HALF_LANES / 2);
     }
     return r;
 }
@@ -210,8 +220,9 @@ static inline struct halfPair halfSpread(vh16 h, int half)
 /* The inverse: the 16-bit half `half` of every 32-bit lane of lo, then of hi. */
 static inline vh16 halfGather(vu32 lo, vu32 hi, int half)
 {
-    const vmask16 even = LANE_LIST(NARROW_INDEX, 0), odd = LANE_LIST(NARROW_INDEX, 1);
-    return __builtin_shuffle((vh16)lo, (vh16)hi, half == 0 ? even : odd);
+    if (half == 0)
+        return SHUFFLE16((vh16)lo, (vh16)hi, NARROW_INDEX, 0);
+    return SHUFFLE16((vh16)lo, (vh16)hi, NARROW_INDEX, 1);
 }
 
 /*
@@ -290,22 +301,19 @@ static inline vh16 fp16Narrow(struct halfPair p)
     return halfGather(fp16Encode(p.lo), fp16Encode(p.hi), 0);
 }
 
-static inline __attribute__((always_inline)) struct halfPair halfWiden(vh16 h,
-                                                                       enum halfFormat format)
+FORCE_INLINE struct halfPair halfWiden(vh16 h, enum halfFormat format)
 {
     return format == formatFp16 ? fp16Widen(h) : halfSpread(h, 1);
 }
 
-static inline __attribute__((always_inline)) vh16 halfNarrow(struct halfPair p,
-                                                             enum halfFormat format)
+FORCE_INLINE vh16 halfNarrow(struct halfPair p, enum halfFormat format)
 {
     if (format == formatFp16)
         return fp16Narrow(p);
     return halfGather(bf16Encode(p.lo), bf16Encode(p.hi), 1);
 }
 
-static inline __attribute__((always_inline)) vf32 halfCombine(vf32 x, vf32 y,
-                                                              enum halfCombine combine)
+FORCE_INLINE vf32 halfCombine(vf32 x, vf32 y, enum halfCombine combine)
 {
     switch (combine) {
     case combineSum:
@@ -322,10 +330,8 @@ static inline __attribute__((always_inline)) vf32 halfCombine(vf32 x, vf32 y,
 }
 
 /* One register of elements: widen, combine, optionally divide, round back. */
-static inline __attribute__((always_inline)) vh16 halfStep(vh16 ha, vh16 hb,
-                                                           enum halfFormat format,
-                                                           enum halfCombine combine, int divide,
-                                                           float divisor)
+FORCE_INLINE vh16 halfStep(vh16 ha, vh16 hb, enum halfFormat format, enum halfCombine combine,
+                           int divide, float divisor)
 {
     struct halfPair x = halfWiden(ha, format);
     if (combine != combineNone) {
@@ -349,9 +355,8 @@ static inline __attribute__((always_inline)) vh16 halfStep(vh16 ha, vh16 hb,
  * goes through zero-padded staging registers so it shares the vector
  * arithmetic and cannot round differently from the body.
  */
-static inline __attribute__((always_inline)) void
-halfLoop(void *dst, const void *a, const void *b, size_t count, int nranks,
-         enum halfFormat format, enum halfCombine combine, int divide)
+FORCE_INLINE void halfLoop(void *dst, const void *a, const void *b, size_t count, int nranks,
+                           enum halfFormat format, enum halfCombine combine, int divide)
 {
     unsigned char *pd = dst;
     const unsigned char *pa = a, *pb = b;
@@ -387,10 +392,12 @@ halfLoop(void *dst, const void *a, const void *b, size_t count, int nranks,
  * Define LOOM_REDUCE_PORTABLE to build (and so test) the portable path only.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(LOOM_REDUCE_PORTABLE)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 
 #define HALF_HW __attribute__((target("avx2,f16c")))
-#define HALF_HW_INLINE HALF_HW __attribute__((always_inline)) static inline
+#define HALF_HW_INLINE HALF_HW FORCE_INLINE
 #define HALF_HW_LANES 8
 
 HALF_HW_INLINE __m256 halfHwWiden(__m128i h, enum halfFormat format)
@@ -466,9 +473,8 @@ HALF_HW_INLINE void halfHwBody(void *dst, const void *a, const void *b, size_t c
 }
 
 /* One body per (combine, divide) the kernels use, so that nothing is decided per element. */
-HALF_HW_INLINE void halfHwFormat(void *dst, const void *a, const void *b, size_t count,
-                                 int nranks, enum halfFormat format, enum halfCombine combine,
-                                 int divide)
+HALF_HW_INLINE void halfHwFormat(void *dst, const void *a, const void *b, size_t count, int nranks,
+                                 enum halfFormat format, enum halfCombine combine, int divide)
 {
     if (divide && combine == combineSum)
         halfHwBody(dst, a, b, count, nranks, format, combineSum, 1);
@@ -493,11 +499,40 @@ static HALF_HW void halfHwRun(void *dst, const void *a, const void *b, size_t co
         halfHwFormat(dst, a, b, count, nranks, formatBf16, combine, divide);
 }
 
-/* Runs the AVX2/F16C kernel and returns 1 if this CPU has both (cached CPUID bits: cheap). */
+/*
+ * CPUID: F16C, AVX and OSXSAVE (leaf 1), AVX2 (leaf 7), and XCR0 saying the
+ * kernel saves the 256-bit registers. Written out rather than asked of
+ * __builtin_cpu_supports, which older clang cannot ask about F16C.
+ */
+static int halfHwDetect(void)
+{
+    unsigned int eax, ebx, ecx, edx, xcr0, xcr0High;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    const unsigned int osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
+    if ((ecx & (osxsave | avx | f16c)) != (osxsave | avx | f16c))
+        return 0;
+    __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0High) : "c"(0));
+    (void)xcr0High;
+    if ((xcr0 & 0x6) != 0x6)
+        return 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    return (ebx >> 5) & 1;
+}
+
+/* Runs the AVX2/F16C kernel and returns 1 if this CPU has both. */
 static int halfHw(void *dst, const void *a, const void *b, size_t count, int nranks,
                   enum halfFormat format, enum halfCombine combine, int divide)
 {
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c"))
+    /* 0: not asked yet, 1: absent, 2: present. Racing first callers store the same answer. */
+    static atomic_int state;
+    int known = atomic_load_explicit(&state, memory_order_relaxed);
+    if (known == 0) {
+        known = halfHwDetect() ? 2 : 1;
+        atomic_store_explicit(&state, known, memory_order_relaxed);
+    }
+    if (known != 2)
         return 0;
     halfHwRun(dst, a, b, count, nranks, format, combine, divide);
     return 1;
@@ -550,21 +585,22 @@ struct reduceKernels {
     }
 
 static const struct reduceKernels kernelTable[loomNumTypes] = {
-    [loomInt8] = KERNEL_ROW(int8),         [loomUint8] = KERNEL_ROW(uint8),
-    [loomInt32] = KERNEL_ROW(int32),       [loomUint32] = KERNEL_ROW(uint32),
-    [loomInt64] = KERNEL_ROW(int64),       [loomUint64] = KERNEL_ROW(uint64),
-    [loomFloat16] = KERNEL_ROW(float16),   [loomFloat32] = KERNEL_ROW(float32),
-    [loomFloat64] = KERNEL_ROW(float64),   [loomBfloat16] = KERNEL_ROW(bfloat16),
+    [loomInt8] = KERNEL_ROW(int8),       [loomUint8] = KERNEL_ROW(uint8),
+    [loomInt32] = KERNEL_ROW(int32),     [loomUint32] = KERNEL_ROW(uint32),
+    [loomInt64] = KERNEL_ROW(int64),     [loomUint64] = KERNEL_ROW(uint64),
+    [loomFloat16] = KERNEL_ROW(float16), [loomFloat32] = KERNEL_ROW(float32),
+    [loomFloat64] = KERNEL_ROW(float64), [loomBfloat16] = KERNEL_ROW(bfloat16),
 };
 
 static const struct {
     const char *name;
     size_t size;
 } typeInfo[loomNumTypes] = {
-    [loomInt8] = {"int8", 1},       [loomUint8] = {"uint8", 1},       [loomInt32] = {"int32", 4},
-    [loomUint32] = {"uint32", 4},   [loomInt64] = {"int64", 8},       [loomUint64] = {"uint64", 8},
-    [loomFloat16] = {"float16", 2}, [loomFloat32] = {"float32", 4},   [loomFloat64] = {"float64", 8},
-    [loomBfloat16] = {"bfloat16", 2},
+    [loomInt8] = {"int8", 1},       [loomUint8] = {"uint8", 1},
+    [loomInt32] = {"int32", 4},     [loomUint32] = {"uint32", 4},
+    [loomInt64] = {"int64", 8},     [loomUint64] = {"uint64", 8},
+    [loomFloat16] = {"float16", 2}, [loomFloat32] = {"float32", 4},
+    [loomFloat64] = {"float64", 8}, [loomBfloat16] = {"bfloat16", 2},
 };
 
 static const char *const opNames[loomNumOps] = {
@@ -606,7 +642,8 @@ void reduceApply(void *dst, const void *a, const void *b, size_t count, loomData
     kernelTable[dt].op[op](dst, a, b, count, 1);
 }
 
-/* Dividing by one changes no value of any type, so nranks <= 1 is a no-op (and never divides by 0). */
+/* Dividing by one changes no value of any type, so nranks <= 1 is a no-op (and never divides by 0).
+ */
 void reducePostOp(void *buf, size_t count, loomDataType_t dt, loomRedOp_t op, int nranks)
 {
     if (count == 0 || op != loomAvg || nranks <= 1 || !typeValid(dt))
@@ -637,7 +674,7 @@ void reduceCopy(void *dst, const void *src, size_t bytes)
         memcpy(dst, src, bytes);
 }
 
-/* ---- scalar conversions: the lane arithmetic of the vector versions above, one value -------- */
+/* ---- scalar conversions, one value at a time (same results as the vector code) ----------- */
 
 static uint32_t floatBits(float f)
 {

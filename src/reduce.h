@@ -32,8 +32,8 @@ void reduceApply(void *dst, const void *a, const void *b, size_t count, loomData
  */
 void reducePostOp(void *buf, size_t count, loomDataType_t dt, loomRedOp_t op, int nranks);
 /*
- * Like reduceApply followed by reducePostOp, fused in one pass when `final`
- * is set: dst = post(a op b).
+ * reduceApply followed by reducePostOp, fused in one pass: dst = post(a op b).
+ * The executor calls it for the step that completes a reduction.
  */
 void reduceApplyFinal(void *dst, const void *a, const void *b, size_t count, loomDataType_t dt,
                       loomRedOp_t op, int nranks);

@@ -63,10 +63,10 @@ struct typeInfo {
 
 /* Indexed by loomDataType_t. */
 static const struct typeInfo typeTable[loomNumTypes] = {
-    {"int8", loomInt8, 1, KIND_INT},        {"uint8", loomUint8, 1, KIND_UINT},
-    {"int32", loomInt32, 4, KIND_INT},      {"uint32", loomUint32, 4, KIND_UINT},
-    {"int64", loomInt64, 8, KIND_INT},      {"uint64", loomUint64, 8, KIND_UINT},
-    {"half", loomFloat16, 2, KIND_HALF},    {"float", loomFloat32, 4, KIND_FLOAT},
+    {"int8", loomInt8, 1, KIND_INT},         {"uint8", loomUint8, 1, KIND_UINT},
+    {"int32", loomInt32, 4, KIND_INT},       {"uint32", loomUint32, 4, KIND_UINT},
+    {"int64", loomInt64, 8, KIND_INT},       {"uint64", loomUint64, 8, KIND_UINT},
+    {"half", loomFloat16, 2, KIND_HALF},     {"float", loomFloat32, 4, KIND_FLOAT},
     {"double", loomFloat64, 8, KIND_DOUBLE}, {"bfloat16", loomBfloat16, 2, KIND_BF16},
 };
 
@@ -105,11 +105,11 @@ struct options {
 struct test {
     enum coll coll;
     const struct typeInfo *type;
-    int op;         /* loomRedOp_t, -1 when the collective does not reduce */
-    int root;       /* -1 when it has none */
-    size_t count;   /* as passed to the call */
+    int op;       /* loomRedOp_t, -1 when the collective does not reduce */
+    int root;     /* -1 when it has none */
+    size_t count; /* as passed to the call */
     size_t sendElems, recvElems;
-    size_t bytes;   /* the size column */
+    size_t bytes; /* the size column */
 };
 
 struct perf {
@@ -154,8 +154,10 @@ static uint16_t floatToHalf(float f)
     if (a >= 0x47800000) { /* >= 65536: beyond rounding range */
         return sign | 0x7c00;
     }
-    if (a < 0x38800000) { /* below 2^-14: a subnormal half, in units of 2^-24 */
-        if (a < 0x33000000) { /* below 2^-25 (a tie at 2^-25 goes to even, 0) */
+    /* Below 2^-14 the result is a subnormal half, counted in units of 2^-24. */
+    if (a < 0x38800000) {
+        /* Below 2^-25 it rounds to 0; a tie at 2^-25 goes to the even 0 too. */
+        if (a < 0x33000000) {
             return sign;
         }
         uint32_t m = (a & 0x7fffff) | 0x800000;
@@ -220,18 +222,40 @@ static void encodeValue(const struct typeInfo *t, double v, void *out)
         double d;
     } u;
     switch (t->type) {
-    case loomInt8: u.i8 = (int8_t)v; break;
-    case loomUint8: u.u8 = (uint8_t)v; break;
-    case loomInt32: u.i32 = (int32_t)v; break;
-    case loomUint32: u.u32 = (uint32_t)v; break;
-    case loomInt64: u.i64 = (int64_t)v; break;
-    case loomUint64: u.u64 = (uint64_t)v; break;
+    case loomInt8:
+        u.i8 = (int8_t)v;
+        break;
+    case loomUint8:
+        u.u8 = (uint8_t)v;
+        break;
+    case loomInt32:
+        u.i32 = (int32_t)v;
+        break;
+    case loomUint32:
+        u.u32 = (uint32_t)v;
+        break;
+    case loomInt64:
+        u.i64 = (int64_t)v;
+        break;
+    case loomUint64:
+        u.u64 = (uint64_t)v;
+        break;
     /* Via float: double rounding from 53 to 24 to 11 (or 8) bits is exact for a quotient. */
-    case loomFloat16: u.h = floatToHalf((float)v); break;
-    case loomFloat32: u.f = (float)v; break;
-    case loomFloat64: u.d = v; break;
-    case loomBfloat16: u.h = floatToBf16((float)v); break;
-    default: u.u64 = 0; break;
+    case loomFloat16:
+        u.h = floatToHalf((float)v);
+        break;
+    case loomFloat32:
+        u.f = (float)v;
+        break;
+    case loomFloat64:
+        u.d = v;
+        break;
+    case loomBfloat16:
+        u.h = floatToBf16((float)v);
+        break;
+    default:
+        u.u64 = 0;
+        break;
     }
     memcpy(out, &u, t->size);
 }
@@ -252,17 +276,28 @@ static double decodeValue(const struct typeInfo *t, const void *in)
     } u;
     memcpy(&u, in, t->size);
     switch (t->type) {
-    case loomInt8: return u.i8;
-    case loomUint8: return u.u8;
-    case loomInt32: return u.i32;
-    case loomUint32: return u.u32;
-    case loomInt64: return (double)u.i64;
-    case loomUint64: return (double)u.u64;
-    case loomFloat16: return halfToFloat(u.h);
-    case loomFloat32: return u.f;
-    case loomFloat64: return u.d;
-    case loomBfloat16: return bf16ToFloat(u.h);
-    default: return 0;
+    case loomInt8:
+        return u.i8;
+    case loomUint8:
+        return u.u8;
+    case loomInt32:
+        return u.i32;
+    case loomUint32:
+        return u.u32;
+    case loomInt64:
+        return (double)u.i64;
+    case loomUint64:
+        return (double)u.u64;
+    case loomFloat16:
+        return halfToFloat(u.h);
+    case loomFloat32:
+        return u.f;
+    case loomFloat64:
+        return u.d;
+    case loomBfloat16:
+        return bf16ToFloat(u.h);
+    default:
+        return 0;
     }
 }
 
@@ -309,10 +344,18 @@ static double reduceExpected(const struct perf *p, int op, const struct typeInfo
     for (int r = 1; r < p->nranks; r++) {
         double v = reduceInput(p, op, t, r, i);
         switch (op) {
-        case loomProd: acc *= v; break;
-        case loomMax: acc = v > acc ? v : acc; break;
-        case loomMin: acc = v < acc ? v : acc; break;
-        default: acc += v; break;
+        case loomProd:
+            acc *= v;
+            break;
+        case loomMax:
+            acc = v > acc ? v : acc;
+            break;
+        case loomMin:
+            acc = v < acc ? v : acc;
+            break;
+        default:
+            acc += v;
+            break;
         }
     }
     if (op == loomAvg) {
@@ -355,13 +398,19 @@ static double expectedValue(const struct perf *p, const struct test *t, size_t j
     size_t c = t->count, me = (size_t)p->rank;
     switch (t->coll) {
     case COLL_ALLREDUCE:
-    case COLL_REDUCE: return reduceExpected(p, t->op, t->type, j);
-    case COLL_REDUCESCATTER: return reduceExpected(p, t->op, t->type, me * c + j);
-    case COLL_BROADCAST: return dataInput(t->type, t->root, j);
-    case COLL_ALLGATHER: return dataInput(t->type, (int)(j / c), j % c);
-    case COLL_ALLTOALL: return dataInput(t->type, (int)(j / c), me * c + j % c);
+    case COLL_REDUCE:
+        return reduceExpected(p, t->op, t->type, j);
+    case COLL_REDUCESCATTER:
+        return reduceExpected(p, t->op, t->type, me * c + j);
+    case COLL_BROADCAST:
+        return dataInput(t->type, t->root, j);
+    case COLL_ALLGATHER:
+        return dataInput(t->type, (int)(j / c), j % c);
+    case COLL_ALLTOALL:
+        return dataInput(t->type, (int)(j / c), me * c + j % c);
     case COLL_SENDRECV:
-    default: return dataInput(t->type, (p->rank - 1 + p->nranks) % p->nranks, j);
+    default:
+        return dataInput(t->type, (p->rank - 1 + p->nranks) % p->nranks, j);
     }
 }
 
@@ -372,8 +421,8 @@ static void perfCheck(const struct perf *p, loomResult_t r, const char *call)
     if (r == loomSuccess) {
         return;
     }
-    fprintf(stderr, "loom-perf: rank %d: %s failed: %s: %s\n", p->rank, call,
-            loomGetErrorString(r), loomGetLastError(p->comm));
+    fprintf(stderr, "loom-perf: rank %d: %s failed: %s: %s\n", p->rank, call, loomGetErrorString(r),
+            loomGetLastError(p->comm));
     exit(EXIT_WRONG);
 }
 
@@ -394,11 +443,14 @@ static void barrier(struct perf *p)
 static double busFactor(enum coll c, int n)
 {
     switch (c) {
-    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case COLL_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
-    case COLL_ALLTOALL: return (double)(n - 1) / n;
-    default: return 1.0;
+    case COLL_ALLTOALL:
+        return (double)(n - 1) / n;
+    default:
+        return 1.0;
     }
 }
 
@@ -413,14 +465,16 @@ static loomResult_t issueOp(struct perf *p, const struct test *t, const void *se
     switch (t->coll) {
     case COLL_ALLREDUCE:
         return loomAllReduce(sendbuff, recvbuff, t->count, dt, t->op, comm, s);
-    case COLL_ALLGATHER: return loomAllGather(sendbuff, recvbuff, t->count, dt, comm, s);
+    case COLL_ALLGATHER:
+        return loomAllGather(sendbuff, recvbuff, t->count, dt, comm, s);
     case COLL_REDUCESCATTER:
         return loomReduceScatter(sendbuff, recvbuff, t->count, dt, t->op, comm, s);
     case COLL_BROADCAST:
         return loomBroadcast(sendbuff, recvbuff, t->count, dt, t->root, comm, s);
     case COLL_REDUCE:
         return loomReduce(sendbuff, recvbuff, t->count, dt, t->op, t->root, comm, s);
-    case COLL_ALLTOALL: return loomAlltoAll(sendbuff, recvbuff, t->count, dt, comm, s);
+    case COLL_ALLTOALL:
+        return loomAlltoAll(sendbuff, recvbuff, t->count, dt, comm, s);
     case COLL_SENDRECV:
     default: {
         int next = (p->rank + 1) % p->nranks, prev = (p->rank - 1 + p->nranks) % p->nranks;
@@ -455,8 +509,8 @@ static void syncStream(struct perf *p)
  */
 struct layout {
     char *sendbuff, *recvbuff;
-    char *regions[2];     /* the distinct buffers in use, for guards */
-    char *bases[2];       /* their allocations */
+    char *regions[2]; /* the distinct buffers in use, for guards */
+    char *bases[2];   /* their allocations */
     size_t regionBytes[2];
     int nRegions;
 };
@@ -466,13 +520,18 @@ static void makeLayout(const struct perf *p, const struct test *t, int inPlace, 
     size_t ts = t->type->size;
     size_t sendBytes = t->sendElems * ts, recvBytes = t->recvElems * ts;
     if (!inPlace) {
-        *l = (struct layout){p->send, p->recv, {p->send, p->recv}, {p->sendBase, p->recvBase},
-                             {sendBytes, recvBytes}, 2};
+        *l = (struct layout){p->send,
+                             p->recv,
+                             {p->send, p->recv},
+                             {p->sendBase, p->recvBase},
+                             {sendBytes, recvBytes},
+                             2};
         return;
     }
     if (t->coll == COLL_REDUCESCATTER) {
-        *l = (struct layout){p->send, p->send + (size_t)p->rank * t->count * ts, {p->send, NULL},
-                             {p->sendBase, NULL}, {sendBytes, 0}, 1};
+        *l = (struct layout){p->send,         p->send + (size_t)p->rank * t->count * ts,
+                             {p->send, NULL}, {p->sendBase, NULL},
+                             {sendBytes, 0},  1};
         return;
     }
     char *send = p->recv;
@@ -604,7 +663,8 @@ static int64_t checkOnce(struct perf *p, const struct test *t, int inPlace, int6
     }
     if (bad > 0 && p->reportsLeft > 0) {
         p->reportsLeft--;
-        fprintf(stderr, "loom-perf: rank %d: %s %s count %zu %s: %" PRId64
+        fprintf(stderr,
+                "loom-perf: rank %d: %s %s count %zu %s: %" PRId64
                 " bytes written outside the buffers\n",
                 p->rank, collNames[t->coll], t->type->name, t->count,
                 inPlace ? "in-place" : "out-of-place", bad);
@@ -734,8 +794,8 @@ static int makeTest(const struct perf *p, enum coll c, const struct typeInfo *ty
     return 1;
 }
 
-static void runSection(struct perf *p, enum coll c, const struct typeInfo *type, int op,
-                       int root, int announce)
+static void runSection(struct perf *p, enum coll c, const struct typeInfo *type, int op, int root,
+                       int announce)
 {
     if (announce && p->rank == 0) {
         printf("# %s  type %s  redop %s  root %d\n", collNames[c], type->name,
@@ -774,18 +834,16 @@ static void usage(FILE *f)
             "  -h         this help\n");
 }
 
-/* Usage errors are printed by one rank only, not once per rank. */
-static int quietRank(void)
-{
-    const char *r = getenv("LOOM_RANK");
-    return r != NULL && strcmp(r, "0") != 0;
-}
-
+/*
+ * Every rank parses the same options, so every rank meets the same error; each
+ * says so in one line, since loomrun may stop the others before they print.
+ */
 static int usageError(const char *what, const char *arg)
 {
-    if (!quietRank()) {
-        fprintf(stderr, "loom-perf: %s '%s'\n", what, arg);
-        usage(stderr);
+    if (arg != NULL) {
+        fprintf(stderr, "loom-perf: %s '%s'; loom-perf -h lists the options\n", what, arg);
+    } else {
+        fprintf(stderr, "loom-perf: %s; loom-perf -h lists the options\n", what);
     }
     return EXIT_USAGE;
 }
@@ -803,10 +861,23 @@ static int parseBytes(const char *s, uint64_t *out)
     }
     int shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0' || (shift > 0 && v > (UINT64_MAX >> shift))) {
         return -1;
@@ -870,11 +941,23 @@ static int parseOp(const char *s, struct options *o)
 
 static int parseOptions(int argc, char **argv, struct options *o)
 {
-    *o = (struct options){.colls = {COLL_ALLREDUCE}, .nColls = 1, .types = {loomFloat32},
-                          .nTypes = 1, .ops = {loomSum}, .nOps = 1, .root = 0,
-                          .minBytes = 32 << 20, .maxBytes = 32 << 20, .stepBytes = 1 << 20,
-                          .stepFactor = 1, .iters = 20, .warmup = 5, .check = 1, .agg = 1,
-                          .blocking = 0, .offset = 0};
+    *o = (struct options){.colls = {COLL_ALLREDUCE},
+                          .nColls = 1,
+                          .types = {loomFloat32},
+                          .nTypes = 1,
+                          .ops = {loomSum},
+                          .nOps = 1,
+                          .root = 0,
+                          .minBytes = 32 << 20,
+                          .maxBytes = 32 << 20,
+                          .stepBytes = 1 << 20,
+                          .stepFactor = 1,
+                          .iters = 20,
+                          .warmup = 5,
+                          .check = 1,
+                          .agg = 1,
+                          .blocking = 0,
+                          .offset = 0};
     int c, v;
     char *end;
     opterr = 0;
@@ -888,9 +971,10 @@ static int parseOptions(int argc, char **argv, struct options *o)
         case 'b':
         case 'e':
         case 'i':
-            if (parseBytes(optarg, c == 'b' ? &o->minBytes
-                                   : c == 'e' ? &o->maxBytes : &o->stepBytes) != 0) {
-                return usageError("not a size in bytes:", optarg);
+            if (parseBytes(optarg, c == 'b'   ? &o->minBytes
+                                   : c == 'e' ? &o->maxBytes
+                                              : &o->stepBytes) != 0) {
+                return usageError("not a size in bytes", optarg);
             }
             break;
         case 'f':
@@ -954,7 +1038,7 @@ static int parseOptions(int argc, char **argv, struct options *o)
             exit(0);
         default: {
             char opt[3] = {'-', (char)optopt, '\0'};
-            return usageError("unknown option or missing value:", opt);
+            return usageError("unknown option or missing value", opt);
         }
         }
     }
@@ -962,10 +1046,10 @@ static int parseOptions(int argc, char **argv, struct options *o)
         return usageError("unexpected argument", argv[optind]);
     }
     if (o->minBytes > o->maxBytes) {
-        return usageError("-b is larger than -e:", argv[0]);
+        return usageError("-b is larger than -e", NULL);
     }
     if (o->stepFactor <= 1 && o->stepBytes == 0 && o->minBytes < o->maxBytes) {
-        return usageError("-i 0 never reaches -e; give -i > 0 or -f:", argv[0]);
+        return usageError("-i 0 never reaches -e; give -i > 0 or -f", NULL);
     }
     return 0;
 }
@@ -990,8 +1074,8 @@ static int makeSizes(struct perf *p)
             p->sizes = s;
         }
         p->sizes[p->nSizes++] = size;
-        double nextD = o->stepFactor > 1 ? (double)size * o->stepFactor
-                                         : (double)size + (double)o->stepBytes;
+        double nextD =
+            o->stepFactor > 1 ? (double)size * o->stepFactor : (double)size + (double)o->stepBytes;
         if (nextD > (double)o->maxBytes) {
             break;
         }
@@ -1041,16 +1125,15 @@ static void printHeader(struct perf *p)
         } else {
             snprintf(root, sizeof(root), "%d", o->root);
         }
-        printf("# loom-perf  nranks %d  collective %s  datatype %s  redop %s  root %s\n",
-               p->nranks, o->nColls > 1 ? "all" : collNames[o->colls[0]],
+        printf("# loom-perf  nranks %d  collective %s  datatype %s  redop %s  root %s\n", p->nranks,
+               o->nColls > 1 ? "all" : collNames[o->colls[0]],
                o->nTypes > 1 ? "all" : typeTable[o->types[0]].name,
                o->nOps > 1 ? "all" : opNames[o->ops[0]], root);
         printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(%s) warmup iters: %d "
                "iters: %d validation: %d blocking: %d offset: %zu time: %s\n",
-               o->minBytes, o->maxBytes,
-               o->stepFactor > 1 ? o->stepFactor : (double)o->stepBytes,
-               o->stepFactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
-               o->blocking, o->offset, aggNames[o->agg]);
+               o->minBytes, o->maxBytes, o->stepFactor > 1 ? o->stepFactor : (double)o->stepBytes,
+               o->stepFactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check, o->blocking,
+               o->offset, aggNames[o->agg]);
         printf("#\n");
         for (int r = 0; r < p->nranks; r++) {
             all[r].host[sizeof(all[r].host) - 1] = '\0';
@@ -1062,8 +1145,8 @@ static void printHeader(struct perf *p)
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
                "algbw", "busbw", "#wrong");
         printf("# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %9s  %7s  %7s  %6s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-               "(GB/s)", "");
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+               "");
         fflush(stdout);
     }
     free(all);
@@ -1102,17 +1185,15 @@ int main(int argc, char **argv)
     }
     loomResult_t r = loomCommInitFromEnv(&p.comm);
     if (r != loomSuccess) {
-        fprintf(stderr, "loom-perf: cannot join the communicator: %s: %s\n",
-                loomGetErrorString(r), loomGetLastError(NULL));
+        fprintf(stderr, "loom-perf: cannot join the communicator: %s: %s\n", loomGetErrorString(r),
+                loomGetLastError(NULL));
         return EXIT_WRONG;
     }
     perfCheck(&p, loomCommCount(p.comm, &p.nranks), "loomCommCount");
     perfCheck(&p, loomCommUserRank(p.comm, &p.rank), "loomCommUserRank");
     if (p.opt.root >= p.nranks) {
-        if (p.rank == 0) {
-            fprintf(stderr, "loom-perf: -r %d is not a rank of this %d-rank job\n", p.opt.root,
-                    p.nranks);
-        }
+        fprintf(stderr, "loom-perf: rank %d: -r %d is not a rank of this %d-rank job\n", p.rank,
+                p.opt.root, p.nranks);
         loomCommDestroy(p.comm);
         return EXIT_USAGE;
     }

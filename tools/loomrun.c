@@ -82,21 +82,21 @@ struct rank {
 struct job {
     int nranks;
     int tagOutput;
-    double timeoutSec;      /* 0: none */
-    const char *program;    /* as given */
-    char *path;             /* resolved */
-    char **argv;            /* program and its arguments */
+    double timeoutSec;   /* 0: none */
+    const char *program; /* as given */
+    char *path;          /* resolved */
+    char **argv;         /* program and its arguments */
     struct rank *ranks;
-    int live;               /* ranks not yet reaped */
-    int openStreams;        /* pipes not yet at EOF */
-    int terminating;        /* SIGTERM sent because of a failure or the timeout */
+    int live;        /* ranks not yet reaped */
+    int openStreams; /* pipes not yet at EOF */
+    int terminating; /* SIGTERM sent because of a failure or the timeout */
     int timedOut;
-    int firstFailure;       /* exit status to report, -1 while none */
-    int interruptSignal;    /* last signal forwarded, 0 if none */
-    int64_t killAt;         /* when to SIGKILL survivors, 0 if not armed */
-    int64_t timeoutAt;      /* 0 if no timeout */
-    int64_t drainUntil;     /* 0 until every rank has been reaped */
-    int stdoutBroken[3];    /* writes to fd 1 or 2 failed with EPIPE */
+    int firstFailure;    /* exit status to report, -1 while none */
+    int interruptSignal; /* last signal forwarded, 0 if none */
+    int64_t killAt;      /* when to SIGKILL survivors, 0 if not armed */
+    int64_t timeoutAt;   /* 0 if no timeout */
+    int64_t drainUntil;  /* 0 until every rank has been reaped */
+    int stdoutBroken[3]; /* writes to fd 1 or 2 failed with EPIPE */
 };
 
 static void usage(FILE *f)
@@ -166,8 +166,7 @@ static int parseArgs(int argc, char **argv, struct job *job)
             errno = 0;
             double t = strtod(optarg, &end);
             if (errno != 0 || end == optarg || *end != '\0' || !(t > 0) || !isfinite(t)) {
-                return usageError("--timeout wants a positive number of seconds, not '%s'",
-                                  optarg);
+                return usageError("--timeout wants a positive number of seconds, not '%s'", optarg);
             }
             job->timeoutSec = t;
             break;
@@ -252,8 +251,8 @@ static char *resolveProgram(const char *prog)
 
 static int isLoomLaunchVar(const char *entry)
 {
-    static const char *const names[] = {"LOOM_UNIQUE_ID=", "LOOM_RANK=", "LOOM_NRANKS=",
-                                        "LOOM_LOCAL_RANK=", "LOOM_LOCAL_SIZE="};
+    static const char *const names[] = {
+        "LOOM_UNIQUE_ID=", "LOOM_RANK=", "LOOM_NRANKS=", "LOOM_LOCAL_RANK=", "LOOM_LOCAL_SIZE="};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strncmp(entry, names[i], strlen(names[i])) == 0) {
             return 1;
@@ -497,8 +496,8 @@ static void handleSignals(struct job *job, int sfd)
             continue;
         }
         if (job->live > 0) {
-            fprintf(stderr, "loomrun: received %s; forwarding it to %d rank%s\n",
-                    strsignal(sig), job->live, job->live == 1 ? "" : "s");
+            fprintf(stderr, "loomrun: received %s; forwarding it to %d rank%s\n", strsignal(sig),
+                    job->live, job->live == 1 ? "" : "s");
         }
         job->interruptSignal = sig;
         signalLiveRanks(job, sig);
@@ -659,8 +658,8 @@ static int startRanks(struct job *job, char **env, char *rankVar, char *localRan
             for (int s = 0; s < 2; s++) {
                 r->out[s] = openStream(s + 1, &outFds[s]);
                 if (r->out[s] == NULL) {
-                    fprintf(stderr, "loomrun: cannot create the output pipes of rank %d: %s\n",
-                            i, strerror(errno));
+                    fprintf(stderr, "loomrun: cannot create the output pipes of rank %d: %s\n", i,
+                            strerror(errno));
                     goto fail_kill;
                 }
                 job->openStreams++;
@@ -762,8 +761,8 @@ int main(int argc, char **argv)
     loomUniqueId id;
     loomResult_t res = loomGetUniqueId(&id);
     if (res != loomSuccess) {
-        fprintf(stderr, "loomrun: cannot create a unique id: %s (%s)\n",
-                loomGetErrorString(res), loomGetLastError(NULL));
+        fprintf(stderr, "loomrun: cannot create a unique id: %s (%s)\n", loomGetErrorString(res),
+                loomGetLastError(NULL));
         return 1;
     }
     char idVar[sizeof("LOOM_UNIQUE_ID=") + 2 * LOOM_UNIQUE_ID_BYTES];

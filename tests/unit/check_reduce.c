@@ -27,7 +27,8 @@ enum placement { outOfPlace, dstIsA, dstIsB };
 #define GUARD 16
 #define GUARD_BYTE 0xa5
 
-/* ---- deterministic random numbers (xorshift64*) ----------------------------------------------- */
+/* ---- deterministic random numbers (xorshift64*) -----------------------------------------------
+ */
 
 static uint64_t rngState = 0x9e3779b97f4a7c15ull;
 
@@ -39,7 +40,8 @@ static uint64_t rngNext(void)
     return rngState * 0x2545f4914f6cdd1dull;
 }
 
-/* ---- reference arithmetic --------------------------------------------------------------------- */
+/* ---- reference arithmetic ---------------------------------------------------------------------
+ */
 
 /* A binary floating format of 1 + expBits + mantBits bits (fp16: 5, 10; bf16: 8, 7). */
 struct refFormat {
@@ -270,7 +272,8 @@ static void fillRandom(loomDataType_t dt, unsigned char *p, size_t count)
     }
 }
 
-/* ---- one checked call ------------------------------------------------------------------------- */
+/* ---- one checked call -------------------------------------------------------------------------
+ */
 
 enum call { callApply, callFinal, callPostOp };
 
@@ -346,7 +349,8 @@ static void checkCall(enum call call, loomDataType_t dt, loomRedOp_t op, int nra
     free(expect);
 }
 
-/* ---- the datatype x operation matrix (loop tests: _i is the datatype) ------------------------- */
+/* ---- the datatype x operation matrix (loop tests: _i is the datatype) -------------------------
+ */
 
 START_TEST(test_apply_matrix)
 {
@@ -392,7 +396,8 @@ START_TEST(test_final_matrix)
 }
 END_TEST
 
-/* The fused pass must give the values of reduceApply followed by reducePostOp (NaN payloads aside). */
+/* The fused pass must give the values of reduceApply followed by reducePostOp (NaN payloads aside).
+ */
 START_TEST(test_final_equals_unfused)
 {
     loomDataType_t dt = (loomDataType_t)_i;
@@ -408,8 +413,8 @@ START_TEST(test_final_equals_unfused)
         reducePostOp(unfused, count, dt, loomAvg, rankCounts[r]);
         for (size_t i = 0; i < count; i++)
             if (!refSame(dt, unfused + i * refSize(dt), fused + 1 + i * refSize(dt)))
-                ck_abort_msg("%s nranks %d: element %zu differs", reduceTypeName(dt),
-                             rankCounts[r], i);
+                ck_abort_msg("%s nranks %d: element %zu differs", reduceTypeName(dt), rankCounts[r],
+                             i);
     }
     free(a);
     free(b);
@@ -418,7 +423,8 @@ START_TEST(test_final_equals_unfused)
 }
 END_TEST
 
-/* ---- integers --------------------------------------------------------------------------------- */
+/* ---- integers ---------------------------------------------------------------------------------
+ */
 
 START_TEST(test_integer_wraparound)
 {
@@ -509,7 +515,8 @@ START_TEST(test_integer_avg)
 }
 END_TEST
 
-/* ---- floats ------------------------------------------------------------------------------------ */
+/* ---- floats ------------------------------------------------------------------------------------
+ */
 
 START_TEST(test_float_avg)
 {
@@ -549,7 +556,8 @@ START_TEST(test_float_max_min_signed_zero_and_inf)
 }
 END_TEST
 
-/* ---- fp16 / bf16 ------------------------------------------------------------------------------- */
+/* ---- fp16 / bf16 -------------------------------------------------------------------------------
+ */
 
 /* Runs reduceApply on one fp16/bf16 pair, 9 times over: whole vectors and a staged tail. */
 static uint16_t halfOp(loomDataType_t dt, loomRedOp_t op, uint16_t x, uint16_t y)
@@ -589,8 +597,8 @@ static int bf16IsNan(uint16_t h)
 START_TEST(test_fp16_scalar_edges)
 {
     ck_assert_uint_eq(reduceFloatToHalf(1.0f), 0x3c00);
-    ck_assert_uint_eq(reduceFloatToHalf(1.0f + 0x1p-11f), 0x3c00);           /* tie, to even */
-    ck_assert_uint_eq(reduceFloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);       /* tie, to even */
+    ck_assert_uint_eq(reduceFloatToHalf(1.0f + 0x1p-11f), 0x3c00);            /* tie, to even */
+    ck_assert_uint_eq(reduceFloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);        /* tie, to even */
     ck_assert_uint_eq(reduceFloatToHalf(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01); /* past the tie */
     ck_assert_uint_eq(reduceFloatToHalf(65504.0f), 0x7bff);
     ck_assert_uint_eq(reduceFloatToHalf(65519.0f), 0x7bff);
@@ -802,12 +810,13 @@ START_TEST(test_vector_matches_scalar)
 }
 END_TEST
 
-/* ---- names, sizes, copy, invalid values ------------------------------------------------------- */
+/* ---- names, sizes, copy, invalid values -------------------------------------------------------
+ */
 
 START_TEST(test_names_and_sizes)
 {
-    static const char *const types[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
-                                        "uint64",  "float16", "float32", "float64", "bfloat16"};
+    static const char *const types[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                        "uint64", "float16", "float32", "float64", "bfloat16"};
     static const char *const ops[] = {"sum", "prod", "max", "min", "avg"};
     for (int dt = 0; dt < loomNumTypes; dt++) {
         ck_assert_str_eq(reduceTypeName((loomDataType_t)dt), types[dt]);

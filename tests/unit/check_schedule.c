@@ -20,9 +20,10 @@
  * still be poison. Messages carry their element count, which must equal the
  * count of the receiving step.
  *
- *   rank 0 steps ─┐      FIFO[0->1] (8 slots)       ┌─ rank 1 steps
- *   rank 1 steps ─┼──>   FIFO[1->2] ...        ──>  ├─ ...
- *   ...           ┘      one per ordered pair       └─ buffers: send, recv
+ *   rank 0: steps[pc], send buf, recv buf       rank 1: steps[pc], ...
+ *          │ SEND                                    ▲ RECV
+ *          └──────> FIFO[0->1]: LOOM_STEPS slots ────┘    (one per ordered pair)
+ *                   each message {count, symbols}
  */
 #include <check.h>
 #include <stdarg.h>
@@ -40,7 +41,7 @@
  * Past this many ranks runs get expensive, so the sweeps thin out: each case
  * runs in one of the two orders, and the per-rank-block collectives (which
  * cut each block in pieces of chunk whatever n is, at a cost of n^2 x count)
- * use counts that no longer grow with n. Everything stays under seconds.
+ * use counts that no longer grow with n. The suite stays within seconds.
  */
 #define SMALL_RANKS 16
 
@@ -527,8 +528,8 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 return -1;
             }
         }
-        for (size_t i = 0, q = 0, j = 0; i < rk->len[1];
-             i++, j = j + 1 == c->count ? (q++, 0) : j + 1) {
+        for (size_t i = 0; i < rk->len[1]; i++) {
+            size_t q = c->count ? i / c->count : 0, j = c->count ? i % c->count : i;
             const struct sym *v = &rk->buf[1][i];
             struct sym e;
             if (!collExpect(c, r, i, q, j, cov, &e)) {
@@ -667,12 +668,13 @@ static size_t midCount(loomColl_t coll, int n, size_t chunk)
 static void sweep(loomColl_t coll, int allRoots)
 {
     unsigned caseNo = 0;
+    uint64_t rng = 0x5eeded + (uint64_t)coll;
     for (int n = 1; n <= MAX_RANKS; n++) {
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
             size_t ch = chunks[ci], nn = (size_t)n;
             size_t counts[] = {0, 1, perBlock(coll, n) ? ch : nn - 1, midCount(coll, n, ch),
                                bigCount(coll, n, ch)};
-            int roots[] = {0, n - 1, n / 2, (n * 7 + 3) % n};
+            int roots[] = {0, n - 1, n / 2, (int)rngBelow(&rng, (size_t)n)};
             int nroots = !allRoots ? 1 : n <= 8 ? n : 4;
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
                 for (int ri = 0; ri < nroots; ri++) {
@@ -780,6 +782,45 @@ START_TEST(test_empty_ranges_emit_nothing)
             ck_assert_msg(s.nsteps == 0, "generator %zu n %d emitted %zu steps", g, n, s.nsteps);
         }
     }
+    /* AlltoAllv with every count 0 (displacements arbitrary). */
+    size_t zeros[5] = {0}, displs[5] = {3, 1, 4, 1, 5};
+    for (int n = 1; n <= 5; n++) {
+        struct loomSchedArgs a = {.nranks = n,
+                                  .rank = n / 2,
+                                  .chunkElems = 2,
+                                  .sendcounts = zeros,
+                                  .sdispls = displs,
+                                  .recvcounts = zeros,
+                                  .rdispls = displs};
+        ck_assert_int_eq(directAlltoAllvSchedule(&a, &s), loomSuccess);
+        ck_assert_uint_eq(s.nsteps, 0);
+    }
+    scheduleFree(&s);
+}
+END_TEST
+
+START_TEST(test_inconsistent_args_refused)
+{
+    /* A core bug, not a user error: refused rather than turned into a hang or an endless loop. */
+    int ring[3] = {0, 2, 2}; /* rank 1 is missing */
+    struct loomSchedule s = {0};
+    struct loomSchedArgs a = {.nranks = 3,
+                              .rank = 1,
+                              .ring = ring,
+                              .root = 0,
+                              .count = 8,
+                              .lo = 0,
+                              .hi = 8,
+                              .chunkElems = 4};
+    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomInternalError);
+    a.rank = 2, a.root = 1; /* the root is missing */
+    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(ringReduceSchedule(&a, &s), loomInternalError);
+    a.ring = NULL, a.chunkElems = 0;
+    ck_assert_int_eq(ringAllGatherSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(directAlltoAllSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(directSendSchedule(&a, &s), loomInternalError);
+    ck_assert_uint_eq(s.nsteps, 0);
     scheduleFree(&s);
 }
 END_TEST
@@ -1191,6 +1232,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("allreduce shape", test_allreduce_shape));
     suite_add_tcase(s, tcase("empty ranges", test_empty_ranges_emit_nothing));
     suite_add_tcase(s, tcase("generators append", test_generators_append));
+    suite_add_tcase(s, tcase("inconsistent args", test_inconsistent_args_refused));
     suite_add_tcase(s, tcase("sim deadlock", test_sim_detects_deadlock));
     suite_add_tcase(s, tcase("sim size mismatch", test_sim_detects_size_mismatch));
     suite_add_tcase(s, tcase("sim double counting", test_sim_detects_double_counting));
