@@ -117,8 +117,10 @@ void scheduleFree(struct loomSchedule *s);
 
 /*
  * Ring generators (algorithms/ring.c). Each appends this rank's steps for one
- * lane to *out (it does not reset it). They validate nothing the core has
- * checked already; they return loomSystemError only when out of memory.
+ * lane to *out (it does not reset it). They return loomSystemError when out
+ * of memory (the caller records the reason: generators do not log) and
+ * loomInternalError when the rank or root is not in the ring or chunkElems is
+ * 0 (a core bug, since the core checked the user's arguments).
  */
 loomResult_t ringBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t ringReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);

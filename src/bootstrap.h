@@ -26,15 +26,9 @@
 #include <stdint.h>
 
 #include "loom.h"
+#include "socket.h"
 
 #define BOOTSTRAP_SECRET_BYTES 32
-
-/* A socket address in a fixed, byte-order-independent form (IPv4 or IPv6). */
-struct bootstrapAddr {
-    uint8_t family; /* 4 or 6 */
-    uint8_t ip[16]; /* IPv4 in the first 4 bytes */
-    uint16_t port;  /* host order */
-};
 
 /* The decoded unique id. */
 struct bootstrapId {

@@ -50,7 +50,7 @@ struct loomFifo {
 /* One end of a FIFO as this process sees it. */
 struct loomConnector {
     struct loomFifo *fifo;
-    char *slots;                   /* LOOM_STEPS slots of slotBytes */
+    char *slots; /* LOOM_STEPS slots of slotBytes */
     size_t slotBytes;
     uint64_t pos;                  /* slots this end produced (send) or consumed (recv) */
     struct loomDoorbell *peerBell; /* the other end's doorbell */

@@ -19,8 +19,8 @@
 #include "reduce.h"
 
 static const char *const collNames[LOOM_COLL_NUM] = {
-    "loomBroadcast", "loomReduce",   "loomAllReduce", "loomAllGather", "loomReduceScatter",
-    "loomAlltoAll",  "loomAlltoAllv", "loomSend",     "loomRecv"};
+    "loomBroadcast", "loomReduce",    "loomAllReduce", "loomAllGather", "loomReduceScatter",
+    "loomAlltoAll",  "loomAlltoAllv", "loomSend",      "loomRecv"};
 
 /* ---- argument checks ---- */
 
@@ -45,7 +45,8 @@ static size_t collBlocks(const struct loomOp *op)
 static loomResult_t checkBuffers(const struct loomOp *op, const char *fn)
 {
     int me = op->comm->rank;
-    int needSend = op->coll != LOOM_COLL_RECV && (op->coll != LOOM_COLL_BROADCAST || op->root == me);
+    int needSend =
+        op->coll != LOOM_COLL_RECV && (op->coll != LOOM_COLL_BROADCAST || op->root == me);
     int needRecv = op->coll != LOOM_COLL_SEND && (op->coll != LOOM_COLL_REDUCE || op->root == me);
     if (op->count == 0)
         return loomSuccess;
@@ -81,16 +82,14 @@ static loomResult_t checkAlltoAllv(const struct loomOp *op, const char *fn)
                                     "%s: %s[%zu] = %zu with displacement %zu overflows", fn,
                                     k ? "recvcounts" : "sendcounts", p, c, d);
             if (c)
-                *(k ? &recvEnd : &sendEnd) = c + d > *(k ? &recvEnd : &sendEnd)
-                                                 ? c + d
-                                                 : *(k ? &recvEnd : &sendEnd);
+                *(k ? &recvEnd : &sendEnd) =
+                    c + d > *(k ? &recvEnd : &sendEnd) ? c + d : *(k ? &recvEnd : &sendEnd);
         }
     }
     if (v[op->comm->rank] != v[2 * n + op->comm->rank])
-        return loomSetError(loomInvalidArgument,
-                            "%s: sendcounts[%d] = %zu differs from recvcounts[%d] = %zu", fn,
-                            op->comm->rank, v[op->comm->rank], op->comm->rank,
-                            v[2 * n + op->comm->rank]);
+        return loomSetError(
+            loomInvalidArgument, "%s: sendcounts[%d] = %zu differs from recvcounts[%d] = %zu", fn,
+            op->comm->rank, v[op->comm->rank], op->comm->rank, v[2 * n + op->comm->rank]);
     if (sendEnd && op->sendbuff == NULL)
         return loomSetError(loomInvalidArgument, "%s: sendbuff is NULL with data to send", fn);
     if (recvEnd && op->recvbuff == NULL)
@@ -112,9 +111,8 @@ static loomResult_t opCheck(const struct loomOp *op, const char *fn)
                             "destroy it",
                             fn, op->comm->abortReason);
     if ((unsigned)op->dt >= loomNumTypes)
-        return loomSetError(loomInvalidArgument,
-                            "%s: datatype %d is not a loomDataType_t (0..%d)", fn, (int)op->dt,
-                            loomNumTypes - 1);
+        return loomSetError(loomInvalidArgument, "%s: datatype %d is not a loomDataType_t (0..%d)",
+                            fn, (int)op->dt, loomNumTypes - 1);
     if (collReduces(op->coll) && (unsigned)op->op >= loomNumOps)
         return loomSetError(loomInvalidArgument, "%s: op %d is not a loomRedOp_t (0..%d)", fn,
                             (int)op->op, loomNumOps - 1);
@@ -173,33 +171,48 @@ loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm,
-                       stream, NULL};
+    struct loomOp o = {
+        LOOM_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, NULL};
     return opIssue(&o);
 }
 
 loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, loomSum, root,
-                       comm, stream, NULL};
+    struct loomOp o = {LOOM_COLL_BROADCAST,
+                       sendbuff,
+                       recvbuff,
+                       count,
+                       datatype,
+                       loomSum,
+                       root,
+                       comm,
+                       stream,
+                       NULL};
     return opIssue(&o);
 }
 
-loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream)
+loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream)
 {
     struct loomOp o = {LOOM_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm,
-                       stream, NULL};
+                       stream,           NULL};
     return opIssue(&o);
 }
 
 loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, loomSum, 0,
-                       comm, stream, NULL};
+    struct loomOp o = {LOOM_COLL_ALLGATHER,
+                       sendbuff,
+                       recvbuff,
+                       sendcount,
+                       datatype,
+                       loomSum,
+                       0,
+                       comm,
+                       stream,
+                       NULL};
     return opIssue(&o);
 }
 
@@ -207,16 +220,24 @@ loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                                loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0,
-                       comm, stream, NULL};
+    struct loomOp o = {LOOM_COLL_REDUCESCATTER,
+                       sendbuff,
+                       recvbuff,
+                       recvcount,
+                       datatype,
+                       op,
+                       0,
+                       comm,
+                       stream,
+                       NULL};
     return opIssue(&o);
 }
 
 loomResult_t loomAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, loomSum, 0, comm,
-                       stream, NULL};
+    struct loomOp o = {
+        LOOM_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, loomSum, 0, comm, stream, NULL};
     return opIssue(&o);
 }
 
@@ -247,24 +268,24 @@ loomResult_t loomAlltoAllv(const void *sendbuff, const size_t sendcounts[], cons
     memcpy(v + n, sdispls, n * sizeof(*v));
     memcpy(v + 2 * n, recvcounts, n * sizeof(*v));
     memcpy(v + 3 * n, rdispls, n * sizeof(*v));
-    struct loomOp o = {LOOM_COLL_ALLTOALLV, sendbuff, recvbuff, 0, datatype, loomSum, 0, comm,
-                       stream, v};
+    struct loomOp o = {
+        LOOM_COLL_ALLTOALLV, sendbuff, recvbuff, 0, datatype, loomSum, 0, comm, stream, v};
     return opIssue(&o);
 }
 
 loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_SEND, sendbuff, NULL, count, datatype, loomSum, peer, comm, stream,
-                       NULL};
+    struct loomOp o = {LOOM_COLL_SEND, sendbuff, NULL, count,  datatype,
+                       loomSum,        peer,     comm, stream, NULL};
     return opIssue(&o);
 }
 
 loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_RECV, NULL, recvbuff, count, datatype, loomSum, peer, comm, stream,
-                       NULL};
+    struct loomOp o = {LOOM_COLL_RECV, NULL, recvbuff, count,  datatype,
+                       loomSum,        peer, comm,     stream, NULL};
     return opIssue(&o);
 }
 
@@ -301,7 +322,7 @@ static loomResult_t lanesReserve(int n)
     return loomSuccess;
 }
 
-static loomResult_t buildSchedule(const struct loomSchedArgs *a, struct loomSchedule *s)
+static loomResult_t generate(const struct loomSchedArgs *a, struct loomSchedule *s)
 {
     switch (a->coll) {
     case LOOM_COLL_BROADCAST:
@@ -323,8 +344,21 @@ static loomResult_t buildSchedule(const struct loomSchedArgs *a, struct loomSche
     case LOOM_COLL_RECV:
         return directRecvSchedule(a, s);
     default:
-        return loomSetError(loomInternalError, "no schedule for collective %d", (int)a->coll);
+        return loomInternalError;
     }
+}
+
+/* Generators do not log (algorithms/ stays below the core): the reason is recorded here. */
+static loomResult_t buildSchedule(const struct loomSchedArgs *a, struct loomSchedule *s)
+{
+    loomResult_t res = generate(a, s);
+    if (res == loomSystemError)
+        return loomSetError(res, "%s: out of memory building a schedule of %zu steps",
+                            collNames[a->coll], s->nsteps);
+    if (res != loomSuccess)
+        return loomSetError(res, "%s: no schedule for rank %d of %d (count %zu, chunk %zu)",
+                            collNames[a->coll], a->rank, a->nranks, a->count, a->chunkElems);
+    return loomSuccess;
 }
 
 static uint64_t keyHash(const uint64_t *k)
@@ -424,18 +458,28 @@ static loomResult_t opLanes(struct loomOp *op, int *nlanes)
     LOOMCHECK(stageInPlace(op, &send));
     LOOMCHECK(lanesReserve(*nlanes + lanes));
     for (int c = 0; c < lanes; c++) {
-        struct loomSchedArgs a = {op->coll, comm->nranks, comm->rank, comm->ring, op->root,
-                                  op->count, op->count * c / lanes, op->count * (c + 1) / lanes,
-                                  chunkElems, NULL, NULL, NULL, NULL};
+        struct loomSchedArgs a = {op->coll,
+                                  comm->nranks,
+                                  comm->rank,
+                                  comm->ring,
+                                  op->root,
+                                  op->count,
+                                  op->count * c / lanes,
+                                  op->count * (c + 1) / lanes,
+                                  chunkElems,
+                                  NULL,
+                                  NULL,
+                                  NULL,
+                                  NULL};
         if (op->v) {
             a.sendcounts = op->v, a.sdispls = op->v + n;
             a.recvcounts = op->v + 2 * n, a.rdispls = op->v + 3 * n;
         }
         const struct loomSchedule *s;
         LOOMCHECK(scheduleGet(comm, &a, es, &s));
-        tlLanes[(*nlanes)++] = (struct loomLane){comm, c, s->steps, s->nsteps, 0,
-                                                 {(char *)send, (char *)op->recvbuff},
-                                                 op->dt, op->op, es, 0};
+        tlLanes[(*nlanes)++] = (struct loomLane){
+            comm,   c,      s->steps, s->nsteps, 0, {(char *)send, (char *)op->recvbuff},
+            op->dt, op->op, es,       0};
     }
     return loomSuccess;
 }

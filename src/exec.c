@@ -13,8 +13,12 @@
  * The sleeper flags itself (`sleeping`) before re-checking, and writers look
  * at the flag after publishing (both seq_cst), so a wake-up cannot be lost;
  * sleeps are also capped at 100 ms so abort, the deadline and dead peers are
- * noticed without help. With more ranks than cores the spin stage is cut
- * short, since spinning would only steal the core the peer needs.
+ * noticed without help. The spin stage is short (LOOM_SPIN pauses, a few
+ * microseconds): when the peer runs on the same core, spinning only delays
+ * it, while sched_yield hands it the core at once and costs well under a
+ * microsecond when the peer runs elsewhere. Yielding goes on for a
+ * millisecond, then the thread sleeps. With more ranks than cores the spin
+ * stage is cut shorter still.
  */
 #include <errno.h>
 #include <limits.h>
@@ -32,7 +36,7 @@
 #include "reduce.h"
 
 #define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
-#define EXEC_YIELDS 64
+#define EXEC_YIELD_NS (1000 * 1000ULL) /* yield this long before sleeping */
 
 static inline void cpuRelax(void)
 {
@@ -116,8 +120,8 @@ static void ownersRelease(struct loomLane *lanes, int nlanes, int i)
                 continue;
             *o = -1;
             for (int j = i + 1; j < nlanes; j++) {
-                if (lanes[j].comm == comm && lanes[j].channel == lanes[i].channel && !lanes[j].done &&
-                    laneUses(&lanes[j], dir, p)) {
+                if (lanes[j].comm == comm && lanes[j].channel == lanes[i].channel &&
+                    !lanes[j].done && laneUses(&lanes[j], dir, p)) {
                     *o = j;
                     break;
                 }
@@ -223,8 +227,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
             sc = &ch->send[s->sendPeer];
             if (shared && l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)] != i)
                 break;
-            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <=
-                sc->pos)
+            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
                 break;
             out = sc->slots + (sc->pos % LOOM_STEPS) * sc->slotBytes;
         }
@@ -302,14 +305,14 @@ static const struct loomLane *firstBlocked(const struct loomLane *lanes, int nla
     return &lanes[0];
 }
 
-static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now, struct execWait *w)
+static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
+                                struct execWait *w)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
         if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
             return loomSetError(loomRemoteError, "%s",
-                                comm->abortReason[0] ? comm->abortReason
-                                                     : "communicator aborted");
+                                comm->abortReason[0] ? comm->abortReason : "communicator aborted");
     }
     if (now - w->lastLiveCheck >= EXEC_SLEEP_NS) {
         w->lastLiveCheck = now;
@@ -317,21 +320,20 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             struct loomComm *comm = lanes[i].comm;
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             if (dead >= 0)
-                return loomSetError(loomRemoteError,
-                                    "rank %d (pid %d on %s) exited while rank %d waited for it",
-                                    dead, comm->peers[dead].pid, comm->peers[dead].hostname,
-                                    comm->rank);
+                return loomSetError(
+                    loomRemoteError, "rank %d (pid %d on %s) exited while rank %d waited for it",
+                    dead, comm->peers[dead].pid, comm->peers[dead].hostname, comm->rank);
         }
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
         const struct loomStep *s = &b->steps[b->cur];
-        return loomSetError(loomTimeout,
-                            "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-                            "%zu (receive from rank %d, send to rank %d); a peer is stopped, hung or "
-                            "called a different operation",
-                            b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer,
-                            s->sendPeer);
+        return loomSetError(
+            loomTimeout,
+            "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
+            "%zu (receive from rank %d, send to rank %d); a peer is stopped, hung or "
+            "called a different operation",
+            b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer, s->sendPeer);
     }
     return loomSuccess;
 }
@@ -400,7 +402,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
                 w.spins = spinLimit; /* go and notice it below */
             continue;
         }
-        if (w.spins < spinLimit + EXEC_YIELDS) {
+        if ((w.spins & 63) != 0 || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
             sched_yield();
             continue;
         }

@@ -31,8 +31,8 @@ loomResult_t groupAdd(struct loomOp *op)
         struct loomOp *p = realloc(groupOps, (size_t)cap * sizeof(*p));
         if (p == NULL) {
             opRelease(op);
-            groupError = loomSetError(loomSystemError, "out of memory growing a group to %d ops",
-                                      cap);
+            groupError =
+                loomSetError(loomSystemError, "out of memory growing a group to %d ops", cap);
             return groupError;
         }
         groupOps = p;
@@ -78,8 +78,9 @@ static loomResult_t groupRun(void)
 {
     loomResult_t res = groupError;
     if (res != loomSuccess) {
-        loomSetError(res, "loomGroupEnd: an operation of the group failed its checks (%s); "
-                          "nothing of the group was run",
+        loomSetError(res,
+                     "loomGroupEnd: an operation of the group failed its checks (%s); "
+                     "nothing of the group was run",
                      loomGetErrorString(res));
         return res;
     }

@@ -277,7 +277,7 @@ static void commSizes(struct loomComm *comm)
         comm->nChannels = LOOM_MAX_CHANNELS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
     if (comm->localSize > onlineCpus())
-        comm->spin = comm->spin < 64 ? comm->spin : 64; /* oversubscribed: yield early */
+        comm->spin = comm->spin < 32 ? comm->spin : 32; /* oversubscribed: yield early */
 }
 
 static loomResult_t commAllocChannels(struct loomComm *comm)
@@ -360,8 +360,8 @@ static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomCo
         return loomSetError(loomInvalidArgument,
                             "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
-        return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1",
-                            fn, config->timeoutSec);
+        return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
+                            config->timeoutSec);
     return loomSuccess;
 }
 
@@ -517,8 +517,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
     if (newcomm == NULL)
         return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
-        return loomSetError(loomInvalidArgument,
-                            "%s: color %d must be >= 0 or LOOM_SPLIT_NOCOLOR", fn, color);
+        return loomSetError(loomInvalidArgument, "%s: color %d must be >= 0 or LOOM_SPLIT_NOCOLOR",
+                            fn, color);
     int newRank = 0, newSize = 0, leader = -1;
     LOOMCHECK(splitRanks(comm, color, key, &newRank, &newSize, &leader));
     loomUniqueId *ids = calloc((size_t)comm->nranks, sizeof(*ids));

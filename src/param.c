@@ -88,9 +88,10 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_HOSTID] = {"LOOM_HOSTID", PARAM_STR, "", 0, 0, NULL, NULL,
                            "overrides this host's identity (ranks with equal ids share "
                            "memory); unset: hash of hostname and boot id"},
-    [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "2000", 0, 10000000, "a number of iterations",
+    [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "200", 0, 10000000, "a number of iterations",
                          NULL,
-                         "busy-poll iterations of a wait before it yields the CPU, "
+                         "busy-poll iterations (pause instructions) of a wait before it "
+                         "yields the CPU, "
                          "0..10000000"},
 };
 

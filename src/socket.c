@@ -25,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
 #include "debug.h"
 #include "param.h"
 

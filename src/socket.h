@@ -55,7 +55,13 @@ union socketAddress {
 /* Longest wait between two checks of the abort flag and the deadline. */
 #define SOCKET_POLL_SLICE_MS 100
 
-struct bootstrapAddr; /* bootstrap.h: the wire form of an address */
+/* The wire form of an address (bootstrap messages, unique ids): fixed layout, IPv4 or IPv6. */
+struct bootstrapAddr {
+    uint8_t family; /* 4 or 6 */
+    uint8_t ip[16]; /* IPv4 in the first 4 bytes */
+    uint16_t port;  /* host order */
+};
+
 
 /* Now on CLOCK_MONOTONIC, in nanoseconds. */
 uint64_t socketClockNs(void);

@@ -10,6 +10,7 @@
  * communicators, so a destroyed stream is reported, not dereferenced freed.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,8 +23,11 @@
 struct streamUnit {
     struct streamUnit *next;
     int nops;
+    int cap; /* ops the allocation holds */
     struct loomOp ops[];
 };
+
+#define STREAM_SPIN_NS 20000 /* the thread polls this long for more work before sleeping */
 
 struct loomStream {
     uint64_t magic;
@@ -32,7 +36,9 @@ struct loomStream {
     pthread_cond_t cond; /* work arrived, or stop */
     pthread_cond_t idle; /* queue drained */
     struct streamUnit *head, *tail, *free;
-    int running; /* a unit is being executed */
+    int running;  /* a unit is being executed */
+    int sleeping; /* the thread waits on `cond`: enqueue must signal */
+    int waiters;  /* threads in Synchronize/Destroy wait on `idle` */
     int stop;
     loomResult_t error;
 };
@@ -64,13 +70,28 @@ static void unitRun(struct loomStream *s, struct streamUnit *u)
         s->error = res;
 }
 
+/* Waits for work: polls briefly (back-to-back calls are the common case), then sleeps. */
+static void streamWaitWork(struct loomStream *s)
+{
+    uint64_t until = loomClockNs() + STREAM_SPIN_NS;
+    while (s->head == NULL && !s->stop && loomClockNs() < until) {
+        pthread_mutex_unlock(&s->lock);
+        sched_yield();
+        pthread_mutex_lock(&s->lock);
+    }
+    while (s->head == NULL && !s->stop) {
+        s->sleeping = 1;
+        pthread_cond_wait(&s->cond, &s->lock);
+        s->sleeping = 0;
+    }
+}
+
 static void *streamMain(void *arg)
 {
     struct loomStream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (s->head == NULL && !s->stop)
-            pthread_cond_wait(&s->cond, &s->lock);
+        streamWaitWork(s);
         if (s->head == NULL)
             break;
         struct streamUnit *u = s->head;
@@ -82,20 +103,47 @@ static void *streamMain(void *arg)
         unitRun(s, u);
         pthread_mutex_lock(&s->lock);
         s->running = 0;
-        free(u);
-        if (s->head == NULL)
+        u->next = s->free; /* keep it for the next enqueue: no malloc per call */
+        s->free = u;
+        if (s->head == NULL && s->waiters)
             pthread_cond_broadcast(&s->idle);
+    }
+    while (s->free) {
+        struct streamUnit *u = s->free;
+        s->free = u->next;
+        free(u);
     }
     pthread_mutex_unlock(&s->lock);
     enqueueThreadCleanup();
     return NULL;
 }
 
+/* A unit for nops operations: from the free list if one is large enough. Lock held. */
+static struct streamUnit *unitTake(struct loomStream *s, int nops)
+{
+    struct streamUnit **pp = &s->free;
+    while (*pp && (*pp)->cap < nops)
+        pp = &(*pp)->next;
+    struct streamUnit *u = *pp;
+    if (u) {
+        *pp = u->next;
+        return u;
+    }
+    int cap = nops < 4 ? 4 : nops;
+    u = malloc(sizeof(*u) + (size_t)cap * sizeof(struct loomOp));
+    if (u)
+        u->cap = cap;
+    return u;
+}
+
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
 {
-    struct streamUnit *u = malloc(sizeof(*u) + (size_t)nops * sizeof(struct loomOp));
-    if (u == NULL)
+    pthread_mutex_lock(&s->lock);
+    struct streamUnit *u = unitTake(s, nops);
+    if (u == NULL) {
+        pthread_mutex_unlock(&s->lock);
         return loomSetError(loomSystemError, "out of memory queueing %d operation(s)", nops);
+    }
     u->next = NULL;
     u->nops = nops;
     memcpy(u->ops, ops, (size_t)nops * sizeof(*ops));
@@ -103,13 +151,13 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
         ops[i].v = NULL;
         atomic_fetch_add_explicit(&ops[i].comm->pending, 1, memory_order_acq_rel);
     }
-    pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = u;
     else
         s->head = u;
     s->tail = u;
-    pthread_cond_signal(&s->cond);
+    if (s->sleeping)
+        pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
     return loomSuccess;
 }
@@ -150,8 +198,10 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
         return loomSuccess; /* the NULL stream: every call already completed */
     LOOMCHECK(streamCheck(s, "loomStreamSynchronize"));
     pthread_mutex_lock(&s->lock);
+    s->waiters++;
     while (s->head || s->running)
         pthread_cond_wait(&s->idle, &s->lock);
+    s->waiters--;
     loomResult_t res = s->error;
     pthread_mutex_unlock(&s->lock);
     if (res != loomSuccess)
@@ -166,7 +216,7 @@ loomResult_t loomStreamQuery(loomStream_t s)
         return loomSuccess;
     LOOMCHECK(streamCheck(s, "loomStreamQuery"));
     pthread_mutex_lock(&s->lock);
-    loomResult_t res = s->error != loomSuccess              ? s->error
+    loomResult_t res = s->error != loomSuccess   ? s->error
                        : (s->head || s->running) ? loomInProgress
                                                  : loomSuccess;
     pthread_mutex_unlock(&s->lock);

@@ -344,11 +344,16 @@ static void signalLiveRanks(struct job *job, int sig)
     }
 }
 
-/* SIGTERM every live rank now and SIGKILL the survivors after the grace. */
+/*
+ * SIGTERM every live rank now and SIGKILL the survivors after the grace. If a
+ * signal was already forwarded, the ranks are handling it: a second SIGTERM
+ * would only interrupt their handlers, so they just get the grace.
+ */
 static void terminateJob(struct job *job)
 {
     job->terminating = 1;
-    signalLiveRanks(job, SIGTERM);
+    if (job->interruptSignal == 0)
+        signalLiveRanks(job, SIGTERM);
     if (job->live > 0) {
         job->killAt = nowNs() + KILL_GRACE_NS;
     }

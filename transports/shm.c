@@ -94,12 +94,13 @@ static loomResult_t shmCheckSpace(const struct loomComm *comm, size_t bytes)
     unsigned long long freeBytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
     unsigned long long need = (unsigned long long)bytes * comm->localSize;
     if (need > freeBytes)
-        return loomSetError(loomSystemError,
-                            "/dev/shm has %llu MiB free, this communicator needs %llu MiB (%d local "
-                            "ranks x %zu KiB); enlarge /dev/shm (docker --shm-size) or lower "
-                            "LOOM_BUFFSIZE (now %zu bytes)",
-                            freeBytes >> 20, (need + (1 << 20) - 1) >> 20, comm->localSize,
-                            bytes >> 10, comm->buffBytes);
+        return loomSetError(
+            loomSystemError,
+            "/dev/shm has %llu MiB free, this communicator needs %llu MiB (%d local "
+            "ranks x %zu KiB); enlarge /dev/shm (docker --shm-size) or lower "
+            "LOOM_BUFFSIZE (now %zu bytes)",
+            freeBytes >> 20, (need + (1 << 20) - 1) >> 20, comm->localSize, bytes >> 10,
+            comm->buffBytes);
     return loomSuccess;
 }
 
@@ -115,8 +116,7 @@ static loomResult_t shmCreate(struct loomComm *comm, struct shmSegment *seg)
 
     int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
-        return loomSetError(loomSystemError, "shm_open(%s) failed: %s", seg->name,
-                            strerror(errno));
+        return loomSetError(loomSystemError, "shm_open(%s) failed: %s", seg->name, strerror(errno));
     int e = posix_fallocate(fd, 0, (off_t)seg->bytes);
     if (e != 0) {
         loomSetError(loomSystemError,
@@ -179,10 +179,20 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
             struct loomConnector *s = &comm->channels[c].send[p];
             char *rf = fifoAt(comm, st->own.base, c, st->localIndex[p]);
             char *sf = fifoAt(comm, st->peers[p].base, c, myIdx);
-            *r = (struct loomConnector){(struct loomFifo *)rf, rf + sizeof(struct loomFifo),
-                                        comm->slotBytes, 0, peerBell, p, 1};
-            *s = (struct loomConnector){(struct loomFifo *)sf, sf + sizeof(struct loomFifo),
-                                        comm->slotBytes, 0, peerBell, p, 1};
+            *r = (struct loomConnector){(struct loomFifo *)rf,
+                                        rf + sizeof(struct loomFifo),
+                                        comm->slotBytes,
+                                        0,
+                                        peerBell,
+                                        p,
+                                        1};
+            *s = (struct loomConnector){(struct loomFifo *)sf,
+                                        sf + sizeof(struct loomFifo),
+                                        comm->slotBytes,
+                                        0,
+                                        peerBell,
+                                        p,
+                                        1};
         }
     }
 }
