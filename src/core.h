@@ -71,8 +71,9 @@ struct loomPeerInfo {
 };
 
 /* A cached schedule (see enqueue.c). */
+#define LOOM_SCHED_KEY 5
 struct loomSchedEntry {
-    uint64_t key[4];
+    uint64_t key[LOOM_SCHED_KEY];
     uint64_t epoch; /* plan that pins it */
     int valid;
     struct loomSchedule sched;
@@ -113,9 +114,12 @@ struct loomComm {
     int poolUsed; /* entries taken by the plan being built */
     /* Lane ownership of connectors inside one plan (exec.c). */
     int *owner; /* [2 * nChannels * nranks] */
-    /* In-place AlltoAll stages the send buffer here. */
+    /* Per-plan scratch: in-place AlltoAll staging, tree Reduce partial sums. */
     void *scratch;
     size_t scratchBytes;
+    size_t scratchTaken; /* bytes handed out to the plan being built */
+    /* Tuner: (collective, power-of-two size class) decisions already logged. */
+    _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
 
     pthread_mutex_t errLock;
     char lastError[512];
@@ -134,6 +138,9 @@ loomResult_t commCheck(const struct loomComm *comm, const char *fn);
 void commRecordError(struct loomComm *comm);
 /* Marks comm unusable after a failure in the middle of an operation. */
 void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+int commCpuCount(void);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

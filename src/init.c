@@ -245,7 +245,7 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     return loomSuccess;
 }
 
-static int onlineCpus(void)
+int commCpuCount(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0)
@@ -276,7 +276,7 @@ static void commSizes(struct loomComm *comm)
     if (comm->nChannels > LOOM_MAX_CHANNELS)
         comm->nChannels = LOOM_MAX_CHANNELS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
-    if (comm->localSize > onlineCpus())
+    if (comm->localSize > commCpuCount())
         comm->spin = comm->spin < 32 ? comm->spin : 32; /* oversubscribed: yield early */
 }
 
