@@ -273,6 +273,25 @@ const char *loomBuildFeatures(void);
  */
 int loomTransportCount(void);
 loomResult_t loomTransportInfo(int index, const char **name, int *usable, const char **why);
+/*
+ * The tuner's decision for one call, as if made on a communicator of nranks
+ * ranks on this host with the LOOM_* settings in force: collective is
+ * "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+ * "alltoall" or "sendrecv"; bytes is the size loom-perf reports (count x
+ * element size; for AllGather, ReduceScatter and AlltoAll, times nranks).
+ * algorithm NULL gives the tuner's choice within LOOM_ALGO; "ring" or "tree"
+ * gives the model's figures for that algorithm. loomInvalidArgument for an
+ * unknown collective, an algorithm the collective does not have, nranks < 1
+ * or a NULL info; *info is then unchanged.
+ */
+typedef struct {
+    const char *algorithm; /* "ring", "tree" or "direct"; library-owned */
+    size_t chunkBytes;     /* the largest piece one step moves */
+    int nChannels;         /* channels the call is cut into */
+    double predictedUs;    /* the model's time for the call, in microseconds */
+} loomTuningInfo_t;
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks,
+                           size_t bytes, loomTuningInfo_t *info);
 
 #ifdef __cplusplus
 }

@@ -141,6 +141,8 @@ void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
 
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int commCpuCount(void);
+/* Bytes of one connector slot for a communicator with localSize ranks on this host. */
+size_t commSlotBytes(int localSize);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

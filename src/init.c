@@ -259,18 +259,21 @@ static int configInt(int value, int fallback)
     return value == LOOM_CONFIG_UNDEF_INT ? fallback : value;
 }
 
-/* Sizes that depend on the parameters and on how many ranks share the host. */
-static void commSizes(struct loomComm *comm)
+size_t commSlotBytes(int localSize)
 {
     const int oneMiB = 1 << 20;
     int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
     size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
-    if (!setBuff && comm->localSize > 8) /* keep /dev/shm use near 8 MiB per rank */
-        buff = (size_t)(8 * oneMiB / comm->localSize) < 64 * 1024 ? 64 * 1024
-                                                                  : 8 * oneMiB / comm->localSize;
-    comm->slotBytes = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
-    if (comm->slotBytes < LOOM_CACHELINE)
-        comm->slotBytes = LOOM_CACHELINE;
+    if (!setBuff && localSize > 8) /* keep /dev/shm use near 8 MiB per rank */
+        buff = (size_t)(8 * oneMiB / localSize) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / localSize;
+    size_t slot = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
+    return slot < LOOM_CACHELINE ? LOOM_CACHELINE : slot;
+}
+
+/* Sizes that depend on the parameters and on how many ranks share the host. */
+static void commSizes(struct loomComm *comm)
+{
+    comm->slotBytes = commSlotBytes(comm->localSize);
     comm->buffBytes = comm->slotBytes * LOOM_STEPS;
     comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
     if (comm->nChannels > LOOM_MAX_CHANNELS)

