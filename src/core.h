@@ -80,6 +80,16 @@ struct loomSchedEntry {
 };
 #define LOOM_SCHED_CACHE 64
 
+/* A decision of the tuner, kept per communicator so a repeated call does not redo it (tuner.c). */
+struct loomTuneEntry {
+    uint64_t key; /* 0: empty */
+    int algo;     /* loomAlgo_t */
+    int nChannels;
+    size_t chunkBytes;
+    double predictedUs;
+};
+#define LOOM_TUNE_CACHE 64
+
 struct loomComm {
     uint64_t magic;
     int rank;
@@ -118,7 +128,10 @@ struct loomComm {
     void *scratch;
     size_t scratchBytes;
     size_t scratchTaken; /* bytes handed out to the plan being built */
-    /* Tuner: (collective, power-of-two size class) decisions already logged. */
+    /* Tuner: recent decisions, and the (collective, power-of-two size class)
+     * pairs already logged. Plans of one communicator are built by one thread
+     * at a time, as for the schedule cache. */
+    struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
     _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
 
     pthread_mutex_t errLock;

@@ -1,12 +1,19 @@
 /*
  * enqueue.c — API entry for collectives and point-to-point: check the
  * arguments, capture the operation, and run it (now, at group end, or on a
- * stream); and the plan: operations -> schedules -> lanes -> execRun.
+ * stream); and the plan:
  *
- * Schedules depend only on (collective, count, element size, root or peer,
- * lane range), never on buffer addresses, so each communicator caches the
- * ones it built: a repeated call builds nothing and allocates nothing.
- * AlltoAllv (per-call counts) uses a pool of reusable schedules instead.
+ *   operations -> tuner (algorithm, chunk, lanes) -> scratch -> schedules
+ *              -> lanes -> execRun
+ *
+ * Schedules depend only on (collective, algorithm, count, element size, root
+ * or peer, lane range, chunk), never on buffer addresses, so each
+ * communicator caches the ones it built: a repeated call builds nothing and
+ * allocates nothing. AlltoAllv (per-call counts) uses a pool of reusable
+ * schedules instead. Scratch that the lanes of a plan read or write (an
+ * in-place AlltoAll's staged input, a tree Reduce's partial sums off the
+ * root) is laid out op by op in one per-communicator area, sized before
+ * any pointer into it is handed out.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -179,16 +179,21 @@ static void tuneRead(void)
  *
  * where "bytes touched" counts each byte a step reads or writes (a SEND of
  * c bytes touches 2c, a RECV_REDUCE_SEND 3c, a RECV_REDUCE_COPY_SEND 4c),
- * and a hop costs hopUs plus switchUs for each further rank that shares the
- * receiver's core (the receiver must be scheduled before it can run).
+ * and a hop costs hopUs, plus switchUs for each further rank that shares the
+ * receiver's core: the receiver must be scheduled before it can run. A ring
+ * hop wakes one rank for one message; a tree's time unit wakes ranks of
+ * both trees, each for up to three messages (two children and a parent),
+ * so when ranks outnumber cores it costs treeSwitches times as many
+ * switches.
  */
 struct tuneCosts {
     const char *transport;
-    double callUs;   /* a call's fixed cost: plan, executor entry and exit */
-    double hopUs;    /* a message between two ranks that each have a core */
-    double switchUs; /* added per hop for each further rank on the receiver's core */
-    double stepUs;   /* the executor's overhead of one step */
-    double byteNs;   /* one byte read or written by a copy or a reduction */
+    double callUs;       /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;        /* a message between two ranks that each have a core */
+    double switchUs;     /* added per hop for each further rank on the receiver's core */
+    double treeSwitches; /* switches of a tree time unit, in ring hops */
+    double stepUs;       /* the executor's overhead of one step */
+    double byteNs;       /* one byte read or written by a copy or a reduction */
 };
 
 /*
@@ -205,11 +210,12 @@ struct tuneCosts {
  */
 static const struct tuneCosts shmCosts = {
     .transport = "shm",
-    .callUs = 0.3,
-    .hopUs = 0.3,
-    .switchUs = 3.0,
+    .callUs = 0.1,
+    .hopUs = 0.2,
+    .switchUs = 3.5,
+    .treeSwitches = 1.8,
     .stepUs = 0.05,
-    .byteNs = 0.06,
+    .byteNs = 0.065,
 };
 
 /* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
@@ -224,6 +230,7 @@ struct tuneCase {
 /* A pipeline's shape: what the busiest rank does per unit, and what all ranks do in all. */
 struct tunePipe {
     double units;      /* time units on the critical path */
+    double switches;   /* switches per unit, in ring hops, when ranks share cores */
     double unitSteps;  /* steps of the busiest rank per unit */
     double unitBytes;  /* bytes it touches per unit */
     double totalSteps; /* steps of every rank, whole call */
@@ -250,7 +257,8 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
     const struct tuneCosts *k = c->k;
     int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
     double perCore = (double)c->s->localRanks / cpus;
-    double hop = n > 1 ? k->hopUs + (perCore > 1 ? k->switchUs * (perCore - 1) : 0) : 0;
+    double wait = perCore > 1 ? k->switchUs * (perCore - 1) * p->switches : 0;
+    double hop = n > 1 ? k->hopUs + wait : 0;
     double critical = p->units * (hop + p->unitSteps * k->stepUs + p->unitBytes * k->byteNs / 1e3);
     double cpu =
         (p->totalSteps * k->stepUs + p->totalBytes * k->byteNs / 1e3) / (n < cpus ? n : cpus);
@@ -268,7 +276,7 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
     double n = c->s->nranks, S = c->bytes;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
         double loops = ceilDiv(S, n * c->chunk), block = S / (n * (loops > 0 ? loops : 1));
-        p->units = 2 * (n - 1) * loops;
+        p->units = 2 * (n - 1) * loops, p->switches = 1;
         p->unitSteps = 1, p->unitBytes = 3 * block;
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
         return;
@@ -276,18 +284,18 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
     double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;
     double pieces = ceilDiv(S / perRank, c->chunk);
     double piece = pieces > 0 ? S / perRank / pieces : 0;
-    p->units = (n - 1) + perRank * pieces;
+    p->units = (n - 1) + perRank * pieces - 1, p->switches = 1;
     p->unitSteps = 1, p->unitBytes = 3 * piece;
     p->totalSteps = n * perRank * pieces, p->totalBytes = 3 * n * S;
 }
 
 /*
  * Double binary tree: each tree carries half, in pieces. AllReduce runs
- * 2H + P units (H the height, P pieces per tree); per unit the busiest rank
+ * 2H + P - 1 units (H the height, P pieces per tree); per unit the busiest rank
  * reduces two children's pieces, passes one up, takes one down and hands it
  * to two children in the tree it is interior in, and sends and receives a
  * piece in the other: 6 steps touching 15 piece sizes. Broadcast and Reduce
- * run H + P units under the root, which serves both trees.
+ * run H + P - 1 units under the root, which serves both trees.
  */
 static void treePipe(const struct tuneCase *c, struct tunePipe *p)
 {
@@ -295,14 +303,15 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
     double S = c->bytes, pieces = ceilDiv(S / 2, c->chunk);
     double piece = pieces > 0 ? S / 2 / pieces : 0;
     double leaves = (n + 1) / 2, edges = n - 1;
+    p->switches = c->k->treeSwitches;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
-        p->units = 2 * floorLog2(n) + pieces;
+        p->units = 2 * floorLog2(n) + pieces - 1;
         p->unitSteps = n > 2 ? 6 : 3, p->unitBytes = (n > 2 ? 15 : 8) * piece;
         p->totalSteps = 2 * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
     }
-    p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces;
+    p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
     p->unitSteps = 4, p->unitBytes = 8 * piece;
     p->totalSteps = 2 * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
@@ -372,8 +381,31 @@ static int sizeClass(size_t bytes)
     return c;
 }
 
+/* Logs a decision the first time its (collective, size class) is met on comm. */
+static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
+                    const struct loomTuning *t, int fellBack)
+{
+    uint64_t bit = 1ULL << sizeClass(bytes);
+    if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
+        (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
+        return;
+    INFO(LOOM_TUNING,
+         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s",
+         collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
+         t->nChannels, t->predictedUs,
+         fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
+}
+
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct loomTuning *out)
 {
+    uint64_t key = ((uint64_t)bytes << 4 | (uint64_t)coll) + 1; /* bytes < 2^60: checked counts */
+    struct loomTuneEntry *e =
+        &comm->tuneCache[(key * 0x9e3779b97f4a7c15ULL >> 32) % LOOM_TUNE_CACHE];
+    if (e->key == key) {
+        *out =
+            (struct loomTuning){(loomAlgo_t)e->algo, e->chunkBytes, e->nChannels, e->predictedUs};
+        return;
+    }
     pthread_once(&tuneOnce, tuneRead);
     struct loomTuneShape shape = {.nranks = comm->nranks,
                                   .localRanks = comm->localSize,
@@ -382,15 +414,8 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct lo
                                   .nChannels = comm->nChannels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
     int res = tunerModel(&shape, coll, bytes, 0, out);
-    uint64_t bit = 1ULL << sizeClass(bytes);
-    if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
-        (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
-        return;
-    INFO(LOOM_TUNING,
-         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s",
-         collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(out->algo), out->chunkBytes,
-         out->nChannels, out->predictedUs,
-         res != 0 ? " (LOOM_ALGO allows none of its algorithms)" : "");
+    *e = (struct loomTuneEntry){key, out->algo, out->nChannels, out->chunkBytes, out->predictedUs};
+    tuneLog(comm, coll, bytes, out, res != 0);
 }
 
 loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
