@@ -103,6 +103,10 @@ struct loomSchedArgs {
      * every number used. With several hosts the trees span hosts and the ranks
      * of a host form a chain; NULL (or one host): the trees span the ranks. */
     const int *hosts;
+    /* Tree only: 1 sends the whole lane through the first tree (half the
+     * messages, for sizes where latency is all that counts); 0 or 2 splits it
+     * between the two. */
+    int trees;
 };
 
 /* A growable array of steps. Generators append; the caller owns and reuses it. */

@@ -25,8 +25,11 @@
  *      /     \        /
  *   q1 (p0) q3 (p2) q5 (p4)
  *
- * Depth is at most ceil(log2 m), and the interior positions are exactly the
- * odd ones. The second tree is the first with every participant moved one
+ * When m is a power of two this gives the root a single child (nothing
+ * lies right of q = m), so instead the perfect tree over the first m - 1
+ * positions is used with the last one spliced in above the rightmost leaf.
+ * Either way the depth is at most ceil(log2 m), and the interior positions
+ * are exactly the odd ones. The second tree is the first with every participant moved one
  * position on (p -> p + 1 mod m), so whoever is interior in the first
  * (odd p) is a leaf in the second (even p + 1, or 0); for even m the roles
  * are exactly swapped, for odd m the participant at p = m - 1 is a leaf in
@@ -39,7 +42,10 @@
  * by one. Inside the root's host the chain starts at the root.
  *
  * Pipelining. The lane's range is split in two halves, one per tree, and
- * each half in pieces of at most chunkElems. With R the depth of a tree and
+ * each half in pieces of at most chunkElems. (With args->trees == 1 the
+ * whole range takes the first tree: when ranks outnumber cores, a tiny
+ * message pays for every rank woken, and one tree wakes half as many for
+ * the same depth; the tuner decides.) With R the depth of a tree and
  * d the depth of this rank in it, piece j is given a time:
  *
  *   AllReduce   reduce-up   j + R - d     broadcast-down  j + R + d
@@ -77,8 +83,8 @@
 
 /* ---- one binary tree over positions 0..m-1 ---- */
 
-/* The root position of the tree over m >= 1 positions. */
-static int binaryTop(int m)
+/* The root position of the in-order tree over m >= 1 positions. */
+static int inorderTop(int m)
 {
     int top = 1;
     while (top <= m / 2)
@@ -86,11 +92,11 @@ static int binaryTop(int m)
     return top - 1;
 }
 
-/* The parent position of p, or -1 for the root. */
-static int binaryUp(int m, int p)
+/* The parent position of p in the in-order tree over m positions, or -1 for the root. */
+static int inorderUp(int m, int p)
 {
     int q = p + 1, b = q & -q;
-    if (p == binaryTop(m))
+    if (p == inorderTop(m))
         return -1;
     do {
         q = (q & 2 * b) ? q - b : q + b; /* a right child's parent is below it */
@@ -99,8 +105,8 @@ static int binaryUp(int m, int p)
     return q - 1;
 }
 
-/* The child positions of p into down[]; returns how many (0..2). */
-static int binaryDown(int m, int p, int down[2])
+/* The child positions of p in the in-order tree over m positions; returns how many (0..2). */
+static int inorderDown(int m, int p, int down[2])
 {
     int q = p + 1, b = q & -q, k = 0;
     if (b == 1)
@@ -112,6 +118,49 @@ static int binaryDown(int m, int p, int down[2])
             break;
         }
     }
+    return k;
+}
+
+/*
+ * The in-order tree gives its root a single child when m is a power of two
+ * (the root q = m has nothing to its right), which costs every path a hop.
+ * So for m = 2^k >= 4 the tree is the perfect one over the first m - 1
+ * positions, with the last position spliced in above the rightmost leaf:
+ * m - 1 takes the place of m - 2, which becomes its (left) child. In-order
+ * and parity are kept: interior positions are still the odd ones.
+ */
+static int binarySpliced(int m)
+{
+    return m >= 4 && (m & (m - 1)) == 0;
+}
+
+static int binaryTop(int m)
+{
+    return inorderTop(binarySpliced(m) ? m - 1 : m);
+}
+
+static int binaryUp(int m, int p)
+{
+    if (!binarySpliced(m))
+        return inorderUp(m, p);
+    if (p == m - 2)
+        return m - 1;
+    return inorderUp(m - 1, p == m - 1 ? m - 2 : p);
+}
+
+/* The child positions of p into down[]; returns how many (0..2). */
+static int binaryDown(int m, int p, int down[2])
+{
+    if (!binarySpliced(m))
+        return inorderDown(m, p, down);
+    if (p == m - 1) {
+        down[0] = m - 2;
+        return 1;
+    }
+    int k = inorderDown(m - 1, p, down);
+    for (int i = 0; i < k; i++)
+        if (down[i] == m - 2)
+            down[i] = m - 1;
     return k;
 }
 
@@ -512,7 +561,8 @@ static loomResult_t treeSchedule(const struct loomSchedArgs *a, struct loomSched
         return loomInternalError;
     }
     size_t len = a->hi - a->lo;
-    l.len[0] = len - len / 2, l.len[1] = len / 2;
+    l.len[1] = a->trees == 1 ? 0 : len / 2;
+    l.len[0] = len - l.len[1];
     l.base[0] = a->lo, l.base[1] = a->lo + l.len[0];
     for (int t = 0; t < 2; t++) {
         layoutNode(&L, t, a->rank, &l.node[t]);

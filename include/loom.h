@@ -286,6 +286,8 @@ loomResult_t loomTransportInfo(int index, const char **name, int *usable, const 
  */
 typedef struct {
     const char *algorithm; /* "ring", "tree" or "direct"; library-owned */
+    int trees;             /* tree: 2 when the data is split over both trees, 1 when
+                              it all takes one (latency-bound sizes); else 0 */
     size_t chunkBytes;     /* the largest piece one step moves */
     int nChannels;         /* channels the call is cut into */
     double predictedUs;    /* the model's time for the call, in microseconds */

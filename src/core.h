@@ -85,6 +85,7 @@ struct loomTuneEntry {
     uint64_t key; /* 0: empty */
     int algo;     /* loomAlgo_t */
     int nChannels;
+    int trees;
     size_t chunkBytes;
     double predictedUs;
 };

@@ -396,14 +396,16 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
 /*
  * Finds or builds the schedule of one lane. The key holds everything a
  * generator reads besides the communicator's fixed shape: collective,
- * algorithm, element size, root, count, lane range and chunk.
+ * algorithm (and for a tree, how many trees), element size, root, count,
+ * lane range and chunk.
  */
 static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArgs *a,
                                 loomAlgo_t algo, size_t es, const struct loomSchedule **out)
 {
     struct loomSchedule *s = NULL;
     if (a->coll != LOOM_COLL_ALLTOALLV) {
-        uint64_t key[LOOM_SCHED_KEY] = {(uint64_t)a->coll | (uint64_t)algo << 8 | es << 16 |
+        uint64_t key[LOOM_SCHED_KEY] = {(uint64_t)a->coll | (uint64_t)algo << 8 |
+                                            (uint64_t)a->trees << 12 | es << 16 |
                                             (uint64_t)(uint32_t)a->root << 32,
                                         a->count, a->lo, a->hi, a->chunkElems};
         struct loomSchedEntry *e = &comm->cache[keyHash(key) % LOOM_SCHED_CACHE];
@@ -508,7 +510,8 @@ static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlan
                                   .count = op->count,
                                   .lo = op->count * c / p->lanes,
                                   .hi = op->count * (c + 1) / p->lanes,
-                                  .chunkElems = p->chunkElems};
+                                  .chunkElems = p->chunkElems,
+                                  .trees = p->tune.algo == LOOM_ALGO_TREE ? p->tune.trees : 0};
         if (op->v) {
             a.sendcounts = op->v, a.sdispls = op->v + n;
             a.recvcounts = op->v + 2 * n, a.rdispls = op->v + 3 * n;

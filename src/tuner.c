@@ -184,29 +184,45 @@ static void tuneRead(void)
  * hop wakes one rank for one message; a tree's time unit wakes ranks of
  * both trees, each for up to three messages (two children and a parent),
  * so when ranks outnumber cores it costs treeSwitches times as many
- * switches.
+ * switches (tree1Switches when the data takes one tree only).
  */
 struct tuneCosts {
     const char *transport;
-    double callUs;       /* a call's fixed cost: plan, executor entry and exit */
-    double hopUs;        /* a message between two ranks that each have a core */
-    double switchUs;     /* added per hop for each further rank on the receiver's core */
-    double treeSwitches; /* switches of a tree time unit, in ring hops */
-    double stepUs;       /* the executor's overhead of one step */
-    double byteNs;       /* one byte read or written by a copy or a reduction */
+    double callUs;        /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;         /* a message between two ranks that each have a core */
+    double switchUs;      /* added per hop for each further rank on the receiver's core */
+    double treeSwitches;  /* switches of a tree time unit, in ring hops */
+    double tree1Switches; /* the same with all data in one tree */
+    double stepUs;        /* the executor's overhead of one step */
+    double byteNs;        /* one byte read or written by a copy or a reduction */
 };
 
 /*
- * shm, measured on this project's build machine (2 cores of an AMD EPYC VM,
- * 1 MiB connector FIFOs, so 128 KiB slots) with tools/loom-perf -z 1 under
- * tools/loomrun, medians of repeated runs:
+ * shm, measured on this project's build machine (2 cores of an AMD EPYC VM
+ * under KVM, 1 MiB connector FIFOs so 128 KiB slots, Loom 0.1.0) with
+ * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times; the
+ * machine was shared, so each figure is the median of 7 to 9 interleaved
+ * runs (bench/tuning-check) or the quietest of several:
  *
- * MEASUREMENT-PLACEHOLDER
+ *   callUs        n=1, 8 B AllReduce (one COPY step):                 0.09 us
+ *   hopUs         n=2, 8 B AllReduce, ring and tree alike (2 hops):   0.57 us
+ *                 = callUs + 2 x (hopUs + stepUs)
+ *   switchUs      n=4, 8 B ring (6 hops, 2 ranks a core):             ~20 us
+ *                 n=8, 8 B ring (14 hops, 4 ranks a core):            ~150 us
+ *                 = 14 x 3 x switchUs, both give 3.1 .. 3.6
+ *   treeSwitches  n=8, 8 B tree (6 time units): ring / tree 1.3 .. 2.0;
+ *                 n=4, 8 B tree (4 units): ring / tree 0.75 .. 1.2;
+ *                 1.8 puts n=4 on the ring and n=8 on the tree, as measured
+ *   byteNs        n=2, 64 MiB ring, CPU-bound: 8 x 64 MiB touched on 2
+ *                 cores in ~17.5 ms
+ *   stepUs        not separable from hopUs at these sizes; small
  *
- * To redo on another machine: run bench/tuning-check -r 7 (it prints the
- * forced ring and tree times for n = 2, 4, 8 from 8 B to 64 MiB), take the
- * figures named above, and check that the automatic column stays within 10%
- * of the best forced one.
+ * The resulting choices for AllReduce: n=2 ring throughout (the two are
+ * within noise); n=4 ring throughout; n=8 tree up to 8 KiB, ring from 16
+ * KiB. To redo on another machine: run bench/tuning-check -r 9 (forced ring,
+ * forced tree and the automatic choice for n = 2, 4, 8 from 8 B to 64 MiB),
+ * read the figures above from its ring and tree columns, and check that its
+ * chosen/best column stays within 1.10.
  */
 static const struct tuneCosts shmCosts = {
     .transport = "shm",
@@ -214,6 +230,7 @@ static const struct tuneCosts shmCosts = {
     .hopUs = 0.2,
     .switchUs = 3.5,
     .treeSwitches = 1.8,
+    .tree1Switches = 1.45,
     .stepUs = 0.05,
     .byteNs = 0.065,
 };
@@ -225,6 +242,7 @@ struct tuneCase {
     loomColl_t coll;
     double bytes;
     double chunk;
+    int trees; /* tree: how many carry data */
 };
 
 /* A pipeline's shape: what the busiest rank does per unit, and what all ranks do in all. */
@@ -290,30 +308,33 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
 }
 
 /*
- * Double binary tree: each tree carries half, in pieces. AllReduce runs
- * 2H + P - 1 units (H the height, P pieces per tree); per unit the busiest rank
- * reduces two children's pieces, passes one up, takes one down and hands it
- * to two children in the tree it is interior in, and sends and receives a
- * piece in the other: 6 steps touching 15 piece sizes. Broadcast and Reduce
- * run H + P - 1 units under the root, which serves both trees.
+ * Double binary tree: each tree carries half, in pieces (or one tree all of
+ * it). AllReduce runs 2H + P - 1 units (H the height, P pieces per tree);
+ * per unit the busiest rank reduces two children's pieces, passes one up,
+ * takes one down and hands it to two children in the tree it is interior in
+ * (4 steps touching 11 piece sizes), and sends and receives a piece in the
+ * other (2 steps, 4 sizes). Broadcast and Reduce run H + P - 1 units under
+ * the root, which serves both trees. The totals are the same with one tree
+ * or two: every byte takes one tree.
  */
 static void treePipe(const struct tuneCase *c, struct tunePipe *p)
 {
-    int n = c->s->nranks;
-    double S = c->bytes, pieces = ceilDiv(S / 2, c->chunk);
-    double piece = pieces > 0 ? S / 2 / pieces : 0;
+    int n = c->s->nranks, two = c->trees == 2;
+    double S = c->bytes, share = two ? S / 2 : S, pieces = ceilDiv(share, c->chunk);
+    double piece = pieces > 0 ? share / pieces : 0;
     double leaves = (n + 1) / 2, edges = n - 1;
-    p->switches = c->k->treeSwitches;
+    p->switches = two ? c->k->treeSwitches : c->k->tree1Switches;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
         p->units = 2 * floorLog2(n) + pieces - 1;
-        p->unitSteps = n > 2 ? 6 : 3, p->unitBytes = (n > 2 ? 15 : 8) * piece;
-        p->totalSteps = 2 * pieces * (2 * leaves + 2 * edges - 1);
+        p->unitSteps = n > 2 ? 4 + 2 * two : 2 + two;
+        p->unitBytes = (n > 2 ? 11 + 4 * two : 4 + 4 * two) * piece;
+        p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
     }
     p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
-    p->unitSteps = 4, p->unitBytes = 8 * piece;
-    p->totalSteps = 2 * pieces * (leaves + edges + 1);
+    p->unitSteps = 2 + 2 * two, p->unitBytes = (5 + 3 * two) * piece;
+    p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
 }
 
@@ -349,7 +370,7 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
 {
     pthread_once(&tuneOnce, tuneRead);
     uint32_t can = collAlgos[coll] & (allowed ? allowed : algoAllowed[coll]);
-    struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes};
+    struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
     int res = 0;
     if (can == 0) { /* nothing allowed that coll has: its first algorithm */
         can = collAlgos[coll] & (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT));
@@ -357,14 +378,17 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
     }
     out->predictedUs = -1;
     for (int a = 0; a < LOOM_ALGO_NUM; a++) {
-        double chunk = (double)shape->slotBytes;
         if (!(can & ALGO_BIT(a)))
             continue;
-        double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
-        if (out->predictedUs < 0 || t < out->predictedUs) {
-            out->algo = (loomAlgo_t)a;
-            out->predictedUs = t;
-            out->chunkBytes = (size_t)chunk;
+        for (c.trees = 2; c.trees >= (a == LOOM_ALGO_TREE ? 1 : 2); c.trees--) {
+            double chunk = (double)shape->slotBytes;
+            double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
+            if (out->predictedUs < 0 || t < out->predictedUs) {
+                out->algo = (loomAlgo_t)a;
+                out->predictedUs = t;
+                out->chunkBytes = (size_t)chunk;
+                out->trees = c.trees;
+            }
         }
     }
     /* One thread runs every lane of a rank, so more lanes only add steps: use
@@ -390,9 +414,10 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
         (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
         return;
     INFO(LOOM_TUNING,
-         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s",
+         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s%s",
          collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
          t->nChannels, t->predictedUs,
+         t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
@@ -402,8 +427,11 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct lo
     struct loomTuneEntry *e =
         &comm->tuneCache[(key * 0x9e3779b97f4a7c15ULL >> 32) % LOOM_TUNE_CACHE];
     if (e->key == key) {
-        *out =
-            (struct loomTuning){(loomAlgo_t)e->algo, e->chunkBytes, e->nChannels, e->predictedUs};
+        *out = (struct loomTuning){.algo = (loomAlgo_t)e->algo,
+                                   .chunkBytes = e->chunkBytes,
+                                   .nChannels = e->nChannels,
+                                   .trees = e->trees,
+                                   .predictedUs = e->predictedUs};
         return;
     }
     pthread_once(&tuneOnce, tuneRead);
@@ -414,7 +442,12 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct lo
                                   .nChannels = comm->nChannels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
     int res = tunerModel(&shape, coll, bytes, 0, out);
-    *e = (struct loomTuneEntry){key, out->algo, out->nChannels, out->chunkBytes, out->predictedUs};
+    *e = (struct loomTuneEntry){.key = key,
+                                .algo = out->algo,
+                                .nChannels = out->nChannels,
+                                .trees = out->trees,
+                                .chunkBytes = out->chunkBytes,
+                                .predictedUs = out->predictedUs};
     tuneLog(comm, coll, bytes, out, res != 0);
 }
 
@@ -455,6 +488,7 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
     struct loomTuning t;
     tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
     info->algorithm = tunerAlgoName(t.algo);
+    info->trees = t.algo == LOOM_ALGO_TREE ? t.trees : 0;
     info->chunkBytes = t.chunkBytes;
     info->nChannels = t.nChannels;
     info->predictedUs = t.predictedUs;

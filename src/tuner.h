@@ -21,6 +21,7 @@ struct loomTuning {
     loomAlgo_t algo;
     size_t chunkBytes;  /* largest piece one step moves: <= the connector slot */
     int nChannels;      /* lanes the call is cut into, 1 .. comm->nChannels */
+    int trees;          /* tree: 2 splits each lane over both trees, 1 uses the first only */
     double predictedUs; /* the model's time for the call */
 };
 

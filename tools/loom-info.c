@@ -277,20 +277,22 @@ static int printTuningRow(const char *coll, int nranks, size_t bytes)
 {
     static const char *const algos[] = {"ring", "tree"};
     loomTuningInfo_t choice, forced;
-    char size[32], chunk[32], alt[2][32];
+    char size[32], chunk[32], alt[2][32], trees[16] = "-";
 
     if (loomTuningGet(coll, NULL, nranks, bytes, &choice) != loomSuccess) {
         fprintf(stderr, "loom-info: loomTuningGet failed: %s\n", loomGetLastError(NULL));
         return -1;
     }
+    if (choice.trees > 0)
+        snprintf(trees, sizeof(trees), "%d", choice.trees);
     for (int i = 0; i < 2; i++) {
         if (loomTuningGet(coll, algos[i], nranks, bytes, &forced) == loomSuccess)
             snprintf(alt[i], sizeof(alt[i]), "%.1f", forced.predictedUs);
         else
             snprintf(alt[i], sizeof(alt[i]), "-");
     }
-    printf("%-13s %10s  %-6s %9s %8d %13.1f %10s %10s\n", coll,
-           formatBytes(bytes, size, sizeof(size)), choice.algorithm,
+    printf("%-13s %10s  %-6s %5s %9s %8d %13.1f %10s %10s\n", coll,
+           formatBytes(bytes, size, sizeof(size)), choice.algorithm, trees,
            formatBytes(choice.chunkBytes, chunk, sizeof(chunk)), choice.nChannels,
            choice.predictedUs, alt[0], alt[1]);
     return 0;
@@ -319,8 +321,8 @@ static int printTuning(int nranks, const char *only)
     printf("Tuner's choice for %d rank%s on this host (%ld CPUs), LOOM_ALGO%s%s\n", nranks,
            nranks == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), algo.isSet ? "=" : " unset",
            algo.isSet ? algo.value : "");
-    printf("%-13s %10s  %-6s %9s %8s %13s %10s %10s\n", "collective", "size", "algo", "chunk",
-           "channels", "predicted(us)", "ring(us)", "tree(us)");
+    printf("%-13s %10s  %-6s %5s %9s %8s %13s %10s %10s\n", "collective", "size", "algo", "trees",
+           "chunk", "channels", "predicted(us)", "ring(us)", "tree(us)");
     for (int c = 0; c < ncolls; c++) {
         if (only != NULL && strcmp(only, "all") != 0 && strcmp(only, colls[c]) != 0)
             continue;

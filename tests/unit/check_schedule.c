@@ -396,6 +396,7 @@ struct coll {
     const size_t *sc, *sd, *rc, *rd;
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
     int tree;           /* 1: the double binary tree instead of the ring */
+    int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
 };
 
@@ -438,6 +439,7 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
                                  struct loomSchedule *out)
 {
     a->hosts = c->hosts;
+    a->trees = c->trees;
     switch (c->coll) {
     case LOOM_COLL_ALLTOALLV:
         a->sendcounts = c->sc + a->rank * c->n;
@@ -725,7 +727,8 @@ static void sweep(loomColl_t coll, int allRoots, int tree)
                                      .count = counts[k],
                                      .chunk = ch,
                                      .root = n <= 8 ? ri : roots[ri],
-                                     .tree = tree};
+                                     .tree = tree,
+                                     .trees = tree && caseNo % 3 == 1 ? 1 : 2};
                     collExpectOk(&c, "identity", caseNo++);
                 }
             }
@@ -1294,9 +1297,10 @@ END_TEST
 START_TEST(test_tree_halves)
 {
     /* Each tree carries half: a rank receives ceil(c/2) elements from one parent, floor from the
-     * other. */
+     * other; with trees = 1, all of it from its parent in the first tree. */
     struct loomSchedule s = {0};
-    for (int n = 3; n <= 40; n += 37) {
+    for (int i = 0; i < 4; i++) {
+        int n = i < 2 ? 3 : 40, trees = 1 + i % 2;
         for (int r = 0; r < n; r++) {
             struct loomTreeNode nd[2];
             struct loomSchedArgs a = {.coll = LOOM_COLL_BROADCAST,
@@ -1306,7 +1310,8 @@ START_TEST(test_tree_halves)
                                       .count = 101,
                                       .lo = 0,
                                       .hi = 101,
-                                      .chunkElems = 7};
+                                      .chunkElems = 7,
+                                      .trees = trees};
             if (r == a.root)
                 continue;
             ck_assert_int_eq(treeNodeOf(&a, 0, &nd[0]), loomSuccess);
@@ -1319,8 +1324,8 @@ START_TEST(test_tree_halves)
                     if (s.steps[i].recvPeer == nd[t].up && nd[0].up != nd[1].up)
                         got[t] += s.steps[i].count;
             if (nd[0].up != nd[1].up) {
-                ck_assert_uint_eq(got[0], 51);
-                ck_assert_uint_eq(got[1], 50);
+                ck_assert_uint_eq(got[0], trees == 1 ? 101 : 51);
+                ck_assert_uint_eq(got[1], trees == 1 ? 0 : 50);
             }
         }
     }
@@ -1408,7 +1413,8 @@ START_TEST(test_tree_lanes)
                              .root = (int)rngBelow(&rng, (size_t)n),
                              .count = count,
                              .chunk = chunk,
-                             .tree = 1};
+                             .tree = 1,
+                             .trees = 1 + (int)rngBelow(&rng, 2)};
             int rc = collRunLanes(&c, 3, cuts, (int)rngBelow(&rng, 2), rngNext(&rng), err);
             ck_assert_msg(rc == 0, "tree coll %d n %d count %zu chunk %zu cuts %zu %zu: %s", c.coll,
                           n, count, chunk, cuts[1], cuts[2], err);
