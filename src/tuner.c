@@ -193,6 +193,7 @@ struct tuneCosts {
     double switchUs;      /* added per hop for each further rank on the receiver's core */
     double treeSwitches;  /* switches of a tree time unit, in ring hops */
     double tree1Switches; /* the same with all data in one tree */
+    double ringSparse;    /* the part of a ring hop's switches paid even with no block */
     double stepUs;        /* the executor's overhead of one step */
     double byteNs;        /* one byte read or written by a copy or a reduction */
 };
@@ -200,37 +201,42 @@ struct tuneCosts {
 /*
  * shm, measured on this project's build machine (2 cores of an AMD EPYC VM
  * under KVM, 1 MiB connector FIFOs so 128 KiB slots, Loom 0.1.0) with
- * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times; the
- * machine was shared, so each figure is the median of 7 to 9 interleaved
- * runs (bench/tuning-check) or the quietest of several:
+ * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times. The
+ * machine was shared with other builds, so each figure is a median of 9 to
+ * 21 interleaved runs (bench/tuning-check, or the same loom-perf lines
+ * alternated by hand) or the quietest of several:
  *
  *   callUs        n=1, 8 B AllReduce (one COPY step):                 0.09 us
  *   hopUs         n=2, 8 B AllReduce, ring and tree alike (2 hops):   0.57 us
  *                 = callUs + 2 x (hopUs + stepUs)
- *   switchUs      n=4, 8 B ring (6 hops, 2 ranks a core):             ~20 us
- *                 n=8, 8 B ring (14 hops, 4 ranks a core):            ~150 us
- *                 = 14 x 3 x switchUs, both give 3.1 .. 3.6
- *   treeSwitches  n=8, 8 B tree (6 time units): ring / tree 1.3 .. 2.0;
- *                 n=4, 8 B tree (4 units): ring / tree 0.75 .. 1.2;
- *                 1.8 puts n=4 on the ring and n=8 on the tree, as measured
+ *   switchUs      n=4, 32 B ring (6 hops, 2 ranks a core):            ~23 us
+ *                 n=8, 32 B ring (14 hops, 4 ranks a core):           ~150-190 us
+ *                 = 14 x (3 x switchUs + hopUs): 3.5 fits both
+ *   ringSparse    n=8, 8 B ring (2 elements: 6 of 8 blocks empty):   ~60-100 us,
+ *                 about half the 32 B figure: 0.4 + 0.6 x 2/8 = 0.55
+ *   treeSwitches  n=8, 8 B tree (6 units): ~95-130 us, about ring 32 B x 0.6;
+ *   tree1Switches one tree ~90-100 us; n=4, 32 B tree ~27-33 us against ring
+ *                 ~23-27: 1.7 and 1.6 keep n=4 on the ring, n=8 on the tree
  *   byteNs        n=2, 64 MiB ring, CPU-bound: 8 x 64 MiB touched on 2
  *                 cores in ~17.5 ms
  *   stepUs        not separable from hopUs at these sizes; small
  *
- * The resulting choices for AllReduce: n=2 ring throughout (the two are
- * within noise); n=4 ring throughout; n=8 tree up to 8 KiB, ring from 16
- * KiB. To redo on another machine: run bench/tuning-check -r 9 (forced ring,
- * forced tree and the automatic choice for n = 2, 4, 8 from 8 B to 64 MiB),
- * read the figures above from its ring and tree columns, and check that its
- * chosen/best column stays within 1.10.
+ * The resulting AllReduce choices: n=2 ring throughout (ring and tree are
+ * within noise of each other); n=4 ring throughout; n=8 ring at 8 B, one
+ * tree from 16 B to 2 KiB, two trees to 16 KiB, ring from 32 KiB. To redo on
+ * another machine: run bench/tuning-check -r 9 (forced ring, forced tree and
+ * the automatic choice for n = 2, 4, 8 from 8 B to 64 MiB), read the figures
+ * above from its ring and tree columns, set them here, and check that its
+ * chosen/best column stays within 1.10; loom-info --tuning shows the model.
  */
 static const struct tuneCosts shmCosts = {
     .transport = "shm",
     .callUs = 0.1,
     .hopUs = 0.2,
     .switchUs = 3.5,
-    .treeSwitches = 1.8,
-    .tree1Switches = 1.45,
+    .treeSwitches = 1.7,
+    .tree1Switches = 1.6,
+    .ringSparse = 0.4,
     .stepUs = 0.05,
     .byteNs = 0.065,
 };
@@ -291,10 +297,15 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
  */
 static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
 {
+    const struct tuneCosts *k = c->k;
     double n = c->s->nranks, S = c->bytes;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
         double loops = ceilDiv(S, n * c->chunk), block = S / (n * (loops > 0 ? loops : 1));
-        p->units = 2 * (n - 1) * loops, p->switches = 1;
+        /* Fewer elements than ranks (4-byte ones, say) leave blocks empty and
+         * their steps out: each hop wakes fewer ranks. */
+        double blocks = S / 4 < n ? ceilDiv(S, 4) : n;
+        p->units = 2 * (n - 1) * loops;
+        p->switches = k->ringSparse + (1 - k->ringSparse) * blocks / n;
         p->unitSteps = 1, p->unitBytes = 3 * block;
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
         return;
@@ -313,9 +324,10 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
  * per unit the busiest rank reduces two children's pieces, passes one up,
  * takes one down and hands it to two children in the tree it is interior in
  * (4 steps touching 11 piece sizes), and sends and receives a piece in the
- * other (2 steps, 4 sizes). Broadcast and Reduce run H + P - 1 units under
- * the root, which serves both trees. The totals are the same with one tree
- * or two: every byte takes one tree.
+ * other (2 steps, 4 sizes, done while it waits on the first tree, so only
+ * the 11, in about 3 steps a unit, lie on the critical path). Broadcast and Reduce run H + P - 1
+ * units under the root, which serves both trees. The totals are the same
+ * with one tree or two: every byte takes one tree.
  */
 static void treePipe(const struct tuneCase *c, struct tunePipe *p)
 {
@@ -326,14 +338,14 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
     p->switches = two ? c->k->treeSwitches : c->k->tree1Switches;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
         p->units = 2 * floorLog2(n) + pieces - 1;
-        p->unitSteps = n > 2 ? 4 + 2 * two : 2 + two;
-        p->unitBytes = (n > 2 ? 11 + 4 * two : 4 + 4 * two) * piece;
+        p->unitSteps = n > 2 ? 3 : 2;
+        p->unitBytes = (n > 2 ? 11 : 4 + 4 * two) * piece;
         p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
     }
     p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
-    p->unitSteps = 2 + 2 * two, p->unitBytes = (5 + 3 * two) * piece;
+    p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
 }
