@@ -1,7 +1,28 @@
 /*
  * tuner.c — the cost model that picks algorithm, chunk size and channels.
  *
- * PROVISIONAL: the model is filled in after measurement.
+ * Ring AllReduce is bandwidth-optimal but needs 2(n-1) hops; the double
+ * binary tree needs about 2 log2(n) but touches more bytes per byte
+ * reduced. Which wins depends on the size, the rank count and how ranks
+ * share cores, so every call asks tunerChoose:
+ *
+ *   (collective, bytes) --cache hit--> decision
+ *          |  miss
+ *          v
+ *   for each algorithm LOOM_ALGO allows and the collective has,
+ *   for one tree and two, for chunks from the slot down to 1 KiB:
+ *       predicted time = callUs + max(critical path, CPU work / cores)
+ *   keep the fastest; cache it in the communicator; log it (TUNING) the
+ *   first time its (collective, power-of-two size class) is met.
+ *
+ * The model is alpha-beta per (algorithm, transport): a pipeline of time
+ * units, each costing a hop's latency plus the busiest rank's steps and
+ * bytes; the constants per transport and how they were measured are below
+ * (only shm exists). LOOM_ALGO is parsed here, once per process, in NCCL's
+ * syntax. Channels: one thread runs all of a rank's lanes on the CPU, so
+ * extra channels only add steps and the model keeps one, unless
+ * LOOM_NCHANNELS was set, in which case every channel is used.
+ * loomTuningGet runs the same model for tools (loom-info --tuning).
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -175,6 +196,8 @@ static void tuneRead(void)
  *
  *   critical = units x (hop + steps x stepUs + bytes touched x byteNs)
  *   cpu      = (every rank's steps x stepUs + bytes touched x byteNs) / cores used
+ *              (+ units x switching, when ranks share cores: the same cores
+ *              switch and work, so the two add up instead of overlapping)
  *   time     = callUs + max(critical, cpu)
  *
  * where "bytes touched" counts each byte a step reads or writes (a SEND of
@@ -188,14 +211,15 @@ static void tuneRead(void)
  */
 struct tuneCosts {
     const char *transport;
-    double callUs;        /* a call's fixed cost: plan, executor entry and exit */
-    double hopUs;         /* a message between two ranks that each have a core */
-    double switchUs;      /* added per hop for each further rank on the receiver's core */
-    double treeSwitches;  /* switches of a tree time unit, in ring hops */
-    double tree1Switches; /* the same with all data in one tree */
-    double ringSparse;    /* the part of a ring hop's switches paid even with no block */
-    double stepUs;        /* the executor's overhead of one step */
-    double byteNs;        /* one byte read or written by a copy or a reduction */
+    double callUs;         /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;          /* a message between two ranks that each have a core */
+    double switchUs;       /* added per hop for each further rank on the receiver's core */
+    double treeSwitches;   /* switches of a tree time unit, in ring hops */
+    double tree1Switches;  /* the same with all data in one tree */
+    double ringSparse;     /* the part of a ring hop's switches paid even with no block */
+    double rootedSwitches; /* switches of a Broadcast or Reduce tree's time unit */
+    double stepUs;         /* the executor's overhead of one step */
+    double byteNs;         /* one byte read or written by a copy or a reduction */
 };
 
 /*
@@ -217,13 +241,18 @@ struct tuneCosts {
  *   treeSwitches  n=8, 8 B tree (6 units): ~95-130 us, about ring 32 B x 0.6;
  *   tree1Switches one tree ~90-100 us; n=4, 32 B tree ~27-33 us against ring
  *                 ~23-27: 1.7 and 1.6 keep n=4 on the ring, n=8 on the tree
+ *   rootedSwitches Broadcast and Reduce, n=4 and 8: up to 4 KiB the tree is
+ *                 within noise of the chain (1-4 us a call back to back),
+ *                 from 8 KiB 1.5-3x slower; 3.0 keeps them on the chain
+ *                 whenever ranks share cores
  *   byteNs        n=2, 64 MiB ring, CPU-bound: 8 x 64 MiB touched on 2
  *                 cores in ~17.5 ms
  *   stepUs        not separable from hopUs at these sizes; small
  *
- * The resulting AllReduce choices: n=2 ring throughout (ring and tree are
+ * The resulting choices: AllReduce n=2 ring throughout (ring and tree are
  * within noise of each other); n=4 ring throughout; n=8 ring at 8 B, one
- * tree from 16 B to 2 KiB, two trees to 16 KiB, ring from 32 KiB. To redo on
+ * tree from 16 B to 2 KiB, two trees to 64 KiB, ring from 128 KiB.
+ * Broadcast and Reduce: the chain whenever ranks share cores. To redo on
  * another machine: run bench/tuning-check -r 9 (forced ring, forced tree and
  * the automatic choice for n = 2, 4, 8 from 8 B to 64 MiB), read the figures
  * above from its ring and tree columns, set them here, and check that its
@@ -237,6 +266,7 @@ static const struct tuneCosts shmCosts = {
     .treeSwitches = 1.7,
     .tree1Switches = 1.6,
     .ringSparse = 0.4,
+    .rootedSwitches = 3.0,
     .stepUs = 0.05,
     .byteNs = 0.065,
 };
@@ -286,6 +316,8 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
     double critical = p->units * (hop + p->unitSteps * k->stepUs + p->unitBytes * k->byteNs / 1e3);
     double cpu =
         (p->totalSteps * k->stepUs + p->totalBytes * k->byteNs / 1e3) / (n < cpus ? n : cpus);
+    if (perCore > 1) /* the cores that do the work also do the switching */
+        cpu += p->units * wait;
     return k->callUs + (critical > cpu ? critical : cpu);
 }
 
@@ -344,6 +376,7 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
     }
+    p->switches = c->k->rootedSwitches;
     p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
