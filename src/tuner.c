@@ -202,8 +202,9 @@ static void tuneRead(void)
  *
  * where "bytes touched" counts each byte a step reads or writes (a SEND of
  * c bytes touches 2c, a RECV_REDUCE_SEND 3c, a RECV_REDUCE_COPY_SEND 4c),
- * and a hop costs hopUs, plus switchUs for each further rank that shares the
- * receiver's core: the receiver must be scheduled before it can run. A ring
+ * and a hop costs hopUs, plus, when ranks outnumber cores, switchUs (the
+ * receiver must be scheduled before it can run) and crowdUs for each
+ * further rank on the receiver's core beyond the second. A ring
  * hop wakes one rank for one message; a tree's time unit wakes ranks of
  * both trees, each for up to three messages (two children and a parent),
  * so when ranks outnumber cores it costs treeSwitches times as many
@@ -213,7 +214,8 @@ struct tuneCosts {
     const char *transport;
     double callUs;         /* a call's fixed cost: plan, executor entry and exit */
     double hopUs;          /* a message between two ranks that each have a core */
-    double switchUs;       /* added per hop for each further rank on the receiver's core */
+    double switchUs;       /* added per hop when ranks outnumber cores */
+    double crowdUs;        /* and for each rank a core holds beyond two */
     double treeSwitches;   /* switches of a tree time unit, in ring hops */
     double tree1Switches;  /* the same with all data in one tree */
     double ringSparse;     /* the part of a ring hop's switches paid even with no block */
@@ -225,47 +227,50 @@ struct tuneCosts {
 /*
  * shm, measured on this project's build machine (2 cores of an AMD EPYC VM
  * under KVM, 1 MiB connector FIFOs so 128 KiB slots, Loom 0.1.0) with
- * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times. The
- * machine was shared with other builds, so each figure is a median of 9 to
- * 21 interleaved runs (bench/tuning-check, or the same loom-perf lines
- * alternated by hand) or the quietest of several:
+ * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times,
+ * medians of 9 interleaved runs of bench/tuning-check taken while the
+ * shared machine was quiet (load average below 3; under the heavy load of
+ * other builds every figure doubles or worse and the crossovers move down):
  *
- *   callUs        n=1, 8 B AllReduce (one COPY step):                 0.09 us
- *   hopUs         n=2, 8 B AllReduce, ring and tree alike (2 hops):   0.57 us
- *                 = callUs + 2 x (hopUs + stepUs)
- *   switchUs      n=4, 32 B ring (6 hops, 2 ranks a core):            ~23 us
- *                 n=8, 32 B ring (14 hops, 4 ranks a core):           ~150-190 us
- *                 = 14 x (3 x switchUs + hopUs): 3.5 fits both
- *   ringSparse    n=8, 8 B ring (2 elements: 6 of 8 blocks empty):   ~60-100 us,
- *                 about half the 32 B figure: 0.4 + 0.6 x 2/8 = 0.55
- *   treeSwitches  n=8, 8 B tree (6 units): ~95-130 us, about ring 32 B x 0.6;
- *   tree1Switches one tree ~90-100 us; n=4, 32 B tree ~27-33 us against ring
- *                 ~23-27: 1.7 and 1.6 keep n=4 on the ring, n=8 on the tree
+ *   callUs         n=1, 8 B AllReduce (one COPY step):               0.09 us
+ *   hopUs          n=2, 8 B AllReduce, ring and tree alike:          0.4-0.6 us
+ *                  = callUs + 2 x (hopUs + stepUs)
+ *   switchUs       n=4, 32 B ring (7 units, 2 ranks a core):        ~22 us
+ *   crowdUs        n=8, 32 B ring (15 units, 4 ranks a core):       ~65-75 us
+ *                  a unit costs ~3.4 and ~4.7 us: 2.5 + 0.65 per rank beyond two
+ *   ringSparse     n=8, 8 B ring (2 elements, 6 of 8 blocks empty): ~49 us,
+ *                  0.7 of the 32 B figure = 0.6 + 0.4 x 2/8
+ *   treeSwitches   n=8, 16 B .. 1 KiB tree (6 units): ~40 us against ring ~70;
+ *                  n=4, 8 .. 512 B (4 units): ~13 us against ~22: 1.0 .. 1.4
+ *   tree1Switches  one tree against two, 8 B, n=8, 21 alternations: equal or
+ *                  up to 10% faster: 1.15
  *   rootedSwitches Broadcast and Reduce, n=4 and 8: up to 4 KiB the tree is
- *                 within noise of the chain (1-4 us a call back to back),
- *                 from 8 KiB 1.5-3x slower; 3.0 keeps them on the chain
- *                 whenever ranks share cores
- *   byteNs        n=2, 64 MiB ring, CPU-bound: 8 x 64 MiB touched on 2
- *                 cores in ~17.5 ms
- *   stepUs        not separable from hopUs at these sizes; small
+ *                  within noise of the chain (1-4 us a call back to back),
+ *                  from 8 KiB 1.5-3x slower; 3.0 keeps them on the chain
+ *                  whenever ranks share cores
+ *   byteNs         n=2, 64 MiB, CPU-bound: 8 x 64 MiB touched on 2 cores in
+ *                  ~17.5 ms (tree; the ring's loops wait on each other)
+ *   stepUs         not separable from hopUs at these sizes; small
  *
- * The resulting choices: AllReduce n=2 ring throughout (ring and tree are
- * within noise of each other); n=4 ring throughout; n=8 ring at 8 B, one
- * tree from 16 B to 2 KiB, two trees to 64 KiB, ring from 128 KiB.
+ * The resulting AllReduce choices: n=2 tree up to 512 B (a tie), ring to
+ * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 4 KiB,
+ * ring above; n=8 tree up to 64 KiB (one tree up to 512 B), ring above.
  * Broadcast and Reduce: the chain whenever ranks share cores. To redo on
- * another machine: run bench/tuning-check -r 9 (forced ring, forced tree and
- * the automatic choice for n = 2, 4, 8 from 8 B to 64 MiB), read the figures
- * above from its ring and tree columns, set them here, and check that its
- * chosen/best column stays within 1.10; loom-info --tuning shows the model.
+ * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
+ * ring, forced tree and the automatic choice for n = 2, 4, 8 from 8 B to
+ * 64 MiB), read the figures above from its ring and tree columns, set them
+ * here, and check that its chosen/best column stays within 1.10;
+ * loom-info --tuning shows what the model then predicts.
  */
 static const struct tuneCosts shmCosts = {
     .transport = "shm",
     .callUs = 0.1,
     .hopUs = 0.2,
-    .switchUs = 3.5,
-    .treeSwitches = 1.7,
-    .tree1Switches = 1.6,
-    .ringSparse = 0.4,
+    .switchUs = 2.5,
+    .crowdUs = 0.65,
+    .treeSwitches = 1.2,
+    .tree1Switches = 1.15,
+    .ringSparse = 0.6,
     .rootedSwitches = 3.0,
     .stepUs = 0.05,
     .byteNs = 0.065,
@@ -311,7 +316,7 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
     const struct tuneCosts *k = c->k;
     int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
     double perCore = (double)c->s->localRanks / cpus;
-    double wait = perCore > 1 ? k->switchUs * (perCore - 1) * p->switches : 0;
+    double wait = perCore > 1 ? (k->switchUs + k->crowdUs * (perCore - 2)) * p->switches : 0;
     double hop = n > 1 ? k->hopUs + wait : 0;
     double critical = p->units * (hop + p->unitSteps * k->stepUs + p->unitBytes * k->byteNs / 1e3);
     double cpu =
@@ -336,7 +341,7 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
         /* Fewer elements than ranks (4-byte ones, say) leave blocks empty and
          * their steps out: each hop wakes fewer ranks. */
         double blocks = S / 4 < n ? ceilDiv(S, 4) : n;
-        p->units = 2 * (n - 1) * loops;
+        p->units = (2 * n - 1) * loops; /* SEND, 2(n-1) hops, per loop: loops do not overlap */
         p->switches = k->ringSparse + (1 - k->ringSparse) * blocks / n;
         p->unitSteps = 1, p->unitBytes = 3 * block;
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
