@@ -292,8 +292,8 @@ typedef struct {
     int nChannels;         /* channels the call is cut into */
     double predictedUs;    /* the model's time for the call, in microseconds */
 } loomTuningInfo_t;
-loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks,
-                           size_t bytes, loomTuningInfo_t *info);
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
+                           loomTuningInfo_t *info);
 
 #ifdef __cplusplus
 }
