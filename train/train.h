@@ -111,7 +111,7 @@ struct strategy {
     /* Forward, backward, gradient communication and the optimizer step, for one batch. */
     loomResult_t (*step)(void *self, long step, const float *x, const int *labels,
                          struct stepStats *stats);
-    /* A hash of the state every rank must hold bit for bit (0 where all of it is sharded). */
+    /* A hash of the state every rank must hold bit for bit; NULL where all of it is sharded. */
     uint64_t (*fingerprint)(void *self);
     /* Collective: the final weights (and outputs) on every rank, for --check. */
     loomResult_t (*collect)(void *self, struct finalState *out);

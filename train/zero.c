@@ -165,11 +165,10 @@ static loomResult_t zeroStep(void *self, long step, const float *x, const int *l
     return loomSuccess;
 }
 
+/* Stages 1 and 2: the full parameters (the master and its moments are sharded). */
 static uint64_t zeroFingerprint(void *self)
 {
     struct zero *z = self;
-    if (z->stage == 3)
-        return 0; /* nothing but the sharded state: nothing every rank holds */
     return hashBytes(HASH_INIT, z->params, z->lay.total * z->esz);
 }
 
@@ -308,7 +307,7 @@ loomResult_t zeroCreate(struct trainer *t, int stage, struct strategy *s)
         snprintf(z->formula, sizeof(z->formula), "16 Psi/N");
     *s = (struct strategy){.self = z,
                            .step = zeroStep,
-                           .fingerprint = zeroFingerprint,
+                           .fingerprint = stage < 3 ? zeroFingerprint : NULL,
                            .collect = zeroCollect,
                            .destroy = zeroDestroy,
                            .psi = z->lay.params,
