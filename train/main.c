@@ -339,23 +339,27 @@ static loomResult_t verifyHashes(struct run *r, uint64_t hash, int *same)
 static loomResult_t trainStep(struct run *r, long step)
 {
     struct trainer *t = &r->t;
-    struct stepStats st = {0, 0};
+    struct stepStats st = {0, 0, 0};
     uint64_t start = nowNs(), comm0 = t->commNs;
     LOOMCHECK(dataBatch(&r->data, t->rank, step, r->x, r->labels));
     LOOMCHECK(r->s.step(r->s.self, step + 1, r->x, r->labels, &st));
-    double local[2] = {st.loss / t->nranks, st.gradNormSq}, global[2];
+    double local[3] = {st.loss / t->nranks, st.gradNormSq, st.dropped / t->nranks}, global[3];
     uint64_t t0 = nowNs();
     LOOMCHECK(trainComm(t, "loomAllReduce",
-                        loomAllReduce(local, global, 2, loomFloat64, loomSum, t->comm, NULL), t0));
+                        loomAllReduce(local, global, 3, loomFloat64, loomSum, t->comm, NULL), t0));
     double ms = (double)(nowNs() - start) / 1e6;
     r->rec.loss[step] = global[0];
     r->rec.gradNorm[step] = sqrt(global[1]);
     r->stepMs[step] = ms;
     r->commShare[step] = (double)(t->commNs - comm0) / 1e6 / ms;
-    if (t->rank == 0 && ((step + 1) % r->o.logEvery == 0 || step == 0 || step + 1 == r->o.steps))
-        printf("step %5ld  loss %.6f  tokens/s %10.0f  comm %5.1f%%  (%.3f ms)\n", step + 1,
+    if (t->rank == 0 && ((step + 1) % r->o.logEvery == 0 || step == 0 || step + 1 == r->o.steps)) {
+        char dropped[32] = "";
+        if (r->o.mode == MODE_MOE)
+            snprintf(dropped, sizeof(dropped), "  dropped %4.1f%%", 100.0 * global[2]);
+        printf("step %5ld  loss %.6f  tokens/s %10.0f  comm %5.1f%%  (%.3f ms)%s\n", step + 1,
                global[0], (double)t->nranks * r->o.batch / (ms / 1e3), 100.0 * r->commShare[step],
-               ms);
+               ms, dropped);
+    }
     if (r->s.fingerprint != NULL && r->o.verifyEvery > 0 && (step + 1) % r->o.verifyEvery == 0) {
         int same;
         LOOMCHECK(verifyHashes(r, r->s.fingerprint(r->s.self), &same));

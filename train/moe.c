@@ -479,10 +479,12 @@ static loomResult_t moeStep(void *self, long step, const float *x, const int *la
     float *g, *dy = s->dy, *dx = s->dx;
 
     stats->loss = 0.0;
+    stats->dropped = 0.0;
     memcpy(s->layers > 0 ? s->layer[0].x : s->head.x, x, (size_t)b * d * sizeof(float));
     for (int l = 0; l < s->layers; l++) {
         LOOMCHECK(moeLayerForward(s, l, l + 1 < s->layers ? s->layer[l + 1].x : s->head.x));
         stats->loss += s->layer[l].route.aux;
+        stats->dropped += (double)s->layer[l].route.dropped / (b * s->m.topK * s->layers);
     }
     LOOMCHECK(replicaParams(&s->dense, head, &p));
     stats->loss += headForward(&s->headShape, p, labels, b, &s->head);

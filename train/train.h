@@ -95,6 +95,7 @@ struct trainer {
 struct stepStats {
     double loss;       /* this rank's mean loss over its batch */
     double gradNormSq; /* this rank's share of the squared norm of the averaged gradient */
+    double dropped;    /* MoE: share of this rank's top-k choices dropped over capacity */
 };
 
 /* Weights and outputs in one canonical order, for the comparison of --check. */
