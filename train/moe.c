@@ -246,7 +246,7 @@ struct moe {
     char formula[64];
 };
 
-#define MOE_LAYER_BUFS 3
+#define MOE_LAYER_BUFS 3 /* per local expert: inputs, pre-activations, activations */
 
 static loomResult_t moeLayerInit(struct moe *s, struct moeLayer *L)
 {
@@ -302,7 +302,7 @@ static void moeLayerFree(struct moe *s, struct moeLayer *L)
 }
 
 /* Rows of the send layout: each accepted choice at its expert's first row plus its place. */
-static int moeSendLayout(struct moe *s, struct moeLayer *L)
+static void moeSendLayout(struct moe *s, struct moeLayer *L)
 {
     int rows = 0, gk = s->m.group * s->m.topK;
     for (int e = 0; e < s->m.experts; e++) {
@@ -311,7 +311,6 @@ static int moeSendLayout(struct moe *s, struct moeLayer *L)
     }
     for (int i = 0; i < gk; i++)
         L->pos[i] = L->route.slot[i] < 0 ? -1 : s->firstRow[L->route.expert[i]] + L->route.slot[i];
-    return rows;
 }
 
 /* Sends every rank the counts of its experts; derives where each received block starts. */
