@@ -137,13 +137,18 @@ static int dataLabel(const struct dataSet *d, const float *x)
     return best;
 }
 
-loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels)
+long dataIndex(struct dataSet *d, int rank, long step, int j)
 {
     long epoch = step / d->stepsPerEpoch, within = step % d->stepsPerEpoch;
     if (epoch != d->permEpoch)
         dataShuffle(d, epoch);
+    return d->perm[rank + (long)d->nranks * (within * d->batch + j)];
+}
+
+loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels)
+{
     for (int j = 0; j < d->batch; j++) {
-        long sample = d->perm[rank + (long)d->nranks * (within * d->batch + j)];
+        long sample = dataIndex(d, rank, step, j);
         float *row = x + (size_t)j * d->dim;
         for (int i = 0; i < d->dim; i++)
             row[i] = (float)rngNormal(d->seed, STREAM_DATA, (uint64_t)sample * d->dim + i);

@@ -37,6 +37,8 @@ struct dataSet {
 loomResult_t dataInit(struct dataSet *d, int dim, int classes, long samples, int batch, int nranks,
                       uint64_t seed);
 void dataFree(struct dataSet *d);
+/* The index of the j-th sample of rank `rank`'s batch of step `step` (0-based). */
+long dataIndex(struct dataSet *d, int rank, long step, int j);
 /* Rank `rank`'s batch of step `step` (0-based): batch x dim inputs and batch labels. */
 loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels);
 
