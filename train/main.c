@@ -127,8 +127,8 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
 
 static const char *const modeNames[] = {"ddp", "zero1", "zero2", "zero3", "moe"};
 
-/* Options with a whole-number value: where each goes and its range. */
-static int setInt(struct trainOptions *o, int c, const char *arg)
+/* Options with a numeric value: where each goes and its range. */
+static int setNumber(struct trainOptions *o, int c, const char *arg)
 {
     const struct {
         int code;
@@ -139,6 +139,13 @@ static int setInt(struct trainOptions *o, int c, const char *arg)
                 {OPT_BATCH, &o->batch, 1, 1 << 20},       {OPT_STEPS, &o->steps, 1, 1 << 24},
                 {OPT_EXPERTS, &o->experts, 1, 1 << 12},   {OPT_LOG, &o->logEvery, 1, 1 << 30},
                 {OPT_VERIFY, &o->verifyEvery, 0, 1 << 30}};
+    const struct {
+        int code;
+        double *target, lo, hi;
+    } reals[] = {{OPT_LR, &o->lr, 1e-9, 1.0},
+                 {OPT_BUCKET, &o->bucketMb, 1e-6, 1e6},
+                 {OPT_CAPACITY, &o->capacity, 1e-3, 1e3},
+                 {OPT_AUX, &o->auxWeight, 0.0, 1e3}};
     long v;
     if (c == OPT_SAMPLES)
         return parseLong(arg, 1, 1L << 40, &o->samples);
@@ -148,6 +155,9 @@ static int setInt(struct trainOptions *o, int c, const char *arg)
         o->seed = (uint64_t)v;
         return 0;
     }
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+        if (reals[i].code == c)
+            return parseDouble(arg, reals[i].lo, reals[i].hi, reals[i].target);
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
         if (ints[i].code == c) {
             if (parseLong(arg, ints[i].lo, ints[i].hi, &v) != 0)
@@ -170,7 +180,8 @@ static int parseMode(const char *s, struct trainOptions *o)
 
 static int parseOptions(int argc, char **argv, struct trainOptions *o)
 {
-    int c;
+    int c, idx = 0;
+    char what[64];
     *o = (struct trainOptions){.mode = MODE_DDP,
                                .layers = 4,
                                .hidden = 64,
@@ -188,7 +199,7 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
                                .topK = 2,
                                .capacity = 1.25,
                                .auxWeight = 0.01};
-    while ((c = getopt_long(argc, argv, "h", longOptions, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longOptions, &idx)) != -1) {
         switch (c) {
         case OPT_MODE:
             if (parseMode(optarg, o) != 0)
@@ -198,22 +209,6 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return usageError("--dtype wants fp32 or bf16, not", optarg);
             o->bf16 = strcmp(optarg, "bf16") == 0;
-            break;
-        case OPT_LR:
-            if (parseDouble(optarg, 1e-9, 1.0, &o->lr) != 0)
-                return usageError("--lr wants a rate in (0, 1], not", optarg);
-            break;
-        case OPT_BUCKET:
-            if (parseDouble(optarg, 1e-6, 1e6, &o->bucketMb) != 0)
-                return usageError("--bucket-mb wants a size in MiB > 0, not", optarg);
-            break;
-        case OPT_CAPACITY:
-            if (parseDouble(optarg, 1e-3, 1e3, &o->capacity) != 0)
-                return usageError("--capacity-factor wants a factor > 0, not", optarg);
-            break;
-        case OPT_AUX:
-            if (parseDouble(optarg, 0.0, 1e3, &o->auxWeight) != 0)
-                return usageError("--aux-weight wants a weight >= 0, not", optarg);
             break;
         case OPT_TOPK:
             if (strcmp(optarg, "1") != 0 && strcmp(optarg, "2") != 0)
@@ -232,8 +227,10 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         case '?':
             return usageError("unknown option or missing value", NULL);
         default:
-            if (setInt(o, c, optarg) != 0)
-                return usageError("not a whole number in range:", optarg);
+            snprintf(what, sizeof(what), "--%s wants a number in its range, not",
+                     longOptions[idx].name);
+            if (setNumber(o, c, optarg) != 0)
+                return usageError(what, optarg);
         }
     }
     if (optind < argc)
