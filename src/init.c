@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
@@ -229,6 +230,7 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     struct loomPeerInfo *me = &comm->peers[comm->rank];
     hostIdentity(me);
     me->pid = (int32_t)getpid();
+    p2pPeerInfo(me);
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {
@@ -324,6 +326,7 @@ static loomResult_t commConnect(struct loomComm *comm)
 /* Releases what the communicator owns (not the struct itself). */
 static void commFree(struct loomComm *comm)
 {
+    p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
     for (int t = 0; loomTransports[t]; t++)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
@@ -373,6 +376,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     commSizes(comm);
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
+    LOOMCHECK(p2pSetup(comm));
     LOOMCHECK(bootstrapBarrier(comm->bootstrap));
     return registryAdd(comm);
 }
