@@ -334,12 +334,16 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn)
 
 static __thread struct cudaExec *tlActive; /* the executor of the plan being built */
 
-/* The CUDA context of a device plan, NULL for a host plan; a plan takes one kind of memory. */
-static loomResult_t planKind(const struct loomOp *ops, int nops, void **ctx)
+/*
+ * The kind of memory of a plan (1 device, with its context; 0 host or no
+ * buffer at all); a plan takes one kind, and device buffers of one context.
+ */
+static loomResult_t planKind(const struct loomOp *ops, int nops, int *device, void **ctx)
 {
     static const char *const kindNames[] = {"host", "device"};
     int first = -1, firstKind = -1;
     *ctx = NULL;
+    *device = 0;
     for (int i = 0; i < nops; i++) {
         int kind;
         void *c;
@@ -361,6 +365,10 @@ static loomResult_t planKind(const struct loomOp *ops, int nops, void **ctx)
                                 "different CUDA devices",
                                 first, i);
     }
+    *device = firstKind == 1;
+    if (*device && *ctx == NULL)
+        return loomSetError(loomUnhandledCudaError,
+                            "the CUDA driver names no context for the device buffers");
     return loomSuccess;
 }
 
@@ -370,9 +378,10 @@ loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cud
     struct cudaExec *ex;
     cuContext_t saved = NULL;
     void *ctx;
+    int device;
     *out = NULL;
-    LOOMCHECK(planKind(ops, nops, &ctx));
-    if (ctx == NULL)
+    LOOMCHECK(planKind(ops, nops, &device, &ctx));
+    if (!device)
         return loomSuccess;
     LOOMCHECK(cudaLibGet(&lib));
     lib->ctxGetCurrent(&saved);

@@ -192,6 +192,29 @@ int cudaLibLoaded(void)
     return 0;
 }
 
+/*
+ * Device `ordinal`'s primary context (what the runtime uses), retained once,
+ * for memory no context owns (cuMemCreate + cuMemMap, as PyTorch's
+ * expandable segments); NULL if there is none.
+ */
+static cuContext_t primaryContext(const struct cudaLib *lib, int ordinal)
+{
+    static _Atomic(cuContext_t) primary[64];
+    cuDevice_t dev;
+    cuContext_t ctx = NULL;
+    if (ordinal < 0 || ordinal >= 64)
+        return NULL;
+    ctx = atomic_load(&primary[ordinal]);
+    if (ctx == NULL && lib->deviceGet(&dev, ordinal) == CUL_SUCCESS &&
+        lib->devicePrimaryCtxRetain(&ctx, dev) == CUL_SUCCESS) {
+        cuContext_t none = NULL;
+        if (!atomic_compare_exchange_strong(&primary[ordinal], &none, ctx))
+            lib->devicePrimaryCtxRelease(dev); /* another thread retained it first */
+        ctx = atomic_load(&primary[ordinal]);
+    }
+    return ctx;
+}
+
 enum cudaMemKind cudaLibPointerKind(const void *p, cuContext_t *ctx, int *device)
 {
     if (p == NULL || !cudaLibLoaded())
@@ -209,5 +232,7 @@ enum cudaMemKind cudaLibPointerKind(const void *p, cuContext_t *ctx, int *device
     *device = -1;
     lib->pointerGetAttribute(ctx, CUL_POINTER_ATTRIBUTE_CONTEXT, dp);
     lib->pointerGetAttribute(device, CUL_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dp);
+    if (*ctx == NULL)
+        *ctx = primaryContext(lib, *device);
     return CUDA_MEM_DEVICE;
 }

@@ -140,9 +140,10 @@ enum cudaMemKind { CUDA_MEM_HOST = 0, CUDA_MEM_DEVICE = 1 };
 
 /*
  * Classifies p: CUDA_MEM_DEVICE for memory the CPU must not touch (device
- * and managed allocations, and IPC mappings), with the owning context and
- * device ordinal; CUDA_MEM_HOST for everything else, including pinned and
- * registered host memory and any pointer when no driver is loaded.
+ * and managed allocations, and IPC mappings), with the owning context (the
+ * device's primary context for memory no context owns) and device ordinal;
+ * CUDA_MEM_HOST for everything else, including pinned and registered host
+ * memory and any pointer when no driver is loaded.
  */
 enum cudaMemKind cudaLibPointerKind(const void *p, cuContext_t *ctx, int *device);
 

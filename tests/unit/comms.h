@@ -19,7 +19,7 @@
 
 #include "loom.h"
 
-static loomComm_t soloComm(void)
+static inline loomComm_t soloComm(void)
 {
     loomUniqueId id;
     loomComm_t comm = NULL;
@@ -38,7 +38,7 @@ static loomComm_t soloComm(void)
 
 typedef int (*rankFn)(int rank, int nranks, loomComm_t comm);
 
-static void runRanks(int nranks, rankFn fn)
+static inline void runRanks(int nranks, rankFn fn)
 {
     loomUniqueId id;
     pid_t pids[16];
