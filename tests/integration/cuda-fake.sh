@@ -19,13 +19,22 @@
 set -u
 . "$(dirname "$0")/common.sh"
 
-require_tools loomrun loom-perf
+require_tools loomrun loom-perf loom-info
 FAKE=$top_builddir/tests/unit/.libs/libfakecuda.so
 [ -f "$FAKE" ] || skip "$FAKE is not built (make check builds it)"
 
 LOOM_TIMEOUT=${LOOM_TIMEOUT:-60}
 LOOM_CUDA_LIB=$FAKE
 export LOOM_TIMEOUT LOOM_CUDA_LIB
+
+# A build without CUDA has no kernels: device buffers are refused with a reason.
+if "$LOOM_INFO" | grep -q "cuda=no"; then
+    run_to "$TEST_TMPDIR/nocuda.out" "$TEST_TMPDIR/nocuda.err" "$LOOMRUN" -n 1 "$LOOM_PERF" -G 1 \
+        -b 8 -e 8 -n 1 -w 0
+    grep -q "built without CUDA" "$TEST_TMPDIR/nocuda.err" ||
+        { show_log "$TEST_TMPDIR/nocuda.err"; fail "device buffers in a build without CUDA"; }
+    skip "built without CUDA: device buffers are refused, as they should be"
+fi
 
 ALL="-G 1 -C all -d all -o all -r all"
 SIZES="-b 4 -e 40000 -f 7"
