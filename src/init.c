@@ -3,9 +3,11 @@
  * destroy, abort, and the handle checks every API entry makes.
  *
  * Init, in order: bootstrap ring (bootstrap.c) -> allgather of each rank's
- * host identity and pid -> ring order -> transports connect the connectors
- * (shm inside a host) -> barrier. Every step is bounded by the timeout; on
- * failure everything built so far is released and *comm is left untouched.
+ * host identity, pid and GPU -> ring order -> transports connect the
+ * connectors (shm inside a host) -> p2p slots in GPU memory for ranks bound
+ * to a GPU (transports/p2p.c) -> barrier. Every step is bounded by the
+ * timeout; on failure everything built so far is released and *comm is
+ * left untouched.
  *
  * Handles: a struct loomComm is never freed. Destroy releases what it owns
  * and marks it dead, and every communicator ever created is listed in a
