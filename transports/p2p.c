@@ -229,7 +229,15 @@ loomResult_t p2pSetup(struct loomComm *comm)
     loomResult_t res = comm->peers[comm->rank].gpu >= 0 ? p2pBind(comm) : loomSuccess;
     for (int p = 0; p < comm->nranks; p++)
         any |= p2pMember(&comm->peers[p]);
-    return any ? p2pExchange(comm, res) : res;
+    if (any)
+        res = p2pExchange(comm, res);
+    /*
+     * The host slots are registered now, while nothing waits on the GPU, rather than at
+     * the first device plan. A failure here only matters to device plans, which report it.
+     */
+    if (res == loomSuccess && comm->cuda && comm->cuda->ctx && p2pMapHostSlots(comm) != loomSuccess)
+        INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
+    return res;
 }
 
 void *p2pContext(const struct loomComm *comm, int *device)
@@ -315,6 +323,9 @@ loomResult_t p2pMapHostSlots(struct loomComm *comm)
     struct cudaComm *cc = comm->cuda;
     if (cc && cc->hostMapped)
         return loomSuccess;
+    if (cc && cc->regions) /* a failed registration: the plan fails again, and says why */
+        return loomSetError(loomUnhandledCudaError,
+                            "the shared-memory slots could not be registered with the GPU");
     if (cc == NULL) { /* not bound at init: only the host-staged path */
         if ((cc = calloc(1, sizeof(*cc))) == NULL)
             return loomSetError(loomSystemError, "out of memory for the CUDA state");
@@ -329,8 +340,9 @@ loomResult_t p2pMapHostSlots(struct loomComm *comm)
     cc->nRegions = n;
     cc->lib->ctxGetCurrent(&cc->regCtx);
     regionsFind(comm, cc->regions);
-    cc->hostMapped = 1; /* from here on p2pFree undoes whatever was registered */
-    return regionsRegister(cc, cc->regions, n);
+    loomResult_t res = regionsRegister(cc, cc->regions, n); /* p2pFree undoes what it did */
+    cc->hostMapped = res == loomSuccess;
+    return res;
 }
 
 void p2pFree(struct loomComm *comm)

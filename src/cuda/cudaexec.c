@@ -48,6 +48,7 @@
 #include "reduce.h"
 
 #define CUDA_EXEC_RING 64 /* steps in flight per executor */
+#define CUDA_SCRATCH_GROWTHS 48
 #define CUDA_MAX_CONTEXTS 32
 
 /* ---- kernels, once per context ---- */
@@ -158,6 +159,8 @@ struct cudaExec {
     unsigned int head, tail; /* retired, issued */
     cuDevPtr_t scratch;      /* in-place AlltoAll staging */
     size_t scratchBytes;
+    cuDevPtr_t retired[CUDA_SCRATCH_GROWTHS]; /* outgrown scratch, freed with the executor */
+    int nRetired;
 };
 
 static pthread_key_t execKey;
@@ -180,6 +183,8 @@ static void execFree(void *arg)
         lib->streamDestroy(ex->stream);
     if (ex->scratch)
         lib->memFree(ex->scratch);
+    for (int i = 0; i < ex->nRetired; i++)
+        lib->memFree(ex->retired[i]);
     lib->ctxSetCurrent(cur);
     free(ex);
 }
@@ -433,16 +438,22 @@ loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send
         return loomSetError(loomInternalError, "device staging outside a device plan");
     const struct cudaLib *lib = ex->lib;
     cuResult_t r;
+    /*
+     * Outgrown scratch is kept until the executor goes: cuMemFree may wait for the whole
+     * device, including an application stream that waits for this very plan. Sizes at
+     * least double, so few are kept.
+     */
     if (ex->scratchBytes < bytes) {
-        if (ex->scratch && (r = lib->streamSynchronize(ex->stream)) != CUL_SUCCESS)
-            return cudaLibError(lib, r, "waiting before growing the staging buffer");
-        if (ex->scratch)
-            lib->memFree(ex->scratch);
-        ex->scratch = 0;
-        ex->scratchBytes = 0;
-        if ((r = lib->memAlloc(&ex->scratch, bytes)) != CUL_SUCCESS)
+        size_t want = bytes > 2 * ex->scratchBytes ? bytes : 2 * ex->scratchBytes;
+        cuDevPtr_t p = 0;
+        if (ex->nRetired == CUDA_SCRATCH_GROWTHS)
+            return loomSetError(loomSystemError, "the AlltoAll staging buffer grew too often");
+        if ((r = lib->memAlloc(&p, want)) != CUL_SUCCESS)
             return cudaLibError(lib, r, "allocating device memory to stage an in-place AlltoAll");
-        ex->scratchBytes = bytes;
+        if (ex->scratch)
+            ex->retired[ex->nRetired++] = ex->scratch;
+        ex->scratch = p;
+        ex->scratchBytes = want;
     }
     r = lib->memcpyAsync(ex->scratch, (cuDevPtr_t)(uintptr_t)op->sendbuff, bytes, ex->stream);
     if (r != CUL_SUCCESS)

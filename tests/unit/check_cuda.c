@@ -239,7 +239,10 @@ static void streamOrder(void)
         ck_assert_msg(memcmp(in, out, sizeof(in)) == 0, "round %d: out[1] = %d, want %d", round,
                       out[1], in[1]);
     }
+    /* Host buffers on a CUDA stream: run in order too, done at loomStreamSynchronize. */
+    ck_assert_int_eq(loomAllReduce(in, out, N, loomInt32, loomSum, comm, s), loomSuccess);
     ck_assert_int_eq(loomStreamSynchronize(s), loomSuccess);
+    ck_assert(memcmp(in, out, sizeof(in)) == 0);
     ck_assert_int_eq(loomStreamQuery(s), loomSuccess);
     ck_assert_int_eq(loomStreamDestroy(s), loomSuccess);
     ck_assert_int_eq(lib->streamDestroy(cs), CUL_SUCCESS);
