@@ -51,10 +51,10 @@ static size_t parseSize(const char *s)
     return (size_t)v;
 }
 
-#define CHECKED(call, what)                                                                     \
-    if ((call) != 0) {                                                                          \
-        fprintf(stderr, "nccl-perf: %s failed\n", what);                                        \
-        return 1;                                                                               \
+#define CHECKED(call, what)                                                                        \
+    if ((call) != 0) {                                                                             \
+        fprintf(stderr, "nccl-perf: %s failed\n", what);                                           \
+        return 1;                                                                                  \
     }
 
 /* Average microseconds of one out-of-place (or in-place) AllReduce of count floats. */
@@ -133,9 +133,10 @@ int main(int argc, char **argv)
             wrong += host[i] != (float)(i % 97);
         double out = timeOne(comm, s, send, recv, count, iters, warmup);
         double in = timeOne(comm, s, recv, recv, count, iters, warmup);
-        printf("  %10zu  %12zu  %8s  %6s  %6d  %9.2f  %7.2f  %7.2f  %6ld  %9.2f  %7.2f  %7.2f  %6ld\n",
-               count * 4, count, "float", "sum", -1, out, (double)(count * 4) / out / 1e3, 0.0,
-               wrong, in, (double)(count * 4) / in / 1e3, 0.0, wrong);
+        printf(
+            "  %10zu  %12zu  %8s  %6s  %6d  %9.2f  %7.2f  %7.2f  %6ld  %9.2f  %7.2f  %7.2f  %6ld\n",
+            count * 4, count, "float", "sum", -1, out, (double)(count * 4) / out / 1e3, 0.0, wrong,
+            in, (double)(count * 4) / in / 1e3, 0.0, wrong);
         fflush(stdout);
         size_t next = (size_t)((double)bytes * factor);
         bytes = next > bytes ? next : bytes + 1;

@@ -49,9 +49,9 @@ static char *devAlloc(size_t bytes)
 
 static void toDevice(void *dst, const void *src, size_t bytes)
 {
-    ck_assert_int_eq(lib->memcpyAsync((cuDevPtr_t)(uintptr_t)dst, (cuDevPtr_t)(uintptr_t)src,
-                                      bytes, NULL),
-                     CUL_SUCCESS);
+    ck_assert_int_eq(
+        lib->memcpyAsync((cuDevPtr_t)(uintptr_t)dst, (cuDevPtr_t)(uintptr_t)src, bytes, NULL),
+        CUL_SUCCESS);
     ck_assert_int_eq(lib->streamSynchronize(NULL), CUL_SUCCESS);
 }
 
@@ -111,12 +111,13 @@ START_TEST(test_kernels)
             fill(b, COUNT, dt, 31 * bits + op + 1);
             toDevice(da + off, a, bytes);
             toDevice(db + off, b, bytes);
-            struct loomReduceArgs args = {d0 + off, two ? d1 + off : NULL, da + off,
-                                          withB ? db + off : NULL, COUNT, 3, final};
+            struct loomReduceArgs args = {
+                d0 + off, two ? d1 + off : NULL, da + off, withB ? db + off : NULL, COUNT, 3,
+                final};
             void *params[] = {&args};
-            ck_assert_int_eq(lib->launchKernel(f, 64, 1, 1, LOOM_KERNEL_THREADS, 1, 1, 0, NULL,
-                                               params, NULL),
-                             CUL_SUCCESS);
+            ck_assert_int_eq(
+                lib->launchKernel(f, 64, 1, 1, LOOM_KERNEL_THREADS, 1, 1, 0, NULL, params, NULL),
+                CUL_SUCCESS);
             ck_assert_int_eq(lib->ctxSynchronize(), CUL_SUCCESS);
             toHost(got0, d0 + off, bytes);
             if (!withB) {
@@ -128,8 +129,8 @@ START_TEST(test_kernels)
             } else {
                 reduceApply(want, a, b, COUNT, dt, (loomRedOp_t)op);
             }
-            ck_assert_msg(memcmp(got0, want, bytes) == 0, "%s: b %d final %d skew %d: wrong",
-                          name, withB, final, skew);
+            ck_assert_msg(memcmp(got0, want, bytes) == 0, "%s: b %d final %d skew %d: wrong", name,
+                          withB, final, skew);
             if (two) {
                 toHost(got1, d1 + off, bytes);
                 ck_assert_msg(memcmp(got1, want, bytes) == 0, "%s: second output wrong", name);
@@ -203,13 +204,13 @@ START_TEST(test_stream_order)
     for (int round = 1; round <= 3; round++) {
         for (size_t i = 0; i < n; i++)
             h[i] = (int32_t)(i * round);
-        ck_assert_int_eq(lib->memcpyAsync((cuDevPtr_t)(uintptr_t)d, (cuDevPtr_t)(uintptr_t)h,
-                                          n * 4, cs),
-                         CUL_SUCCESS);
+        ck_assert_int_eq(
+            lib->memcpyAsync((cuDevPtr_t)(uintptr_t)d, (cuDevPtr_t)(uintptr_t)h, n * 4, cs),
+            CUL_SUCCESS);
         ck_assert_int_eq(loomAllReduce(d, e, n, loomInt32, loomSum, comm, s), loomSuccess);
-        ck_assert_int_eq(lib->memcpyAsync((cuDevPtr_t)(uintptr_t)h, (cuDevPtr_t)(uintptr_t)e,
-                                          n * 4, cs),
-                         CUL_SUCCESS);
+        ck_assert_int_eq(
+            lib->memcpyAsync((cuDevPtr_t)(uintptr_t)h, (cuDevPtr_t)(uintptr_t)e, n * 4, cs),
+            CUL_SUCCESS);
         ck_assert_int_eq(lib->streamSynchronize(cs), CUL_SUCCESS);
         for (size_t i = 0; i < n; i += 4099)
             ck_assert_msg(h[i] == (int32_t)(i * round), "round %d: element %zu is %d", round, i,
@@ -232,8 +233,7 @@ int main(void)
     /* Probe in a child: a CUDA context must not exist in the parent of the forked cases. */
     pid_t pid = fork();
     if (pid == 0)
-        _exit(cudaLibGet(&probe) == loomSuccess && probe->deviceGetCount(&n) == CUL_SUCCESS &&
-                      n > 0
+        _exit(cudaLibGet(&probe) == loomSuccess && probe->deviceGetCount(&n) == CUL_SUCCESS && n > 0
                   ? 0
                   : 77);
     int st = 0;

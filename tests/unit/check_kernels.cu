@@ -109,7 +109,7 @@ static void checkOne(loomDataType_t dt, loomRedOp_t op, size_t count, const vari
     unsigned char *p1 = out1 + 16 - (uintptr_t)out1 % 16 + off;
     fill(pa, count, dt);
     fill(pb, count, dt);
-    loomReduceArgs args = {p0, v.twoOutputs ? p1 : NULL, pa, v.withB ? pb : NULL, count, 3,
+    loomReduceArgs args = {p0,     v.twoOutputs ? p1 : NULL, pa, v.withB ? pb : NULL, count, 3,
                            v.final};
     reference(args, dt, op, want);
     if (v.inPlace)
