@@ -39,8 +39,11 @@ struct loomDoorbell {
  * The shared part of a FIFO: `tail` counts slots written (by the sender),
  * `head` slots consumed (by the receiver); slot = counter % LOOM_STEPS.
  * `bytes[slot]` is written before `tail` is released, so the receiver can
- * check that both ends agree on the size of every message.
+ * check that both ends agree on the size of every message. Its top bit,
+ * LOOM_FIFO_DEVICE_DATA, says the message sits in the connector's device
+ * slots (p2p) rather than its host slots.
  */
+#define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
@@ -56,6 +59,7 @@ struct loomConnector {
     struct loomDoorbell *peerBell; /* the other end's doorbell */
     int peer;
     int connected;
+    char *devSlots; /* the same FIFO's slots in the receiving GPU's memory (p2p), or NULL */
 };
 
 struct loomChannel {
@@ -68,7 +72,12 @@ struct loomPeerInfo {
     int32_t pid;
     int32_t localRank;
     char hostname[LOOM_HOSTNAME_BYTES];
+    /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
+    char gpuUuid[16];
+    int32_t gpu;      /* device ordinal in that process, -1: not bound */
+    int32_t gpuFlags; /* LOOM_GPU_* */
 };
+#define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
 /* A cached schedule (see enqueue.c). */
 struct loomSchedEntry {
@@ -116,6 +125,7 @@ struct loomComm {
     /* In-place AlltoAll stages the send buffer here. */
     void *scratch;
     size_t scratchBytes;
+    struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
 
     pthread_mutex_t errLock;
     char lastError[512];

@@ -19,6 +19,15 @@
  * microsecond when the peer runs elsewhere. Yielding goes on for a
  * millisecond, then the thread sleeps. With more ranks than cores the spin
  * stage is cut shorter still.
+ *
+ * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
+ * step is handed to the GPU (src/cuda/cudaexec.c) instead of computed here,
+ * and its counters are published by cudaExecRetire once the GPU is done with
+ * it; the positions advance at issue, so later steps can be issued behind
+ * it. A plan is finished when every step is issued and retired. While the
+ * GPU has steps in flight the thread yields rather than sleeps, since the
+ * GPU rings no doorbell. The top bit of a FIFO's size word says whether the
+ * message sits in the connector's device slots (p2p) or its host slots.
  */
 #include <errno.h>
 #include <limits.h>
@@ -31,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
 #include "reduce.h"
@@ -195,20 +205,57 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     }
 }
 
+static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received CUDA device memory from rank %d where it passed host "
+                        "buffers: every rank must pass the same kind of memory to one call",
+                        lane->comm->rank, s->recvPeer);
+}
+
+/* A slot of c: in its device slots for a device lane when the FIFO has them. */
+static char *slotAt(const struct loomConnector *c, int device)
+{
+    char *base = device && c->devSlots ? c->devSlots : c->slots;
+    return base + (c->pos % LOOM_STEPS) * c->slotBytes;
+}
+
+/* Makes a step's effect visible: bumps the counters (host lanes publish them at once). */
+static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector *sc, uint64_t bytes)
+{
+    if (sc) {
+        sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
+        sc->pos++;
+        if (!dev) {
+            atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
+            execRingBell(sc->peerBell);
+        }
+    }
+    if (rc) {
+        rc->pos++;
+        if (!dev) {
+            atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
+            execRingBell(rc->peerBell);
+        }
+    }
+}
+
 /* Runs as many steps of lane `i` as can run now. Returns steps done, or -1 on error. */
-static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t *err)
+static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaExec *gpu,
+                        loomResult_t *err)
 {
     struct loomLane *l = &lanes[i];
     struct loomChannel *ch = &l->comm->channels[l->channel];
-    int shared = nlanes > 1;
+    int shared = nlanes > 1, dev = gpu != NULL;
     long done = 0;
 
-    while (l->cur < l->nsteps) {
+    while (l->cur < l->nsteps && !(dev && cudaExecFull(gpu))) {
         const struct loomStep *s = &l->steps[l->cur];
         struct loomConnector *rc = NULL, *sc = NULL;
         const char *in = NULL;
         char *out = NULL;
         size_t bytes = s->count * l->elemSize;
+        uint64_t sent = bytes;
 
         if (s->recvPeer >= 0) {
             rc = &ch->recv[s->recvPeer];
@@ -217,11 +264,16 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
             if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
                 break;
             uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
-            if (got != bytes) {
-                *err = sizeMismatch(l, s, got, bytes);
+            int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
+            if ((got & ~LOOM_FIFO_DEVICE_DATA) != bytes) {
+                *err = sizeMismatch(l, s, got & ~LOOM_FIFO_DEVICE_DATA, bytes);
                 return -1;
             }
-            in = rc->slots + (rc->pos % LOOM_STEPS) * rc->slotBytes;
+            if (onDevice && (!dev || rc->devSlots == NULL)) {
+                *err = kindMismatch(l, s);
+                return -1;
+            }
+            in = slotAt(rc, onDevice);
         }
         if (s->sendPeer >= 0) {
             sc = &ch->send[s->sendPeer];
@@ -229,20 +281,18 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
                 break;
             if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
                 break;
-            out = sc->slots + (sc->pos % LOOM_STEPS) * sc->slotBytes;
+            out = slotAt(sc, dev);
+            if (dev && sc->devSlots)
+                sent |= LOOM_FIFO_DEVICE_DATA;
         }
-        stepCompute(l, s, in, out);
-        if (sc) {
-            sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
-            sc->pos++;
-            atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
-            execRingBell(sc->peerBell);
+        if (dev) {
+            *err = cudaExecStep(gpu, l, s, in, out, rc, sc);
+            if (*err != loomSuccess)
+                return -1;
+        } else {
+            stepCompute(l, s, in, out);
         }
-        if (rc) {
-            rc->pos++;
-            atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
-            execRingBell(rc->peerBell);
-        }
+        stepPublish(dev, rc, sc, sent);
         l->cur++;
         done++;
     }
@@ -327,6 +377,11 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
+        if (b->cur == b->nsteps)
+            return loomSetError(loomTimeout,
+                                "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting for "
+                                "the GPU to finish its steps",
+                                b->comm->rank, b->comm->timeoutSec);
         const struct loomStep *s = &b->steps[b->cur];
         return loomSetError(
             loomTimeout,
@@ -338,24 +393,36 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
     return loomSuccess;
 }
 
-static int sweep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err)
+/*
+ * One pass over the lanes; returns how many are unfinished (a device plan
+ * is unfinished while the GPU still has steps in flight), -1 on error.
+ */
+static int sweep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
+                 loomResult_t *err)
 {
     int left = 0;
     *progress = 0;
+    if (dev) {
+        long r = cudaExecRetire(dev, err);
+        if (r < 0)
+            return -1;
+        *progress += r;
+    }
     for (int i = 0; i < nlanes; i++) {
         if (lanes[i].done)
             continue;
-        long d = laneAdvance(lanes, nlanes, i, err);
+        long d = laneAdvance(lanes, nlanes, i, dev, err);
         if (d < 0)
             return -1;
         *progress += d;
         left += !lanes[i].done;
     }
-    return left;
+    /* Counted after the lanes, which may just have issued their last steps. */
+    return left + (dev && cudaExecPending(dev) > 0);
 }
 
-static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err,
-                      int *left)
+static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
+                      loomResult_t *err, int *left)
 {
     struct loomDoorbell *bell = lanes[0].comm->bell;
     int multi = 0;
@@ -363,7 +430,7 @@ static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomRe
         multi |= lanes[i].comm != lanes[0].comm;
     uint32_t seq = atomic_load_explicit(&bell->seq, memory_order_seq_cst);
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
-    *left = sweep(lanes, nlanes, progress, err);
+    *left = sweep(lanes, nlanes, dev, progress, err);
     if (*left > 0 && *progress == 0)
         futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS);
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
@@ -375,7 +442,7 @@ static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res)
         commSetBroken(lanes[i].comm, res, debugLastError(NULL));
 }
 
-loomResult_t execRun(struct loomLane *lanes, int nlanes)
+loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
     struct execWait w = {0, 0, 0};
     loomResult_t err = loomSuccess;
@@ -385,7 +452,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
     for (;;) {
-        left = sweep(lanes, nlanes, &progress, &err);
+        left = sweep(lanes, nlanes, dev, &progress, &err);
         if (left <= 0)
             break;
         if (progress) {
@@ -402,11 +469,16 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
                 w.spins = spinLimit; /* go and notice it below */
             continue;
         }
-        if ((w.spins & 63) != 0 || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
+        /* Nobody rings the doorbell when the GPU finishes a step: never sleep on it then. */
+        int gpuBusy = dev && cudaExecPending(dev) > 0;
+        if ((w.spins & 63) != 0 || gpuBusy || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
             sched_yield();
+            if (gpuBusy && (w.spins & 63) == 0 &&
+                (err = waitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
+                break;
             continue;
         }
-        execSleep(lanes, nlanes, &progress, &err, &left);
+        execSleep(lanes, nlanes, dev, &progress, &err, &left);
         if (left <= 0)
             break;
         if (progress) {

@@ -3,9 +3,11 @@
  * destroy, abort, and the handle checks every API entry makes.
  *
  * Init, in order: bootstrap ring (bootstrap.c) -> allgather of each rank's
- * host identity and pid -> ring order -> transports connect the connectors
- * (shm inside a host) -> barrier. Every step is bounded by the timeout; on
- * failure everything built so far is released and *comm is left untouched.
+ * host identity, pid and GPU -> ring order -> transports connect the
+ * connectors (shm inside a host) -> p2p slots in GPU memory for ranks bound
+ * to a GPU (transports/p2p.c) -> barrier. Every step is bounded by the
+ * timeout; on failure everything built so far is released and *comm is
+ * left untouched.
  *
  * Handles: a struct loomComm is never freed. Destroy releases what it owns
  * and marks it dead, and every communicator ever created is listed in a
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
@@ -229,6 +232,7 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     struct loomPeerInfo *me = &comm->peers[comm->rank];
     hostIdentity(me);
     me->pid = (int32_t)getpid();
+    p2pPeerInfo(me);
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {
@@ -324,6 +328,7 @@ static loomResult_t commConnect(struct loomComm *comm)
 /* Releases what the communicator owns (not the struct itself). */
 static void commFree(struct loomComm *comm)
 {
+    p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
     for (int t = 0; loomTransports[t]; t++)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
@@ -373,6 +378,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     commSizes(comm);
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
+    LOOMCHECK(p2pSetup(comm));
     LOOMCHECK(bootstrapBarrier(comm->bootstrap));
     return registryAdd(comm);
 }

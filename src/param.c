@@ -93,6 +93,9 @@ static const struct paramRow paramTable[] = {
                          "busy-poll iterations (pause instructions) of a wait before it "
                          "yields the CPU, "
                          "0..10000000"},
+    [LOOM_PARAM_CUDA_LIB] = {"LOOM_CUDA_LIB", PARAM_STR, "libcuda.so.1", 0, 0, NULL, NULL,
+                             "the CUDA driver library loaded at run time for device buffers "
+                             "(a name or a path); tests point it at a stand-in"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

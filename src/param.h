@@ -26,6 +26,7 @@ typedef enum {
     LOOM_PARAM_IB_HCA,      /* string */
     LOOM_PARAM_HOSTID,      /* string */
     LOOM_PARAM_SPIN,        /* int: spin iterations before yielding */
+    LOOM_PARAM_CUDA_LIB,    /* string: the CUDA driver library to load */
     LOOM_PARAM_NUM
 } loomParamId_t;
 

@@ -22,6 +22,10 @@
 #   run_logged LOG CMD...     as run, with stdout and stderr going to LOG
 #   run_to OUT ERR CMD...     as run, with stdout to OUT and stderr to ERR
 #   show_log LOG              print LOG indented (the tail if long), for a failure
+#   perf_case N OPTIONS...    loomrun -n N loom-perf -c 1 -n 1 -w 0 OPTIONS as a
+#                             correctness case: a failure unless it exits 0, prints
+#                             rows, every #wrong is 0 (or N/A) and bounds are OK;
+#                             PERF_ENV ("VAR=value ...") is its extra environment
 
 TEST_NAME=$(basename "$0")
 if [ -z "${top_builddir:-}" ]; then
@@ -132,5 +136,43 @@ show_log() {
         tail -n 60 "$1" | sed 's/^/    /'
     else
         sed 's/^/    /' "$1"
+    fi
+}
+
+_perf_cases=0
+# Extra environment for the next cases ("VAR=value ..."), empty for none.
+PERF_ENV=
+
+# perf_case NRANKS LOOM-PERF-OPTIONS...
+perf_case() {
+    _n=$1
+    shift
+    _perf_cases=$((_perf_cases + 1))
+    _log=$TEST_TMPDIR/case$_perf_cases.log
+    # shellcheck disable=SC2086 # PERF_ENV is a word list
+    run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
+        -w 0 "$@"
+    _status=$?
+    _case="n=$_n${PERF_ENV:+ $PERF_ENV} $*"
+    if [ $_status -ne 0 ]; then
+        record_failure "$_case: exit status $_status"
+        show_log "$_log"
+        return
+    fi
+    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
+    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
+        "$_log")
+    _rows=$(awk '!/^#/ && NF == 13' "$_log" | wc -l)
+    if [ -n "$_bad" ]; then
+        record_failure "$_case: rows with wrong values:"
+        echo "$_bad" | head -n 20 | sed 's/^/    /'
+    elif [ "$_rows" -eq 0 ]; then
+        record_failure "$_case: no result rows"
+        show_log "$_log"
+    elif ! grep -q '^# Out of bounds values : 0 OK' "$_log"; then
+        record_failure "$_case: no '# Out of bounds values : 0 OK' footer"
+        show_log "$_log"
+    else
+        note "ok: $_rows rows, 0 wrong"
     fi
 }
