@@ -37,6 +37,7 @@
 
 #define SHM_NAME_BYTES 48
 #define SHM_HDR_BYTES 4096
+_Static_assert(sizeof(struct loomDoorbell) <= SHM_HDR_BYTES, "the doorbell fits the header");
 
 struct shmSegment {
     char name[SHM_NAME_BYTES];
