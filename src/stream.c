@@ -7,7 +7,9 @@
  * computes (DDP overlaps gradient AllReduce with backward this way). The
  * first error is kept and returned by Synchronize and Query, and recorded as
  * the communicator's async error. Stream structs are never freed, like
- * communicators, so a destroyed stream is reported, not dereferenced freed.
+ * communicators, and every one ever created is on a list, so a destroyed
+ * stream is reported, not dereferenced freed, and a pointer that is no
+ * stream at all is reported without being dereferenced.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -41,10 +43,35 @@ struct loomStream {
     int waiters;  /* threads in Synchronize/Destroy wait on `idle` */
     int stop;
     loomResult_t error;
+    struct loomStream *allNext; /* the registry: every stream ever created */
 };
+
+static pthread_mutex_t streamsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct loomStream *_Atomic streams;
+
+/* Lock-free: streams are only ever pushed at the head, and never freed. */
+static int streamKnown(const struct loomStream *s)
+{
+    for (struct loomStream *p = atomic_load_explicit(&streams, memory_order_acquire); p;
+         p = p->allNext)
+        if (p == s)
+            return 1;
+    return 0;
+}
+
+static void streamRegister(struct loomStream *s)
+{
+    pthread_mutex_lock(&streamsLock);
+    s->allNext = atomic_load_explicit(&streams, memory_order_relaxed);
+    atomic_store_explicit(&streams, s, memory_order_release);
+    pthread_mutex_unlock(&streamsLock);
+}
 
 loomResult_t streamCheck(struct loomStream *s, const char *fn)
 {
+    if (!streamKnown(s))
+        return loomSetError(loomInvalidArgument, "%s: stream %p is not a loomStream_t", fn,
+                            (void *)s);
     if (s->magic == STREAM_DEAD)
         return loomSetError(loomInvalidUsage, "%s: the stream was destroyed", fn);
     if (s->magic != STREAM_MAGIC)
@@ -142,6 +169,8 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
     struct streamUnit *u = unitTake(s, nops);
     if (u == NULL) {
         pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < nops; i++)
+            opRelease(&ops[i]);
         return loomSetError(loomSystemError, "out of memory queueing %d operation(s)", nops);
     }
     u->next = NULL;
@@ -173,6 +202,7 @@ loomResult_t loomStreamCreate(loomStream_t *stream)
     pthread_cond_init(&s->cond, NULL);
     pthread_cond_init(&s->idle, NULL);
     s->magic = STREAM_MAGIC;
+    streamRegister(s);
     int e = pthread_create(&s->thread, NULL, streamMain, s);
     if (e != 0) {
         s->magic = STREAM_DEAD;

@@ -38,9 +38,10 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "testranks.h"
 
 #define NRANKS 4
-#define MAX_RANKS 8
+#define MAX_RANKS TEST_MAX_RANKS
 /* 2M floats, 8 MiB a rank: each AllReduce crosses every FIFO many times. */
 #define COUNT (2u << 20)
 /* A rank that is still alive this long after it started has hung. */
@@ -113,8 +114,9 @@ static void rankRelease(struct report *rep, loomComm_t comm)
     rep->releaseEnd = monoNow();
 }
 
-static int rankMain(struct job *job, int rank, loomUniqueId id)
+static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
 {
+    struct job *job = arg;
     struct report rep;
     loomComm_t comm;
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
@@ -125,7 +127,7 @@ static int rankMain(struct job *job, int rank, loomUniqueId id)
     memset(&rep, 0, sizeof(rep));
     rep.rank = rank;
     config.timeoutSec = job->timeoutSec;
-    if (loomCommInitRankConfig(&comm, job->nranks, id, rank, &config) != loomSuccess)
+    if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
         return 10;
     float *buf = malloc(COUNT * sizeof(*buf));
     if (buf == NULL)
@@ -165,13 +167,11 @@ static void jobStart(struct job *job, int nranks, int timeoutSec, enum release r
     ck_assert_int_eq(pipe(job->reportFd), 0);
     for (int r = 0; r < nranks; r++)
         ck_assert_int_eq(pipe(job->goFd[r]), 0);
+    struct testRanks t;
+    ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, job), 0);
+    memcpy(job->pids, t.pids, sizeof(pid_t) * (size_t)nranks);
     ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
-    for (int r = 0; r < nranks; r++) {
-        job->pids[r] = fork();
-        ck_assert_int_ge(job->pids[r], 0);
-        if (job->pids[r] == 0)
-            _exit(rankMain(job, r, id));
-    }
+    ck_assert_int_eq(testRanksGo(&t, &id), 0);
     /* Every rank has finished one AllReduce: all of them are in the loop. */
     for (int got = 0; got < nranks;) {
         struct pollfd p = {job->readyFd[0], POLLIN, 0};

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "testranks.h"
 
 #define POLL_LIMIT_SEC 60
 
@@ -154,47 +155,40 @@ END_TEST
 
 /* ---- several ranks ---- */
 
-typedef int (*rankFn)(int rank, int nranks, loomUniqueId id);
-
 /* Forks nranks children running fn; `stopped` (or -1) is a rank expected to stop itself. */
-static void runRanks(int nranks, rankFn fn, int stopped)
+static void runRanks(int nranks, testRankFn fn, int stopped)
 {
+    struct testRanks t;
     loomUniqueId id;
-    pid_t pids[8];
+    ck_assert_int_eq(testRanksFork(&t, nranks, fn, NULL), 0);
     ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
-    for (int r = 0; r < nranks; r++) {
-        pids[r] = fork();
-        ck_assert_int_ge(pids[r], 0);
-        if (pids[r] == 0) {
-            alarm(POLL_LIMIT_SEC + 30); /* a hang is a failure, not a stuck suite */
-            _exit(fn(r, nranks, id));
-        }
-    }
+    ck_assert_int_eq(testRanksGo(&t, &id), 0);
     for (int r = 0; r < nranks; r++) {
         int st;
         if (r == stopped)
             continue;
-        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
     }
     if (stopped >= 0) {
-        kill(pids[stopped], SIGKILL);
-        waitpid(pids[stopped], NULL, 0);
+        kill(t.pids[stopped], SIGKILL);
+        waitpid(t.pids[stopped], NULL, 0);
     }
 }
 
 /* A non-blocking init polled to its end; NULL if it did not succeed. */
-static loomComm_t rankInit(int rank, int n, loomUniqueId id, int timeoutSec)
+static loomComm_t rankInit(int rank, int n, const loomUniqueId *id, int timeoutSec)
 {
     loomComm_t comm;
     loomConfig_t config = nonBlocking(timeoutSec);
-    if (loomCommInitRankConfig(&comm, n, id, rank, &config) != loomInProgress)
+    alarm(POLL_LIMIT_SEC + 30); /* a hang is a failure, not a stuck suite */
+    if (loomCommInitRankConfig(&comm, n, *id, rank, &config) != loomInProgress)
         return NULL;
     return pollDone(comm) == loomSuccess ? comm : NULL;
 }
 
 /* Many calls queued back to back, then one poll: results in issue order. */
-static int queuedCollectives(int rank, int n, loomUniqueId id)
+static int queuedCollectives(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, 0);
     if (comm == NULL)
@@ -228,7 +222,7 @@ END_TEST
  * Rank 1 stops itself after init; rank 0's queued AllReduce waits for it
  * (GetAsyncError keeps saying loomInProgress), until loomCommAbort ends it.
  */
-static int abortQueued(int rank, int n, loomUniqueId id)
+static int abortQueued(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, POLL_LIMIT_SEC * 4);
     if (comm == NULL)
@@ -254,7 +248,7 @@ START_TEST(test_abort_ends_queued_collective)
 END_TEST
 
 /* With a short timeout the queued call fails by itself, and GetAsyncError says loomTimeout. */
-static int timeoutQueued(int rank, int n, loomUniqueId id)
+static int timeoutQueued(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, 1);
     if (comm == NULL)
