@@ -90,7 +90,7 @@ struct loomSchedEntry {
 #define LOOM_SCHED_CACHE 64
 
 struct loomComm {
-    uint64_t magic;
+    _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
     int rank;
     int nranks;
     int nChannels;

@@ -32,7 +32,7 @@ struct streamUnit {
 #define STREAM_SPIN_NS 20000 /* the thread polls this long for more work before sleeping */
 
 struct loomStream {
-    uint64_t magic;
+    _Atomic uint64_t magic;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond; /* work arrived, or stop */

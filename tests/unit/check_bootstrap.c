@@ -538,7 +538,8 @@ START_TEST(test_missing_rank_times_out)
     double start = nowSec();
     ck_assert_int_eq(bootstrapInit(&id, 0, 2, 2, NULL, &b), loomTimeout);
     double took = nowSec() - start;
-    ck_assert_msg(took > 1.8 && took < 3.5, "timed out after %.2f s", took);
+    /* The upper bounds tell a timeout from a hang, with room for sanitizer builds (TSan: 5-10x). */
+    ck_assert_msg(took > 1.8 && took < 8.0, "timed out after %.2f s", took);
     ck_assert_ptr_null(b);
     ck_assert_msg(strstr(debugLastError(NULL), "within 2 s") != NULL, "message: %s",
                   debugLastError(NULL));
@@ -562,7 +563,7 @@ START_TEST(test_dead_root_times_out)
     double start = nowSec();
     ck_assert_int_eq(bootstrapInit(&id, 0, 2, 1, NULL, &b), loomTimeout);
     double took = nowSec() - start;
-    ck_assert_msg(took > 0.9 && took < 2.0, "gave up after %.2f s", took);
+    ck_assert_msg(took > 0.9 && took < 5.0, "gave up after %.2f s", took);
     const char *err = debugLastError(NULL);
     ck_assert_msg(strstr(err, "refused") != NULL && strstr(err, "timeout 1 s") != NULL,
                   "message: %s", err);
@@ -589,7 +590,7 @@ START_TEST(test_abort_ends_wait)
     ck_assert_int_eq(bootstrapInit(&id, 0, 2, 30, &abortFlag, &b), loomRemoteError);
     double took = nowSec() - start;
     pthread_join(t, NULL);
-    ck_assert_msg(took > 0.25 && took < 0.8, "abort took %.2f s", took);
+    ck_assert_msg(took > 0.25 && took < 5.0, "abort took %.2f s", took);
     ck_assert_ptr_null(b);
 }
 END_TEST
@@ -692,7 +693,7 @@ START_TEST(test_ring_ignores_strangers)
     socketClose(fromRank0);
     int status = waitChild(pid);
     ck_assert_msg(status == EXIT_RESULT(loomRemoteError), "rank 0 exited with %d", status);
-    ck_assert_msg(nowSec() - start < 3.0, "rank 0 took %.1f s", nowSec() - start);
+    ck_assert_msg(nowSec() - start < 4.5, "rank 0 took %.1f s", nowSec() - start);
     for (int i = 0; i < nfds; i++) {
         ck_assert_msg(closedByPeer(fds[i], 2.0), "stranger %d was not disconnected", i);
         socketClose(fds[i]);
