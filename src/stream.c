@@ -11,8 +11,10 @@
  * stream is reported, not dereferenced freed, and a pointer that is no
  * stream at all is reported without being dereferenced.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +44,8 @@ struct loomStream {
     int sleeping; /* the thread waits on `cond`: enqueue must signal */
     int waiters;  /* threads in Synchronize/Destroy wait on `idle` */
     int stop;
-    loomResult_t error;
+    loomResult_t error;         /* the first error, under `lock` */
+    char errorLine[256];        /* and its line */
     struct loomStream *allNext; /* the registry: every stream ever created */
 };
 
@@ -93,8 +96,14 @@ static void unitRun(struct loomStream *s, struct streamUnit *u)
         opRelease(&u->ops[i]);
         atomic_fetch_sub_explicit(&comm->pending, 1, memory_order_acq_rel);
     }
-    if (res != loomSuccess && s->error == loomSuccess)
+    if (res == loomSuccess)
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (s->error == loomSuccess) {
         s->error = res;
+        snprintf(s->errorLine, sizeof(s->errorLine), "%s", debugLastError(NULL));
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Waits for work: polls briefly (back-to-back calls are the common case), then sleeps. */
@@ -206,8 +215,9 @@ loomResult_t loomStreamCreate(loomStream_t *stream)
     int e = pthread_create(&s->thread, NULL, streamMain, s);
     if (e != 0) {
         s->magic = STREAM_DEAD;
-        return loomSetError(loomSystemError, "loomStreamCreate: cannot start a thread: %s",
-                            strerror(e));
+        return loomSetError(
+            loomSystemError, "loomStreamCreate: cannot start a thread: %s%s", strerror(e),
+            e == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
     }
     *stream = s;
     return loomSuccess;
@@ -233,10 +243,11 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
         pthread_cond_wait(&s->idle, &s->lock);
     s->waiters--;
     loomResult_t res = s->error;
+    char line[sizeof(s->errorLine)];
+    memcpy(line, s->errorLine, sizeof(line));
     pthread_mutex_unlock(&s->lock);
     if (res != loomSuccess)
-        loomSetError(res, "loomStreamSynchronize: an operation on the stream failed (%s)",
-                     loomGetErrorString(res));
+        loomSetError(res, "loomStreamSynchronize: an operation on the stream failed: %s", line);
     return res;
 }
 
