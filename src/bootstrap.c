@@ -63,6 +63,8 @@
 #define HELLO_TIMEOUT_SEC 5
 /* Connections waiting for their hello at once; beyond this the oldest is dropped. */
 #define MAX_PENDING 128
+/* Out of descriptors, a connection silent this long gives its place to a new one. */
+#define SHED_GRACE_MS 200
 /* The root gives each rank this long to take its address table. */
 #define TABLE_SEND_TIMEOUT_SEC 10
 /* How often the root checks that ranks that said hello are still there. */
@@ -459,25 +461,42 @@ static void gatherRead(struct helloGather *g, struct helloConn *c)
         gatherJudge(g, c);
 }
 
-/* Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can be shed. */
+/* The oldest pending connection if it has been silent long enough to give up its place. */
+static struct helloConn *gatherShedVictim(struct helloGather *g)
+{
+    if (g->nconns == 0)
+        return NULL;
+    uint64_t start = g->conns[0].deadline - (uint64_t)HELLO_TIMEOUT_SEC * 1000000000ull;
+    return socketClockNs() - start >= SHED_GRACE_MS * 1000000ull ? &g->conns[0] : NULL;
+}
+
+/*
+ * Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can
+ * be shed. accept() fails for want of a descriptor even when nothing is
+ * pending, so only the first try of a round (made because poll saw a
+ * connection) means that someone is kept waiting.
+ */
 static int gatherAccept(struct helloGather *g)
 {
     for (int i = 0; i < MAX_PENDING; i++) {
         union socketAddress peer;
         int fd;
         if (socketTryAccept(g->listenFd, &fd, &peer) != loomSuccess) {
-            if (g->nconns == 0) {
-                if (g->rootName && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
-                    rootTrouble(g->rootName, "cannot accept connections: %s",
-                                debugErrnoText(errno));
-                else
-                    INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(errno));
-                return -1;
-            }
+            int err = errno;
+            if (i > 0)
+                return 0;
             /* Out of descriptors, most likely: the oldest silent connection makes room. */
-            gatherDrop(g, &g->conns[0], "dropped to make room (accept failed)");
-            gatherCompact(g);
-            return 0;
+            struct helloConn *victim = gatherShedVictim(g);
+            if (victim != NULL) {
+                gatherDrop(g, victim, "dropped to make room (accept failed)");
+                gatherCompact(g);
+                return 0;
+            }
+            if (g->nconns == 0 && g->rootName && (err == EMFILE || err == ENFILE || err == ENOMEM))
+                rootTrouble(g->rootName, "cannot accept connections: %s", debugErrnoText(err));
+            else
+                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(err));
+            return -1;
         }
         if (fd < 0)
             return 0;
@@ -845,9 +864,28 @@ static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t
                               uint64_t deadline, const char *rootName)
 {
     char trouble[sizeof(troubleText) + 64];
-    if (socketRecvAll(fd, buf, len, deadline, b->abortFlag, NULL) == loomSuccess)
-        return loomSuccess;
-    int err = errno;
+    size_t done = 0;
+    int err = 0;
+    /* Like socketRecvAll, but a root of this process in trouble ends the wait at once. */
+    for (;;) {
+        if (socketTryRecv(fd, buf, len, &done) != loomSuccess) {
+            err = errno;
+            break;
+        }
+        if (done == len)
+            return loomSuccess;
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        if (trouble[0])
+            return loomSetError(loomSystemError,
+                                "bootstrap: rank %d of %d: no address table from the root at "
+                                "%s%s",
+                                b->rank, b->nranks, rootName, trouble);
+        err = socketAborted(b->abortFlag) ? ECANCELED : socketPollMs(deadline) == 0 ? ETIMEDOUT : 0;
+        if (err != 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, socketPollMs(deadline));
+    }
     rootTroubleQuote(rootName, trouble, sizeof(trouble));
     if (err == ECANCELED)
         return loomSetError(loomRemoteError,
@@ -921,8 +959,14 @@ static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *
     snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)",
              b->rank, b->nranks, b->timeoutSec);
     LOOMCHECK(helloMake(b, hello));
-    LOOMCHECK(socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd));
-    loomResult_t res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    loomResult_t res = socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd);
+    if (res != loomSuccess) {
+        char line[512], trouble[sizeof(troubleText) + 64];
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        snprintf(line, sizeof(line), "%s", debugLastError(NULL));
+        return trouble[0] ? loomSetError(loomSystemError, "%s%s", line, trouble) : res;
+    }
+    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = tableRead(b, fd, deadline, rootName);
     socketClose(fd);

@@ -7,7 +7,7 @@
  * cut at a different point each time, and asserts that every call either
  * works or returns an error whose loomGetLastError line says what ran out
  * and what to do; never a crash, never a hang (each child runs under an
- * alarm and a 2-second LOOM_TIMEOUT). The child reports through its exit
+ * alarm and a 10-second LOOM_TIMEOUT). The child reports through its exit
  * status:
  *
  *   0  the whole life worked             1  a call failed with a clear line
@@ -44,7 +44,9 @@
 #include "loom.h"
 
 enum { LIFE_OK, LIFE_CLEAR, LIFE_UNCLEAR, LIFE_WRONG };
-#define CHILD_ALARM_SEC 30
+/* Long enough for a loaded machine; what hangs on a dead root waits this long. */
+#define LIFE_TIMEOUT_SEC 10
+#define CHILD_ALARM_SEC 60
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define ALLOC_WRAPPED 0
@@ -136,7 +138,7 @@ static int rankLife(void)
     void *mem = NULL;
     int rc = LIFE_OK;
 
-    config.timeoutSec = 2;
+    config.timeoutSec = LIFE_TIMEOUT_SEC;
     if (loomGetUniqueId(&id) != loomSuccess)
         return lifeFailed(NULL, "loomGetUniqueId");
     if (loomCommInitRankConfig(&comm, 1, id, 0, &config) != loomSuccess)
@@ -362,7 +364,7 @@ static Suite *resourceSuite(void)
 int main(void)
 {
     setenv("LOOM_SOCKET_IFNAME", "lo", 0);
-    setenv("LOOM_TIMEOUT", "2", 0); /* the root thread of an id nobody can use gives up soon */
+    setenv("LOOM_TIMEOUT", "10", 0); /* the root thread of an id nobody can use gives up */
     SRunner *sr = srunner_create(resourceSuite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
