@@ -88,8 +88,10 @@ typedef enum {
  * set only the fields you need; unset fields take the defaults (and the
  * environment, see loom(7)).
  *   blocking     1 (default): init and collectives return when done or
- *                failed. 0: reserved for the non-blocking mode (not yet
- *                implemented; Loom behaves as blocking and says so in INFO).
+ *                failed. 0: non-blocking mode, as in NCCL: init returns
+ *                loomInProgress with *comm set and builds the communicator
+ *                on a thread; calls with a NULL stream are queued and return
+ *                loomInProgress; poll loomCommGetAsyncError for the outcome.
  *   timeoutSec   seconds a wait may go without progress before the call
  *                returns loomTimeout (default: LOOM_TIMEOUT).
  *   netName      reserved; NULL.
@@ -155,12 +157,18 @@ loomResult_t loomCommFinalize(loomComm_t comm);
  */
 loomResult_t loomCommDestroy(loomComm_t comm);
 /*
- * Stops every operation in flight on comm (they return loomRemoteError) and
- * frees the communicator as loomCommDestroy does. Safe to call from another
- * thread while a collective is blocked.
+ * Stops every operation in flight on comm (they return loomRemoteError within
+ * 100 ms) and frees the communicator as loomCommDestroy does. Safe to call
+ * from another thread while a collective is blocked; local (peers are not
+ * told).
  */
 loomResult_t loomCommAbort(loomComm_t comm);
-/* Stores in *asyncError the first error an asynchronous operation on comm met. */
+/*
+ * Stores in *asyncError the first error an asynchronous operation on comm
+ * met, or the error that made comm unusable (a peer's failure included), else
+ * loomSuccess; in non-blocking mode loomInProgress while init or queued
+ * operations are still running.
+ */
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);
 /* Number of ranks in comm. */
 loomResult_t loomCommCount(const loomComm_t comm, int *count);
@@ -178,7 +186,8 @@ const char *loomGetLastError(loomComm_t comm);
 
 /*
  * Collectives. `count` is in elements of `datatype`. A NULL stream makes the
- * call block until the operation is complete on this rank. In place when
+ * call block until the operation is complete on this rank (in non-blocking
+ * mode: queue it and return loomInProgress). In place when
  * sendbuff == recvbuff (AllGather: sendbuff == recvbuff + rank * sendcount;
  * ReduceScatter: recvbuff == sendbuff + rank * recvcount). Every rank must
  * call the same collectives in the same order.

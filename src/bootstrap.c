@@ -36,6 +36,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,7 @@
 #define TABLE_VERSION 1
 #define TABLE_HEADER_BYTES 8
 #define FRAME_MAGIC 0x4c4d4147u /* "LMAG" */
-#define FRAME_HEADER_BYTES 16
+#define FRAME_HEADER_BYTES BOOTSTRAP_FRAME_BYTES
 #define ADDR_BYTES 20
 
 /* Largest communicator the rendezvous accepts (the table is 20 bytes a rank). */
@@ -62,6 +63,8 @@
 #define HELLO_TIMEOUT_SEC 5
 /* Connections waiting for their hello at once; beyond this the oldest is dropped. */
 #define MAX_PENDING 128
+/* Out of descriptors, a connection silent this long gives its place to a new one. */
+#define SHED_GRACE_MS 200
 /* The root gives each rank this long to take its address table. */
 #define TABLE_SEND_TIMEOUT_SEC 10
 /* How often the root checks that ranks that said hello are still there. */
@@ -262,6 +265,73 @@ loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstr
     return loomSuccess;
 }
 
+size_t bootstrapTableBytes(int nranks)
+{
+    return TABLE_HEADER_BYTES + (size_t)nranks * ADDR_BYTES;
+}
+
+size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8_t *buf, size_t len)
+{
+    if (addrs == NULL || buf == NULL || nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS ||
+        len < bootstrapTableBytes(nranks))
+        return 0;
+    memcpy(buf, "LMT", 3);
+    buf[3] = TABLE_VERSION;
+    put32(buf + 4, (uint32_t)nranks);
+    for (int r = 0; r < nranks; r++)
+        addrEncode(&addrs[r], buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
+    return bootstrapTableBytes(nranks);
+}
+
+/* Returns NULL, or why buf is not the table of nranks addresses (the rank is in *bad). */
+static const char *tableDecode(const uint8_t *buf, size_t len, int nranks,
+                               struct bootstrapAddr *addrs, int *bad)
+{
+    *bad = -1;
+    if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS || len < TABLE_HEADER_BYTES)
+        return "truncated header";
+    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || get32(buf + 4) != (uint32_t)nranks)
+        return "malformed header";
+    if (len != bootstrapTableBytes(nranks))
+        return "wrong length";
+    for (int r = 0; r < nranks; r++) {
+        if (addrDecode(buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES, &addrs[r]) != NULL) {
+            *bad = r;
+            return "malformed address";
+        }
+    }
+    return NULL;
+}
+
+loomResult_t bootstrapDecodeTable(const uint8_t *buf, size_t len, int nranks,
+                                  struct bootstrapAddr *addrs)
+{
+    int bad;
+    if (buf == NULL || addrs == NULL || tableDecode(buf, len, nranks, addrs, &bad) != NULL)
+        return loomInvalidArgument;
+    return loomSuccess;
+}
+
+size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t len)
+{
+    if (buf == NULL || len < BOOTSTRAP_FRAME_BYTES)
+        return 0;
+    put32(buf, FRAME_MAGIC);
+    put32(buf + 4, seq);
+    put64(buf + 8, bytes);
+    return BOOTSTRAP_FRAME_BYTES;
+}
+
+loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes)
+{
+    if (buf == NULL || seq == NULL || bytes == NULL || len < BOOTSTRAP_FRAME_BYTES ||
+        get32(buf) != FRAME_MAGIC)
+        return loomInvalidArgument;
+    *seq = get32(buf + 4);
+    *bytes = get64(buf + 8);
+    return loomSuccess;
+}
+
 int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b)
 {
     /* Accumulate every difference so the time taken says nothing about where they differ. */
@@ -269,6 +339,43 @@ int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b)
     for (int i = 0; i < BOOTSTRAP_SECRET_BYTES; i++)
         diff |= a[i] ^ b[i];
     return diff == 0;
+}
+
+/* ---- resource trouble of the root threads of this process ---- */
+
+/*
+ * A root thread that runs out of memory or descriptors can only close the
+ * rank's connection, and the rank would blame the id or its peers. So the
+ * root also writes down what happened, under its address, and a rank of the
+ * same process (rank 0 often made the id) quotes it in its own error line.
+ */
+static pthread_mutex_t troubleLock = PTHREAD_MUTEX_INITIALIZER;
+static char troubleRoot[SOCKET_ADDR_STRLEN];
+static char troubleText[192];
+
+static void rootTrouble(const char *rootName, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void rootTrouble(const char *rootName, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&troubleLock);
+    snprintf(troubleRoot, sizeof(troubleRoot), "%s", rootName);
+    va_start(ap, fmt);
+    vsnprintf(troubleText, sizeof(troubleText), fmt, ap);
+    va_end(ap);
+    WARN("bootstrap root at %s: %s", rootName, troubleText);
+    pthread_mutex_unlock(&troubleLock);
+}
+
+/* "; the root ... reported: <what>" if the root at rootName is in this process and had trouble. */
+static void rootTroubleQuote(const char *rootName, char *buf, size_t len)
+{
+    pthread_mutex_lock(&troubleLock);
+    if (troubleText[0] && strcmp(troubleRoot, rootName) == 0)
+        snprintf(buf, len, "; the root thread (in this process) reported: %s", troubleText);
+    else
+        buf[0] = '\0';
+    pthread_mutex_unlock(&troubleLock);
 }
 
 /* ---- accepting hellos from many connections at once ---- */
@@ -291,7 +398,8 @@ typedef const char *(*helloTakeFn)(void *ctx, const struct bootstrapHello *h, in
 struct helloGather {
     int listenFd;
     const uint8_t *secret;
-    const char *owner; /* "root" or "rank 3", for log lines */
+    const char *owner;    /* "root" or "rank 3", for log lines */
+    const char *rootName; /* the root's address, NULL for a rank */
     helloTakeFn take;
     void *ctx;
     int nconns;
@@ -353,21 +461,42 @@ static void gatherRead(struct helloGather *g, struct helloConn *c)
         gatherJudge(g, c);
 }
 
-/* Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can be shed. */
+/* The oldest pending connection if it has been silent long enough to give up its place. */
+static struct helloConn *gatherShedVictim(struct helloGather *g)
+{
+    if (g->nconns == 0)
+        return NULL;
+    uint64_t start = g->conns[0].deadline - (uint64_t)HELLO_TIMEOUT_SEC * 1000000000ull;
+    return socketClockNs() - start >= SHED_GRACE_MS * 1000000ull ? &g->conns[0] : NULL;
+}
+
+/*
+ * Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can
+ * be shed. accept() fails for want of a descriptor even when nothing is
+ * pending, so only the first try of a round (made because poll saw a
+ * connection) means that someone is kept waiting.
+ */
 static int gatherAccept(struct helloGather *g)
 {
     for (int i = 0; i < MAX_PENDING; i++) {
         union socketAddress peer;
         int fd;
         if (socketTryAccept(g->listenFd, &fd, &peer) != loomSuccess) {
-            if (g->nconns == 0) {
-                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(errno));
-                return -1;
-            }
+            int err = errno;
+            if (i > 0)
+                return 0;
             /* Out of descriptors, most likely: the oldest silent connection makes room. */
-            gatherDrop(g, &g->conns[0], "dropped to make room (accept failed)");
-            gatherCompact(g);
-            return 0;
+            struct helloConn *victim = gatherShedVictim(g);
+            if (victim != NULL) {
+                gatherDrop(g, victim, "dropped to make room (accept failed)");
+                gatherCompact(g);
+                return 0;
+            }
+            if (g->nconns == 0 && g->rootName && (err == EMFILE || err == ENFILE || err == ENOMEM))
+                rootTrouble(g->rootName, "cannot accept connections: %s", debugErrnoText(err));
+            else
+                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(err));
+            return -1;
         }
         if (fd < 0)
             return 0;
@@ -469,6 +598,7 @@ static const char *rootTake(void *ctx, const struct bootstrapHello *h, int fd,
             free(root->watch);
             root->ranks = NULL;
             root->watch = NULL;
+            rootTrouble(root->name, "out of memory for the table of %d ranks", h->nranks);
             return "out of memory for the rank table";
         }
         for (int r = 0; r < h->nranks; r++)
@@ -546,19 +676,20 @@ static void rootTimedOut(struct bootstrapRoot *root)
 
 static void rootSendTables(struct bootstrapRoot *root)
 {
-    size_t len = TABLE_HEADER_BYTES + (size_t)root->nranks * ADDR_BYTES;
+    size_t len = bootstrapTableBytes(root->nranks);
     uint8_t *table = malloc(len);
+    struct bootstrapAddr *addrs = calloc((size_t)root->nranks, sizeof(*addrs));
 
-    if (table == NULL) {
-        WARN("bootstrap root at %s: out of memory for the address table of %d ranks", root->name,
-             root->nranks);
+    if (table == NULL || addrs == NULL) {
+        rootTrouble(root->name, "out of memory for the address table of %d ranks", root->nranks);
+        free(table);
+        free(addrs);
         return;
     }
-    memcpy(table, "LMT", 3);
-    table[3] = TABLE_VERSION;
-    put32(table + 4, (uint32_t)root->nranks);
     for (int r = 0; r < root->nranks; r++)
-        addrEncode(&root->ranks[r].addr, table + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
+        addrs[r] = root->ranks[r].addr;
+    bootstrapEncodeTable(addrs, root->nranks, table, len);
+    free(addrs);
     for (int r = 0; r < root->nranks; r++) {
         /* One rank failing to take its table is that rank's error; the others go on. */
         if (socketSendAll(root->ranks[r].fd, table, len, socketDeadline(TABLE_SEND_TIMEOUT_SEC),
@@ -580,12 +711,13 @@ static void rootRun(struct bootstrapRoot *root)
     uint64_t lastWatch = 0;
 
     if (g == NULL) {
-        WARN("bootstrap root at %s: out of memory; no rank can join", root->name);
+        rootTrouble(root->name, "out of memory; no rank can join");
         return;
     }
     g->listenFd = root->listenFd;
     g->secret = root->secret;
     g->owner = "root";
+    g->rootName = root->name;
     g->take = rootTake;
     g->ctx = root;
     while (root->nranks == 0 || root->joined < root->nranks) {
@@ -635,8 +767,9 @@ static loomResult_t rootStart(struct bootstrapRoot *root)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (err != 0)
-        return loomSetError(loomSystemError, "bootstrap: cannot start the root thread: %s",
-                            strerror(err));
+        return loomSetError(
+            loomSystemError, "bootstrap: cannot start the root thread: %s%s", strerror(err),
+            err == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
     return loomSuccess;
 }
 
@@ -730,9 +863,30 @@ static loomResult_t helloMake(const struct loomBootstrap *b, uint8_t *buf)
 static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t len,
                               uint64_t deadline, const char *rootName)
 {
-    if (socketRecvAll(fd, buf, len, deadline, b->abortFlag, NULL) == loomSuccess)
-        return loomSuccess;
-    int err = errno;
+    char trouble[sizeof(troubleText) + 64];
+    size_t done = 0;
+    int err = 0;
+    /* Like socketRecvAll, but a root of this process in trouble ends the wait at once. */
+    for (;;) {
+        if (socketTryRecv(fd, buf, len, &done) != loomSuccess) {
+            err = errno;
+            break;
+        }
+        if (done == len)
+            return loomSuccess;
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        if (trouble[0])
+            return loomSetError(loomSystemError,
+                                "bootstrap: rank %d of %d: no address table from the root at "
+                                "%s%s",
+                                b->rank, b->nranks, rootName, trouble);
+        err = socketAborted(b->abortFlag) ? ECANCELED : socketPollMs(deadline) == 0 ? ETIMEDOUT : 0;
+        if (err != 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, socketPollMs(deadline));
+    }
+    rootTroubleQuote(rootName, trouble, sizeof(trouble));
     if (err == ECANCELED)
         return loomSetError(loomRemoteError,
                             "bootstrap: rank %d aborted while waiting for the root at %s",
@@ -740,33 +894,30 @@ static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t
     if (err == ETIMEDOUT)
         return loomSetError(loomTimeout,
                             "bootstrap: rank %d of %d: not every rank joined the root at %s "
-                            "within %d s",
-                            b->rank, b->nranks, rootName, b->timeoutSec);
+                            "within %d s%s",
+                            b->rank, b->nranks, rootName, b->timeoutSec, trouble);
+    if (err == 0 && trouble[0])
+        return loomSetError(loomSystemError,
+                            "bootstrap: rank %d of %d: the root at %s closed the connection%s",
+                            b->rank, b->nranks, rootName, trouble);
     if (err == 0)
         return loomSetError(loomRemoteError,
                             "bootstrap: rank %d of %d: the root at %s closed the connection: it "
                             "refused the hello (the id is from another job, nranks differs "
                             "between ranks, or rank %d joined twice) or gave up waiting",
                             b->rank, b->nranks, rootName, b->rank);
-    return loomSetError(loomRemoteError,
-                        "bootstrap: rank %d: connection to the root at %s failed: %s", b->rank,
-                        rootName, strerror(err));
+    return loomSetError(trouble[0] ? loomSystemError : loomRemoteError,
+                        "bootstrap: rank %d: connection to the root at %s failed: %s%s", b->rank,
+                        rootName, strerror(err), trouble);
 }
 
 static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline,
                               const char *rootName)
 {
-    uint8_t hdr[TABLE_HEADER_BYTES];
     struct bootstrapAddr mine;
-    size_t len = (size_t)b->nranks * ADDR_BYTES;
+    size_t len = bootstrapTableBytes(b->nranks);
+    int bad;
 
-    LOOMCHECK(tableRecv(b, fd, hdr, sizeof(hdr), deadline, rootName));
-    if (memcmp(hdr, "LMT", 3) != 0 || hdr[3] != TABLE_VERSION ||
-        get32(hdr + 4) != (uint32_t)b->nranks)
-        return loomSetError(loomInternalError,
-                            "bootstrap: rank %d: malformed address table header from the root "
-                            "at %s",
-                            b->rank, rootName);
     uint8_t *raw = malloc(len);
     b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
     if (raw == NULL || b->peers == NULL) {
@@ -775,15 +926,18 @@ static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline
                             b->nranks);
     }
     loomResult_t res = tableRecv(b, fd, raw, len, deadline, rootName);
-    for (int r = 0; res == loomSuccess && r < b->nranks; r++) {
-        if (addrDecode(raw + (size_t)r * ADDR_BYTES, &b->peers[r]) != NULL)
-            res = loomSetError(loomInternalError,
-                               "bootstrap: rank %d: malformed address of rank %d in the table "
-                               "from the root at %s",
-                               b->rank, r, rootName);
-    }
+    const char *why = res == loomSuccess ? tableDecode(raw, len, b->nranks, b->peers, &bad) : NULL;
     free(raw);
     LOOMCHECK(res);
+    if (why != NULL && bad >= 0)
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: malformed address of rank %d in the table from "
+                            "the root at %s",
+                            b->rank, bad, rootName);
+    if (why != NULL)
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: malformed address table (%s) from the root at %s",
+                            b->rank, why, rootName);
     socketAddrToBootstrap(&b->listenAddr, &mine);
     if (!addrSame(&mine, &b->peers[b->rank]))
         return loomSetError(loomInternalError,
@@ -805,8 +959,14 @@ static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *
     snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)",
              b->rank, b->nranks, b->timeoutSec);
     LOOMCHECK(helloMake(b, hello));
-    LOOMCHECK(socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd));
-    loomResult_t res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    loomResult_t res = socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd);
+    if (res != loomSuccess) {
+        char line[512], trouble[sizeof(troubleText) + 64];
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        snprintf(line, sizeof(line), "%s", debugLastError(NULL));
+        return trouble[0] ? loomSetError(loomSystemError, "%s%s", line, trouble) : res;
+    }
+    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = tableRead(b, fd, deadline, rootName);
     socketClose(fd);
@@ -964,21 +1124,22 @@ struct ringXfer {
 static loomResult_t frameCheck(const struct loomBootstrap *b, const uint8_t *hdr, uint32_t seq,
                                size_t bytes, int step)
 {
-    if (get32(hdr) != FRAME_MAGIC)
+    uint32_t gotSeq;
+    uint64_t gotBytes;
+    if (bootstrapDecodeFrame(hdr, FRAME_HEADER_BYTES, &gotSeq, &gotBytes) != loomSuccess)
         return loomSetError(loomInternalError,
                             "bootstrap: malformed allgather frame from %s to rank %d",
                             b->prevLabel, b->rank);
-    if (get32(hdr + 4) != seq)
+    if (gotSeq != seq)
         return loomSetError(loomInternalError,
                             "bootstrap: %s is at bootstrap collective #%u, rank %d at #%u (the "
                             "ranks called allgather/barrier a different number of times)",
-                            b->prevLabel, get32(hdr + 4), b->rank, seq);
-    if (get64(hdr + 8) != bytes)
+                            b->prevLabel, gotSeq, b->rank, seq);
+    if (gotBytes != bytes)
         return loomSetError(loomInternalError,
                             "bootstrap: %s sent a %llu-byte block in allgather step %d, rank %d "
                             "expected %zu bytes (every rank must pass the same size)",
-                            b->prevLabel, (unsigned long long)get64(hdr + 8), step, b->rank,
-                            bytes);
+                            b->prevLabel, (unsigned long long)gotBytes, step, b->rank, bytes);
     return loomSuccess;
 }
 
@@ -1025,9 +1186,7 @@ static loomResult_t ringExchange(struct loomBootstrap *b, uint32_t seq, int step
     uint64_t deadline = socketDeadline(b->timeoutSec);
     int checked = 0;
 
-    put32(out.hdr, FRAME_MAGIC);
-    put32(out.hdr + 4, seq);
-    put64(out.hdr + 8, bytes);
+    bootstrapEncodeFrame(seq, bytes, out.hdr, sizeof(out.hdr));
     for (;;) {
         size_t before = out.hdrDone + out.dataDone + in.hdrDone + in.dataDone;
         loomResult_t res = socketTrySend(b->nextFd, out.hdr, FRAME_HEADER_BYTES, &out.hdrDone);

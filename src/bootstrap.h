@@ -79,6 +79,17 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out);
 loomResult_t bootstrapDecodeId(const loomUniqueId *in, struct bootstrapId *id);
 size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t len);
 loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstrapHello *h);
+/* The root's table of listen addresses: header and nranks addresses. */
+size_t bootstrapTableBytes(int nranks);
+size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8_t *buf,
+                            size_t len);
+/* len must be exactly bootstrapTableBytes(nranks); fills addrs[0 .. nranks-1]. */
+loomResult_t bootstrapDecodeTable(const uint8_t *buf, size_t len, int nranks,
+                                  struct bootstrapAddr *addrs);
+/* The header of a ring frame: magic, collective number, block length. */
+#define BOOTSTRAP_FRAME_BYTES 16
+size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t len);
+loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes);
 /* Constant-time comparison of two secrets: 1 if equal. */
 int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b);
 

@@ -26,13 +26,23 @@
 #define LOOM_COMM_DEAD 0x444541444c4f4f4dULL  /* "MOOLDAED" */
 #define LOOM_HOSTNAME_BYTES 64
 
+#define LOOM_NOTICE_BYTES 320
+
 /*
  * A process's doorbell, in shared memory: peers bump `seq` and wake the
  * futex on it when `sleeping` says the owner went to sleep waiting for them.
+ * The notice is how a peer that stopped on a fatal error (a dead rank, a
+ * timeout, mismatched calls) tells this process to stop waiting too: the
+ * first poster moves `noticeState` from 0 to 1, fills code, rank and text,
+ * then publishes 2 (release) and rings; later posters find it taken.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t sleeping;
+    _Alignas(LOOM_CACHELINE) _Atomic uint32_t noticeState;
+    int32_t noticeCode; /* loomResult_t */
+    int32_t noticeFrom; /* rank that posted it */
+    char notice[LOOM_NOTICE_BYTES];
 };
 
 /*
@@ -89,7 +99,7 @@ struct loomSchedEntry {
 #define LOOM_SCHED_CACHE 64
 
 struct loomComm {
-    uint64_t magic;
+    _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
     int rank;
     int nranks;
     int nChannels;
@@ -105,6 +115,13 @@ struct loomComm {
     atomic_int asyncError;  /* first error of an operation run on a stream */
     atomic_int activeCalls; /* API calls inside the comm right now */
     atomic_int pending;     /* operations queued on streams, not finished */
+
+    /* Non-blocking mode (config.blocking = 0): see init.c. */
+    int blocking;
+    atomic_int initializing; /* 1 while initThread builds the communicator */
+    int initThreadStarted;
+    pthread_t initThread;
+    struct loomStream *queue; /* runs the calls made with a NULL stream */
 
     struct loomPeerInfo *peers; /* [nranks] */
     int *ring;                  /* [nranks] ring order */
@@ -144,6 +161,11 @@ loomResult_t commCheck(const struct loomComm *comm, const char *fn);
 void commRecordError(struct loomComm *comm);
 /* Marks comm unusable after a failure in the middle of an operation. */
 void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
+/*
+ * loomSuccess if comm can run operations now; loomInvalidUsage naming `fn`
+ * while a non-blocking init is still in progress, or the error that broke it.
+ */
+loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

@@ -105,12 +105,7 @@ static loomResult_t checkAlltoAllv(const struct loomOp *op, const char *fn)
 static loomResult_t opCheck(const struct loomOp *op, const char *fn)
 {
     LOOMCHECK(commCheck(op->comm, fn));
-    int broken = atomic_load_explicit(&op->comm->broken, memory_order_acquire);
-    if (broken)
-        return loomSetError((loomResult_t)broken,
-                            "%s: the communicator is unusable after an earlier error (%s); "
-                            "destroy it",
-                            fn, op->comm->abortReason);
+    LOOMCHECK(commCheckReady(op->comm, fn));
     if ((unsigned)op->dt >= loomNumTypes)
         return loomSetError(loomInvalidArgument, "%s: datatype %d is not a loomDataType_t (0..%d)",
                             fn, (int)op->dt, loomNumTypes - 1);
@@ -146,6 +141,10 @@ static loomResult_t opSubmit(struct loomOp *op)
         return groupAdd(op);
     if (op->stream)
         return streamEnqueue(op->stream, op, 1);
+    if (op->comm->queue) { /* non-blocking mode: the comm's own stream runs it */
+        loomResult_t queued = streamEnqueue(op->comm->queue, op, 1);
+        return queued == loomSuccess ? loomInProgress : queued;
+    }
     loomResult_t res = planExecute(op, 1);
     opRelease(op);
     return res;
@@ -165,7 +164,7 @@ static loomResult_t opIssue(struct loomOp *op)
     }
     atomic_fetch_add_explicit(&op->comm->activeCalls, 1, memory_order_acq_rel);
     res = opSubmit(op);
-    if (res != loomSuccess)
+    if (res != loomSuccess && res != loomInProgress)
         commRecordError(op->comm);
     atomic_fetch_sub_explicit(&op->comm->activeCalls, 1, memory_order_acq_rel);
     return res;

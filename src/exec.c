@@ -28,6 +28,13 @@
  * GPU has steps in flight the thread yields rather than sleeps, since the
  * GPU rings no doorbell. The top bit of a FIFO's size word says whether the
  * message sits in the connector's device slots (p2p) or its host slots.
+ *
+ * Failures. A rank that stops on an error it found itself (the peer it waits
+ * for is dead, LOOM_TIMEOUT passed without progress, the peers disagree on
+ * a message size) posts the reason on the doorbell of every peer of the
+ * communicator and rings it, so ranks that were waiting on someone else, and
+ * would otherwise sit until their own timeout, stop at once with the same
+ * line. A local abort is not posted (loomCommAbort is local, as in NCCL).
  */
 #include <errno.h>
 #include <limits.h>
@@ -308,14 +315,40 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 
 struct execWait {
     int spins;
+    int heard; /* the failure came from an abort or a peer's notice: do not post it */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
 };
 
+/* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie, ...), '?' if unknown. */
+static char procState(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return '?';
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    const char *close = strrchr(line, ')'); /* the command name may hold anything */
+    return close && close[1] == ' ' && close[2] ? close[2] : '?';
+}
+
+static int isLocalPeer(const struct loomComm *comm, int p)
+{
+    return p != comm->rank && comm->peers[p].hostHash == comm->peers[comm->rank].hostHash;
+}
+
+/* A killed rank whose parent has not reaped it yet is a zombie: gone, though kill() finds it. */
 static int peerGone(const struct loomComm *comm, int p)
 {
-    return comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && p != comm->rank &&
-           kill(comm->peers[p].pid, 0) != 0 && errno == ESRCH;
+    if (!isLocalPeer(comm, p))
+        return 0;
+    if (kill(comm->peers[p].pid, 0) != 0)
+        return errno == ESRCH;
+    char st = procState(comm->peers[p].pid);
+    return st == 'Z' || st == 'X' || st == 'x';
 }
 
 /*
@@ -355,14 +388,59 @@ static const struct loomLane *firstBlocked(const struct loomLane *lanes, int nla
     return &lanes[0];
 }
 
-static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
-                                struct execWait *w)
+/* ", rank 1 (pid 42 on node2) is stopped" for each local peer stopped by a signal or debugger. */
+static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < comm->nranks && used + 1 < len; p++) {
+        if (!isLocalPeer(comm, p))
+            continue;
+        char st = procState(comm->peers[p].pid);
+        if (st != 'T' && st != 't')
+            continue;
+        int n = snprintf(buf + used, len - used, "; rank %d (pid %d on %s) is stopped (%s)", p,
+                         (int)comm->peers[p].pid, comm->peers[p].hostname,
+                         st == 'T' ? "SIGSTOP" : "a debugger");
+        used += n > 0 ? (size_t)n : 0;
+    }
+}
+
+static loomResult_t timedOut(const struct loomLane *b)
+{
+    const struct loomStep *s = &b->steps[b->cur];
+    char stopped[192];
+    describeStopped(b->comm, stopped, sizeof(stopped));
+    return loomSetError(loomTimeout,
+                        "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
+                        "%zu (receive from rank %d, send to rank %d)%s; a peer is stopped, hung or "
+                        "called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer,
+                        s->sendPeer, stopped);
+}
+
+/* A local abort or a peer's notice: reported here, but not posted to the peers again. */
+static loomResult_t heardFailure(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
         if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
-            return loomSetError(loomRemoteError, "%s",
-                                comm->abortReason[0] ? comm->abortReason : "communicator aborted");
+            return loomSetError(loomRemoteError,
+                                "rank %d's communicator was aborted (loomCommAbort)", comm->rank);
+        loomResult_t res = execPeerFailure(comm);
+        if (res != loomSuccess)
+            return res;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
+                                struct execWait *w)
+{
+    loomResult_t heard = heardFailure(lanes, nlanes);
+    if (heard != loomSuccess) {
+        w->heard = 1;
+        return heard;
     }
     if (now - w->lastLiveCheck >= EXEC_SLEEP_NS) {
         w->lastLiveCheck = now;
@@ -382,13 +460,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
                                 "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting for "
                                 "the GPU to finish its steps",
                                 b->comm->rank, b->comm->timeoutSec);
-        const struct loomStep *s = &b->steps[b->cur];
-        return loomSetError(
-            loomTimeout,
-            "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-            "%zu (receive from rank %d, send to rank %d); a peer is stopped, hung or "
-            "called a different operation",
-            b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer, s->sendPeer);
+        return timedOut(b);
     }
     return loomSuccess;
 }
@@ -421,6 +493,23 @@ static int sweep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long 
     return left + (dev && cudaExecPending(dev) > 0);
 }
 
+/* An abort or a peer's notice is waiting to be reported: do not go to sleep. */
+static int failurePending(const struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomComm *comm = lanes[i].comm;
+        if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire) ||
+            atomic_load_explicit(&comm->bell->noticeState, memory_order_acquire) == 2)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The flag, the re-check and the failure check all come after `seq` is read,
+ * so a wake-up, an abort or a notice that arrives from then on is not slept
+ * through.
+ */
 static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
                       loomResult_t *err, int *left)
 {
@@ -431,24 +520,68 @@ static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, 
     uint32_t seq = atomic_load_explicit(&bell->seq, memory_order_seq_cst);
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
     *left = sweep(lanes, nlanes, dev, progress, err);
-    if (*left > 0 && *progress == 0)
+    if (*left > 0 && *progress == 0 && !failurePending(lanes, nlanes))
         futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS);
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
 }
 
-static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res)
+/* ---- failures ---- */
+
+void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason)
 {
-    for (int i = 0; i < nlanes; i++)
-        commSetBroken(lanes[i].comm, res, debugLastError(NULL));
+    const struct loomChannel *ch = &comm->channels[0];
+    for (int p = 0; ch->send && p < comm->nranks; p++) {
+        struct loomDoorbell *bell = ch->send[p].peerBell;
+        uint32_t free = 0;
+        if (p == comm->rank || !ch->send[p].connected || bell == NULL ||
+            !atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
+            continue;
+        bell->noticeCode = (int32_t)res;
+        bell->noticeFrom = comm->rank;
+        snprintf(bell->notice, sizeof(bell->notice), "%s", reason);
+        atomic_store_explicit(&bell->noticeState, 2, memory_order_release);
+        atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
+        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+loomResult_t execPeerFailure(struct loomComm *comm)
+{
+    struct loomDoorbell *bell = comm->bell;
+    if (bell == NULL || atomic_load_explicit(&bell->noticeState, memory_order_acquire) != 2)
+        return loomSuccess;
+    loomResult_t res = bell->noticeCode == loomTimeout ? loomTimeout : loomRemoteError;
+    return loomSetError(res, "%.*s (reported to rank %d by rank %d)", LOOM_NOTICE_BYTES,
+                        bell->notice, comm->rank, (int)bell->noticeFrom);
+}
+
+static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
+{
+    const char *reason = debugLastError(NULL);
+    for (int i = 0; i < nlanes; i++) {
+        struct loomComm *comm = lanes[i].comm;
+        commSetBroken(comm, res, reason);
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= lanes[j].comm != comm;
+        if (post && first)
+            execPostFailure(comm, res, reason);
+    }
 }
 
 loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
-    struct execWait w = {0, 0, 0};
+    struct execWait w = {0, 0, 0, 0};
     loomResult_t err = loomSuccess;
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
 
+    /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
+    err = heardFailure(lanes, nlanes);
+    if (err != loomSuccess) {
+        markBroken(lanes, nlanes, err, 0);
+        return err;
+    }
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
     for (;;) {
@@ -492,6 +625,6 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
     if (err != loomSuccess)
-        markBroken(lanes, nlanes, err);
+        markBroken(lanes, nlanes, err, !w.heard);
     return err;
 }

@@ -42,5 +42,15 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 void execRingBell(struct loomDoorbell *bell);
 /* Wakes a thread of this process blocked in execRun on comm (used by abort). */
 void execWake(struct loomComm *comm);
+/*
+ * Posts `reason` with code `res` on the doorbell of every peer of comm and
+ * wakes them, so that they stop waiting for this rank (see exec.c).
+ */
+void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason);
+/*
+ * loomSuccess, or the failure a peer posted to this rank of comm: loomTimeout
+ * for a peer's timeout, else loomRemoteError, with the peer's line recorded.
+ */
+loomResult_t execPeerFailure(struct loomComm *comm);
 
 #endif /* LOOM_EXEC_H_ */

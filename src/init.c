@@ -94,12 +94,31 @@ void commRecordError(struct loomComm *comm)
     pthread_mutex_unlock(&comm->errLock);
 }
 
+/* The reason is written before `broken` is published, and never again, so readers need no lock. */
 void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason)
 {
-    int none = 0;
-    if (atomic_compare_exchange_strong(&comm->broken, &none, (int)res) &&
-        !atomic_load(&comm->abortFlag))
+    pthread_mutex_lock(&comm->errLock);
+    if (atomic_load_explicit(&comm->broken, memory_order_relaxed) == 0) {
         snprintf(comm->abortReason, sizeof(comm->abortReason), "%s", reason);
+        atomic_store_explicit(&comm->broken, (int)res, memory_order_release);
+    }
+    pthread_mutex_unlock(&comm->errLock);
+}
+
+loomResult_t commCheckReady(struct loomComm *comm, const char *fn)
+{
+    if (atomic_load_explicit(&comm->initializing, memory_order_acquire))
+        return loomSetError(loomInvalidUsage,
+                            "%s: the communicator is still being created (non-blocking mode); "
+                            "poll loomCommGetAsyncError until it gives loomSuccess",
+                            fn);
+    int broken = atomic_load_explicit(&comm->broken, memory_order_acquire);
+    if (broken)
+        return loomSetError((loomResult_t)broken,
+                            "%s: the communicator is unusable after an earlier error (%s); "
+                            "destroy it",
+                            fn, comm->abortReason);
+    return loomSuccess;
 }
 
 uint64_t loomClockNs(void)
@@ -166,9 +185,17 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
     LOOMCHECK(commCheck(comm, "loomCommGetAsyncError"));
     if (asyncError == NULL)
         return loomSetError(loomInvalidArgument, "loomCommGetAsyncError: asyncError is NULL");
+    if (atomic_load_explicit(&comm->initializing, memory_order_acquire)) {
+        *asyncError = loomInProgress;
+        return loomSuccess;
+    }
     int e = atomic_load(&comm->asyncError);
     if (e == loomSuccess)
-        e = atomic_load(&comm->broken);
+        e = atomic_load_explicit(&comm->broken, memory_order_acquire);
+    if (e == loomSuccess && comm->bell != NULL)
+        e = execPeerFailure(comm);
+    if (e == loomSuccess && !comm->blocking && atomic_load(&comm->pending) > 0)
+        e = loomInProgress;
     *asyncError = (loomResult_t)e;
     return loomSuccess;
 }
@@ -367,6 +394,10 @@ static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomCo
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
         return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
                             config->timeoutSec);
+    if (config && config->blocking != LOOM_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1)
+        return loomSetError(loomInvalidArgument, "%s: config->blocking %d must be 0 or 1", fn,
+                            config->blocking);
     return loomSuccess;
 }
 
@@ -379,8 +410,74 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
     LOOMCHECK(p2pSetup(comm));
-    LOOMCHECK(bootstrapBarrier(comm->bootstrap));
-    return registryAdd(comm);
+    return bootstrapBarrier(comm->bootstrap);
+}
+
+/* ---- non-blocking mode ---- */
+
+/*
+ * With config.blocking = 0 the handle is registered and returned at once
+ * (loomInProgress) while a thread builds the communicator; it publishes the
+ * outcome through `initializing` and `broken`, which loomCommGetAsyncError
+ * reads. Calls made with a NULL stream then go to the communicator's own
+ * host stream (`queue`) and return loomInProgress; pending counts them.
+ * Destroy and abort join the thread (abort makes every bootstrap wait end
+ * within 100 ms) before releasing anything.
+ */
+struct initJob {
+    struct loomComm *comm;
+    loomUniqueId id;
+};
+
+static void *initMain(void *arg)
+{
+    struct initJob *job = arg;
+    struct loomComm *comm = job->comm;
+    loomResult_t res = commBuild(comm, &job->id);
+    if (res != loomSuccess) {
+        commRecordError(comm);
+        commSetBroken(comm, res, debugLastError(NULL));
+    } else {
+        debugSetRank(comm->rank);
+        INFO(LOOM_INIT, "comm %p rank %d of %d ready (non-blocking init)", (void *)comm, comm->rank,
+             comm->nranks);
+    }
+    free(job);
+    atomic_store_explicit(&comm->initializing, 0, memory_order_release);
+    return NULL;
+}
+
+static loomResult_t initStartAsync(struct loomComm *comm, const loomUniqueId *id)
+{
+    struct initJob *job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return loomSetError(loomSystemError, "loomCommInitRank: out of memory");
+    job->comm = comm;
+    job->id = *id;
+    loomResult_t res = loomStreamCreate(&comm->queue);
+    if (res != loomSuccess) {
+        free(job);
+        return res;
+    }
+    res = registryAdd(comm);
+    if (res != loomSuccess) {
+        free(job);
+        return res;
+    }
+    comm->magic = LOOM_COMM_MAGIC;
+    atomic_store(&comm->initializing, 1);
+    int e = pthread_create(&comm->initThread, NULL, initMain, job);
+    if (e != 0) {
+        atomic_store(&comm->initializing, 0);
+        free(job);
+        res = loomSetError(loomSystemError, "loomCommInitRank: cannot start the init thread: %s",
+                           strerror(e));
+        commRecordError(comm);
+        commSetBroken(comm, res, debugLastError(NULL));
+        return loomSuccess; /* the handle exists: GetAsyncError reports, Destroy frees */
+    }
+    comm->initThreadStarted = 1;
+    return loomSuccess;
 }
 
 loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueId commId, int rank,
@@ -399,10 +496,23 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
     comm->timeoutSec = configInt(comm->config.timeoutSec, (int)paramInt(LOOM_PARAM_TIMEOUT));
     comm->bell = &comm->localBell;
     pthread_mutex_init(&comm->errLock, NULL);
-    if (comm->config.blocking == 0)
-        INFO(LOOM_INIT, "config.blocking = 0 is not implemented yet; calls block");
+    comm->blocking = comm->config.blocking != 0;
+    if (!comm->blocking) {
+        loomResult_t started = initStartAsync(comm, &commId);
+        if (started != loomSuccess) {
+            if (comm->queue)
+                loomStreamDestroy(comm->queue);
+            pthread_mutex_destroy(&comm->errLock);
+            free(comm);
+            return started;
+        }
+        *newcomm = comm;
+        return loomInProgress;
+    }
 
     loomResult_t res = commBuild(comm, &commId);
+    if (res == loomSuccess)
+        res = registryAdd(comm);
     if (res != loomSuccess) {
         commFree(comm);
         pthread_mutex_destroy(&comm->errLock);
@@ -520,6 +630,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
 {
     const char *fn = "loomCommSplit";
     LOOMCHECK(commCheck(comm, fn));
+    LOOMCHECK(commCheckReady(comm, fn));
     if (newcomm == NULL)
         return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
@@ -560,6 +671,8 @@ static void waitQuiet(struct loomComm *comm)
 loomResult_t loomCommFinalize(loomComm_t comm)
 {
     LOOMCHECK(commCheck(comm, "loomCommFinalize"));
+    if (!comm->blocking && (atomic_load(&comm->initializing) || atomic_load(&comm->pending) > 0))
+        return loomInProgress;
     while (atomic_load(&comm->pending) > 0) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -573,8 +686,14 @@ loomResult_t loomCommFinalize(loomComm_t comm)
 
 static loomResult_t commRelease(struct loomComm *comm)
 {
+    comm->magic = LOOM_COMM_DEAD; /* new calls are refused from here on */
+    if (comm->initThreadStarted)
+        pthread_join(comm->initThread, NULL);
+    comm->initThreadStarted = 0;
     waitQuiet(comm);
-    comm->magic = LOOM_COMM_DEAD;
+    if (comm->queue)
+        loomStreamDestroy(comm->queue);
+    comm->queue = NULL;
     commFree(comm);
     return loomSuccess;
 }
@@ -588,8 +707,6 @@ loomResult_t loomCommDestroy(loomComm_t comm)
 loomResult_t loomCommAbort(loomComm_t comm)
 {
     LOOMCHECK(commCheck(comm, "loomCommAbort"));
-    snprintf(comm->abortReason, sizeof(comm->abortReason),
-             "rank %d's communicator was aborted (loomCommAbort)", comm->rank);
     atomic_store_explicit(&comm->abortFlag, 1, memory_order_release);
     execWake(comm);
     return commRelease(comm);

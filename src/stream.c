@@ -7,7 +7,9 @@
  * computes (DDP overlaps gradient AllReduce with backward this way). The
  * first error is kept and returned by Synchronize and Query, and recorded as
  * the communicator's async error. Stream structs are never freed, like
- * communicators, so a destroyed stream is reported, not dereferenced freed.
+ * communicators, and every one ever created is on a list, so a destroyed
+ * stream is reported, not dereferenced freed, and a pointer that is no
+ * stream at all is reported without being dereferenced.
  *
  * A CUDA stream (loomStreamCreateCuda) is a host stream whose units are
  * also ordered on the application's cudaStream_t (src/cuda/cudastream.c):
@@ -16,8 +18,10 @@
  * runs the unit, and then lets the CUDA stream go on. So a call returns at
  * once and acts as if it were a kernel on the caller's stream.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +44,7 @@ struct streamUnit {
 #define STREAM_SPIN_NS 20000 /* the thread polls this long for more work before sleeping */
 
 struct loomStream {
-    uint64_t magic;
+    _Atomic uint64_t magic;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond; /* work arrived, or stop */
@@ -50,7 +54,9 @@ struct loomStream {
     int sleeping; /* the thread waits on `cond`: enqueue must signal */
     int waiters;  /* threads in Synchronize/Destroy wait on `idle` */
     int stop;
-    loomResult_t error;
+    loomResult_t error;          /* the first error, under `lock` */
+    char errorLine[256];         /* and its line */
+    struct loomStream *allNext;  /* the registry: every stream ever created */
     struct cudaStreamSync *cuda; /* the wrapped cudaStream_t, or NULL for a host stream */
 };
 
@@ -59,8 +65,32 @@ int streamIsCuda(const struct loomStream *s)
     return s->cuda != NULL;
 }
 
+static pthread_mutex_t streamsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct loomStream *_Atomic streams;
+
+/* Lock-free: streams are only ever pushed at the head, and never freed. */
+static int streamKnown(const struct loomStream *s)
+{
+    for (struct loomStream *p = atomic_load_explicit(&streams, memory_order_acquire); p;
+         p = p->allNext)
+        if (p == s)
+            return 1;
+    return 0;
+}
+
+static void streamRegister(struct loomStream *s)
+{
+    pthread_mutex_lock(&streamsLock);
+    s->allNext = atomic_load_explicit(&streams, memory_order_relaxed);
+    atomic_store_explicit(&streams, s, memory_order_release);
+    pthread_mutex_unlock(&streamsLock);
+}
+
 loomResult_t streamCheck(struct loomStream *s, const char *fn)
 {
+    if (!streamKnown(s))
+        return loomSetError(loomInvalidArgument, "%s: stream %p is not a loomStream_t", fn,
+                            (void *)s);
     if (s->magic == STREAM_DEAD)
         return loomSetError(loomInvalidUsage, "%s: the stream was destroyed", fn);
     if (s->magic != STREAM_MAGIC)
@@ -86,8 +116,14 @@ static void unitRun(struct loomStream *s, struct streamUnit *u)
         opRelease(&u->ops[i]);
         atomic_fetch_sub_explicit(&comm->pending, 1, memory_order_acq_rel);
     }
-    if (res != loomSuccess && s->error == loomSuccess)
+    if (res == loomSuccess)
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (s->error == loomSuccess) {
         s->error = res;
+        snprintf(s->errorLine, sizeof(s->errorLine), "%s", debugLastError(NULL));
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Waits for work: polls briefly (back-to-back calls are the common case), then sleeps. */
@@ -173,6 +209,8 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
     struct streamUnit *u = unitTake(s, nops);
     if (u == NULL) {
         pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < nops; i++)
+            opRelease(&ops[i]);
         return loomSetError(loomSystemError, "out of memory queueing %d operation(s)", nops);
     }
     u->next = NULL;
@@ -215,12 +253,15 @@ static loomResult_t streamStart(struct cudaStreamSync *cuda, const char *fn, loo
     pthread_cond_init(&s->idle, NULL);
     s->magic = STREAM_MAGIC;
     s->cuda = cuda;
+    streamRegister(s);
     int e = pthread_create(&s->thread, NULL, streamMain, s);
     if (e != 0) {
         s->magic = STREAM_DEAD;
         if (cuda)
             cudaStreamDetach(cuda);
-        return loomSetError(loomSystemError, "%s: cannot start a thread: %s", fn, strerror(e));
+        return loomSetError(
+            loomSystemError, "%s: cannot start a thread: %s%s", fn, strerror(e),
+            e == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
     }
     *stream = s;
     return loomSuccess;
@@ -253,12 +294,13 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
         pthread_cond_wait(&s->idle, &s->lock);
     s->waiters--;
     loomResult_t res = s->error;
+    char line[sizeof(s->errorLine)];
+    memcpy(line, s->errorLine, sizeof(line));
     pthread_mutex_unlock(&s->lock);
     if (res == loomSuccess && s->cuda)
         return cudaStreamSync(s->cuda);
     if (res != loomSuccess)
-        loomSetError(res, "loomStreamSynchronize: an operation on the stream failed (%s)",
-                     loomGetErrorString(res));
+        loomSetError(res, "loomStreamSynchronize: an operation on the stream failed: %s", line);
     return res;
 }
 

@@ -14,6 +14,9 @@
 #
 # The sweep is sized to finish well within a few minutes on a 2-core machine
 # with more ranks than cores (about 30 s when this was written).
+# LOOM_TEST_QUICK=1 (sanitizer builds in CI, which run 5-20x slower) keeps
+# one case of each kind: 1, 2 and 4 ranks, one misalignment, zero counts,
+# and the tiny-FIFO case with two channels.
 # shellcheck disable=SC2086 # ALL, SIZES and PERF_ENV are word lists, split on purpose
 set -u
 . "$(dirname "$0")/common.sh"
@@ -29,6 +32,19 @@ ALL="-G 0 -C all -d all -o all -r all"
 # Sizes 4, 28, 196, 1372 and 9604 bytes: counts such as 7, 49, 343 and 2401
 # that fill no vector evenly.
 SIZES="-b 4 -e 40000 -f 7"
+if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
+    note "LOOM_TEST_QUICK=1: a reduced matrix"
+    for n in 1 2 4; do
+        perf_case $n $ALL $SIZES
+    done
+    perf_case 3 $ALL $SIZES -O 3
+    perf_case 3 $ALL -b 0 -e 0
+    PERF_ENV="LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+    perf_case 4 $ALL $SIZES
+    PERF_ENV=
+    finish
+fi
+
 for n in 1 2 3 4 5 8; do
     perf_case $n $ALL $SIZES
 done

@@ -17,6 +17,7 @@
 
 #include "comms.h"
 #include "loom.h"
+#include "testranks.h"
 
 START_TEST(test_version_and_strings)
 {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "testranks.h"
 
 static inline loomComm_t soloComm(void)
 {
@@ -38,27 +39,33 @@ static inline loomComm_t soloComm(void)
 
 typedef int (*rankFn)(int rank, int nranks, loomComm_t comm);
 
+struct rankWork {
+    rankFn fn;
+};
+
+static inline int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
+{
+    const struct rankWork *work = arg;
+    loomComm_t comm;
+    if (loomCommInitRank(&comm, nranks, *id, rank) != loomSuccess)
+        return 100;
+    int rc = work->fn(rank, nranks, comm);
+    loomCommDestroy(comm);
+    return rc;
+}
+
+/* Ranks are forked before the unique id exists, so none inherits the rendezvous socket. */
 static inline void runRanks(int nranks, rankFn fn)
 {
+    struct rankWork work = {fn};
+    struct testRanks t;
     loomUniqueId id;
-    pid_t pids[16];
-    ck_assert_int_le(nranks, 16);
+    ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, &work), 0);
     ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
-    for (int r = 0; r < nranks; r++) {
-        pids[r] = fork();
-        ck_assert_int_ge(pids[r], 0);
-        if (pids[r] == 0) {
-            loomComm_t comm;
-            if (loomCommInitRank(&comm, nranks, id, r) != loomSuccess)
-                _exit(100);
-            int rc = fn(r, nranks, comm);
-            loomCommDestroy(comm);
-            _exit(rc);
-        }
-    }
+    ck_assert_int_eq(testRanksGo(&t, &id), 0);
     for (int r = 0; r < nranks; r++) {
         int st;
-        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
     }
 }
