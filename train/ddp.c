@@ -22,6 +22,9 @@
  * After backward one loomStreamSynchronize waits for the tail. With
  * --no-overlap the same buckets are reduced, blocking, after backward, so
  * both runs give identical results and differ only in time.
+ * --compare-overlap alternates the two step by step (odd steps overlapped),
+ * so that a comparison of their times on a shared machine sees the same
+ * background load in both.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +43,8 @@ struct ddp {
     struct modelActs acts;
     struct adamConfig adam;
     struct modelHooks hooks;
-    loomStream_t stream; /* NULL with --no-overlap */
+    loomStream_t stream;  /* NULL with --no-overlap */
+    loomStream_t current; /* this step's: the stream, or NULL for the blocking way */
     struct bucket *buckets;
     int nbuckets, launched;
 };
@@ -100,8 +104,9 @@ static loomResult_t hookReady(void *ctx, int unit, size_t lo)
     struct ddp *d = ctx;
     size_t frontier = d->lay.offset[unit] + lo;
     replicaReady(&d->rep, unit, lo);
-    while (d->stream != NULL && d->launched < d->nbuckets && d->buckets[d->launched].lo >= frontier)
-        LOOMCHECK(ddpLaunch(d, d->stream));
+    while (d->current != NULL && d->launched < d->nbuckets &&
+           d->buckets[d->launched].lo >= frontier)
+        LOOMCHECK(ddpLaunch(d, d->current));
     return loomSuccess;
 }
 
@@ -109,10 +114,10 @@ static loomResult_t hookReady(void *ctx, int unit, size_t lo)
 static loomResult_t ddpFinish(struct ddp *d)
 {
     while (d->launched < d->nbuckets)
-        LOOMCHECK(ddpLaunch(d, d->stream));
-    if (d->stream != NULL) {
+        LOOMCHECK(ddpLaunch(d, d->current));
+    if (d->current != NULL) {
         uint64_t t0 = nowNs();
-        LOOMCHECK(trainComm(d->t, "loomStreamSynchronize", loomStreamSynchronize(d->stream), t0));
+        LOOMCHECK(trainComm(d->t, "loomStreamSynchronize", loomStreamSynchronize(d->current), t0));
     }
     return loomSuccess;
 }
@@ -122,6 +127,7 @@ static loomResult_t ddpStep(void *self, long step, const float *x, const int *la
 {
     struct ddp *d = self;
     d->launched = 0;
+    d->current = d->t->opt->overlap == OVERLAP_ALTERNATE && step % 2 == 0 ? NULL : d->stream;
     LOOMCHECK(modelForward(&d->shape, &d->hooks, &d->acts, x, labels, &stats->loss));
     LOOMCHECK(modelBackward(&d->shape, &d->hooks, &d->acts, labels));
     LOOMCHECK(ddpFinish(d));
@@ -182,7 +188,7 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
         return trainFail(t, loomSystemError, "out of memory for the model");
     }
     free(specs);
-    if (o->overlap) {
+    if (o->overlap != OVERLAP_NEVER) {
         loomResult_t res = loomStreamCreate(&d->stream);
         if (res != loomSuccess) {
             ddpDestroy(d);
@@ -199,7 +205,10 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
                            .formulaBytes = 16.0 * (double)d->lay.params};
     if (t->rank == 0)
         printf("ddp: %d bucket(s) of about %.3g MiB, %s\n", d->nbuckets, o->bucketMb,
-               o->overlap ? "each AllReduced on a host stream as soon as backward completes it"
-                          : "AllReduced after backward (--no-overlap)");
+               o->overlap == OVERLAP_ALWAYS
+                   ? "each AllReduced on a host stream as soon as backward completes it"
+               : o->overlap == OVERLAP_NEVER
+                   ? "AllReduced after backward (--no-overlap)"
+                   : "odd steps overlapped, even steps not (--compare-overlap)");
     return loomSuccess;
 }

@@ -44,6 +44,7 @@ static void usage(FILE *f)
                "  --lr R                 Adam learning rate (0.001)\n"
                "  --bucket-mb M          DDP bucket size in MiB (25)\n"
                "  --no-overlap           DDP: AllReduce after backward instead of during it\n"
+               "  --compare-overlap      DDP: alternate the two step by step and compare times\n"
                "  --experts E --top-k 1|2 --capacity-factor F --aux-weight A   MoE (8, 2, 1.25, "
                "0.01)\n"
                "  --check                also train a single-process reference and compare\n"
@@ -93,6 +94,7 @@ enum {
     OPT_LR,
     OPT_BUCKET,
     OPT_NO_OVERLAP,
+    OPT_COMPARE,
     OPT_EXPERTS,
     OPT_TOPK,
     OPT_CAPACITY,
@@ -115,6 +117,7 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"lr", required_argument, 0, OPT_LR},
                                             {"bucket-mb", required_argument, 0, OPT_BUCKET},
                                             {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
+                                            {"compare-overlap", no_argument, 0, OPT_COMPARE},
                                             {"experts", required_argument, 0, OPT_EXPERTS},
                                             {"top-k", required_argument, 0, OPT_TOPK},
                                             {"capacity-factor", required_argument, 0, OPT_CAPACITY},
@@ -192,7 +195,7 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
                                .seed = 1,
                                .lr = 1e-3,
                                .bucketMb = 25,
-                               .overlap = 1,
+                               .overlap = OVERLAP_ALWAYS,
                                .logEvery = 1,
                                .verifyEvery = 10,
                                .experts = 8,
@@ -216,7 +219,10 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
             o->topK = optarg[0] - '0';
             break;
         case OPT_NO_OVERLAP:
-            o->overlap = 0;
+            o->overlap = OVERLAP_NEVER;
+            break;
+        case OPT_COMPARE:
+            o->overlap = OVERLAP_ALTERNATE;
             break;
         case OPT_CHECK:
             o->check = 1;
@@ -385,18 +391,52 @@ static void printHeader(const struct run *r)
            "calls (exposed communication)\n");
 }
 
+/* Median and fastest time, and median communication share, of steps first, first + stride, ... */
+static void stepTimes(const struct run *r, int first, int stride, double *med, double *fastest,
+                      double *share)
+{
+    double *ms = calloc((size_t)r->o.steps, sizeof(*ms));
+    double *comm = calloc((size_t)r->o.steps, sizeof(*comm));
+    int n = 0;
+    *med = *fastest = *share = 0.0;
+    if (ms != NULL && comm != NULL) {
+        *fastest = r->stepMs[first];
+        for (int i = first; i < r->o.steps; i += stride, n++) {
+            ms[n] = r->stepMs[i];
+            comm[n] = r->commShare[i];
+            *fastest = ms[n] < *fastest ? ms[n] : *fastest;
+        }
+        *med = median(ms, n);
+        *share = median(comm, n);
+    }
+    free(ms);
+    free(comm);
+}
+
 static void printTiming(const struct run *r)
 {
-    int first = r->o.steps > 1 ? 1 : 0, n = r->o.steps - first;
-    double ms = median(r->stepMs + first, n), share = median(r->commShare + first, n);
-    double fastest = r->stepMs[first];
-    for (int i = first; i < r->o.steps; i++)
-        fastest = r->stepMs[i] < fastest ? r->stepMs[i] : fastest;
-    if (r->t.rank == 0)
-        printf("time: median step %.3f ms (fastest %.3f ms) over steps %d..%d, %.0f tokens/s, "
-               "communication %.1f%% (rank 0)\n",
-               ms, fastest, first + 1, r->o.steps, (double)r->t.nranks * r->o.batch / (ms / 1e3),
-               100.0 * share);
+    int first = r->o.steps > 1 ? 1 : 0;
+    double ms, fastest, share, tokens = (double)r->t.nranks * r->o.batch;
+    if (r->t.rank != 0)
+        return;
+    if (r->o.mode == MODE_DDP && r->o.overlap == OVERLAP_ALTERNATE && r->o.steps >= 4) {
+        double noMs, noFastest, noShare;
+        stepTimes(r, 2, 2, &ms, &fastest, &share); /* steps 3, 5, ...: overlapped */
+        stepTimes(r, 3, 2, &noMs, &noFastest, &noShare);
+        printf("time: overlapped steps (3, 5, ...): median %.3f ms (fastest %.3f ms), "
+               "communication %.1f%%\n",
+               ms, fastest, 100.0 * share);
+        printf("time: --no-overlap steps (4, 6, ...): median %.3f ms (fastest %.3f ms), "
+               "communication %.1f%%\n",
+               noMs, noFastest, 100.0 * noShare);
+        printf("time: overlap %s %.1f%% of a --no-overlap step (medians)\n",
+               ms <= noMs ? "saves" : "costs", 100.0 * fabs(noMs - ms) / noMs);
+        return;
+    }
+    stepTimes(r, first, 1, &ms, &fastest, &share);
+    printf("time: median step %.3f ms (fastest %.3f ms) over steps %d..%d, %.0f tokens/s, "
+           "communication %.1f%% (rank 0)\n",
+           ms, fastest, first + 1, r->o.steps, tokens / (ms / 1e3), 100.0 * share);
 }
 
 /* Collective: final weights everywhere, identical on every rank; rank 0 compares. */

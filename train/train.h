@@ -38,6 +38,9 @@
 
 enum trainMode { MODE_DDP, MODE_ZERO1, MODE_ZERO2, MODE_ZERO3, MODE_MOE };
 
+/* DDP: launch buckets during backward, after it, or alternate step by step (odd steps during). */
+enum overlapMode { OVERLAP_NEVER, OVERLAP_ALWAYS, OVERLAP_ALTERNATE };
+
 struct trainOptions {
     enum trainMode mode;
     int bf16; /* --dtype bf16: parameters and gradients in bf16, fp32 master weights */
@@ -48,7 +51,7 @@ struct trainOptions {
     uint64_t seed;
     double lr;
     double bucketMb;
-    int overlap; /* DDP: launch buckets during backward */
+    enum overlapMode overlap;
     int check;
     int logEvery;
     int verifyEvery; /* steps between cross-rank parameter fingerprints (0: only at the end) */

@@ -3,8 +3,9 @@
 # planner prints hand-computed figures.
 #
 # 1. loom-train --check --steps 20 on 4 ranks passes for every mode (ddp,
-#    zero1, zero2, zero3, moe), for DDP without overlap, for bf16 (ddp and
-#    zero3) and for MoE with top-1 and top-2 routing: the run is compared with
+#    zero1, zero2, zero3, moe), for DDP without overlap and alternating the
+#    two, for bf16 (ddp and every ZeRO stage) and for MoE with top-1 and top-2
+#    routing: the run is compared with
 #    a single-process reference, and its parameters are bitwise identical
 #    across ranks.
 # 2. The ZeRO-3 memory ledger (bf16) is within 5% of 16 Psi/N for model state,
@@ -56,6 +57,9 @@ for mode in ddp zero1 zero2 zero3 moe; do
     train "$mode" --mode "$mode"
 done
 train ddp-no-overlap --mode ddp --no-overlap --bucket-mb 0.1
+train ddp-compare --mode ddp --compare-overlap --bucket-mb 0.1
+grep -q "^time: overlap \(saves\|costs\)" "$TEST_TMPDIR/ddp-compare.log" ||
+    record_failure "ddp-compare: no comparison of overlapped and blocking steps"
 train ddp-bf16 --mode ddp --dtype bf16 --bucket-mb 0.1
 train zero1-bf16 --mode zero1 --dtype bf16
 train zero2-bf16 --mode zero2 --dtype bf16
