@@ -44,6 +44,7 @@
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
+#include "wire.h"
 
 #define ID_MAGIC 0x4c4d4944u /* "LMID" */
 #define ID_VERSION 1
@@ -89,39 +90,6 @@ struct loomBootstrap {
 
 /* ---- byte order and coding ---- */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, (uint16_t)(v >> 16));
-    put16(p + 2, (uint16_t)v);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)get16(p) << 16) | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
-
 static int allZero(const uint8_t *p, size_t len)
 {
     uint8_t acc = 0;
@@ -155,7 +123,7 @@ static void addrEncode(const struct bootstrapAddr *a, uint8_t *p)
 {
     memset(p, 0, ADDR_BYTES);
     p[0] = a->family;
-    put16(p + 2, a->port);
+    wirePut16(p + 2, a->port);
     memcpy(p + 4, a->ip, a->family == 4 ? 4 : 16);
 }
 
@@ -166,11 +134,11 @@ static const char *addrDecode(const uint8_t *p, struct bootstrapAddr *a)
         return "unknown address family";
     if (p[1] != 0 || (p[0] == 4 && !allZero(p + 8, 12)))
         return "reserved address bytes are set";
-    if (get16(p + 2) == 0)
+    if (wireGet16(p + 2) == 0)
         return "port 0";
     memset(a, 0, sizeof(*a));
     a->family = p[0];
-    a->port = get16(p + 2);
+    a->port = wireGet16(p + 2);
     memcpy(a->ip, p + 4, a->family == 4 ? 4 : 16);
     return NULL;
 }
@@ -191,11 +159,11 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
     if (id == NULL || out == NULL || !addrValid(&id->root))
         return 0;
     memset(buf, 0, sizeof(buf));
-    put32(buf, ID_MAGIC);
-    put16(buf + 4, ID_VERSION);
+    wirePut32(buf, ID_MAGIC);
+    wirePut16(buf + 4, ID_VERSION);
     memcpy(buf + 8, id->secret, BOOTSTRAP_SECRET_BYTES);
     addrEncode(&id->root, buf + 40);
-    put32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
+    wirePut32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
     memcpy(out->internal, buf, sizeof(buf));
     return LOOM_UNIQUE_ID_BYTES;
 }
@@ -206,13 +174,13 @@ static const char *idDecode(const loomUniqueId *in, struct bootstrapId *id)
     const uint8_t *p = (const uint8_t *)in->internal;
     struct bootstrapId tmp;
 
-    if (get32(p) != ID_MAGIC)
+    if (wireGet32(p) != ID_MAGIC)
         return "not a Loom unique id (bad magic)";
-    if (get16(p + 4) != ID_VERSION)
+    if (wireGet16(p + 4) != ID_VERSION)
         return "made by an incompatible Loom version";
-    if (get16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
+    if (wireGet16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
         return "corrupt (reserved bytes are set)";
-    if (get32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
+    if (wireGet32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
         return "corrupt or truncated (checksum mismatch)";
     const char *why = addrDecode(p + 40, &tmp.root);
     if (why != NULL)
@@ -236,8 +204,8 @@ size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t
     memcpy(buf, "LMH", 3);
     buf[3] = HELLO_VERSION;
     memcpy(buf + 4, h->secret, BOOTSTRAP_SECRET_BYTES);
-    put32(buf + 36, (uint32_t)h->rank);
-    put32(buf + 40, (uint32_t)h->nranks);
+    wirePut32(buf + 36, (uint32_t)h->rank);
+    wirePut32(buf + 40, (uint32_t)h->nranks);
     addrEncode(&h->addr, buf + 44);
     return BOOTSTRAP_HELLO_BYTES;
 }
@@ -250,8 +218,8 @@ loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstr
         return loomInvalidArgument;
     if (memcmp(buf, "LMH", 3) != 0 || buf[3] != HELLO_VERSION)
         return loomInvalidArgument;
-    tmp.rank = (int32_t)get32(buf + 36);
-    tmp.nranks = (int32_t)get32(buf + 40);
+    tmp.rank = (int32_t)wireGet32(buf + 36);
+    tmp.nranks = (int32_t)wireGet32(buf + 40);
     if (tmp.nranks < 1 || tmp.nranks > BOOTSTRAP_MAX_RANKS || tmp.rank < 0 ||
         tmp.rank >= tmp.nranks)
         return loomInvalidArgument;
@@ -556,7 +524,7 @@ static void rootSendTables(struct bootstrapRoot *root)
     }
     memcpy(table, "LMT", 3);
     table[3] = TABLE_VERSION;
-    put32(table + 4, (uint32_t)root->nranks);
+    wirePut32(table + 4, (uint32_t)root->nranks);
     for (int r = 0; r < root->nranks; r++)
         addrEncode(&root->ranks[r].addr, table + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
     for (int r = 0; r < root->nranks; r++) {
@@ -762,7 +730,7 @@ static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline
 
     LOOMCHECK(tableRecv(b, fd, hdr, sizeof(hdr), deadline, rootName));
     if (memcmp(hdr, "LMT", 3) != 0 || hdr[3] != TABLE_VERSION ||
-        get32(hdr + 4) != (uint32_t)b->nranks)
+        wireGet32(hdr + 4) != (uint32_t)b->nranks)
         return loomSetError(loomInternalError,
                             "bootstrap: rank %d: malformed address table header from the root "
                             "at %s",
@@ -964,20 +932,20 @@ struct ringXfer {
 static loomResult_t frameCheck(const struct loomBootstrap *b, const uint8_t *hdr, uint32_t seq,
                                size_t bytes, int step)
 {
-    if (get32(hdr) != FRAME_MAGIC)
+    if (wireGet32(hdr) != FRAME_MAGIC)
         return loomSetError(loomInternalError,
                             "bootstrap: malformed allgather frame from %s to rank %d",
                             b->prevLabel, b->rank);
-    if (get32(hdr + 4) != seq)
+    if (wireGet32(hdr + 4) != seq)
         return loomSetError(loomInternalError,
                             "bootstrap: %s is at bootstrap collective #%u, rank %d at #%u (the "
                             "ranks called allgather/barrier a different number of times)",
-                            b->prevLabel, get32(hdr + 4), b->rank, seq);
-    if (get64(hdr + 8) != bytes)
+                            b->prevLabel, wireGet32(hdr + 4), b->rank, seq);
+    if (wireGet64(hdr + 8) != bytes)
         return loomSetError(loomInternalError,
                             "bootstrap: %s sent a %llu-byte block in allgather step %d, rank %d "
                             "expected %zu bytes (every rank must pass the same size)",
-                            b->prevLabel, (unsigned long long)get64(hdr + 8), step, b->rank,
+                            b->prevLabel, (unsigned long long)wireGet64(hdr + 8), step, b->rank,
                             bytes);
     return loomSuccess;
 }
@@ -1025,9 +993,9 @@ static loomResult_t ringExchange(struct loomBootstrap *b, uint32_t seq, int step
     uint64_t deadline = socketDeadline(b->timeoutSec);
     int checked = 0;
 
-    put32(out.hdr, FRAME_MAGIC);
-    put32(out.hdr + 4, seq);
-    put64(out.hdr + 8, bytes);
+    wirePut32(out.hdr, FRAME_MAGIC);
+    wirePut32(out.hdr + 4, seq);
+    wirePut64(out.hdr + 8, bytes);
     for (;;) {
         size_t before = out.hdrDone + out.dataDone + in.hdrDone + in.dataDone;
         loomResult_t res = socketTrySend(b->nextFd, out.hdr, FRAME_HEADER_BYTES, &out.hdrDone);

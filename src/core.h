@@ -29,10 +29,15 @@
 /*
  * A process's doorbell, in shared memory: peers bump `seq` and wake the
  * futex on it when `sleeping` says the owner went to sleep waiting for them.
+ * A thread that sleeps in poll() rather than on the futex (the network
+ * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
+ * own, which ringers write instead; 0 (as in zeroed shared memory) means
+ * the futex. Such bells are process-local.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t sleeping;
+    int32_t wakeFd;
 };
 
 /*
@@ -67,6 +72,8 @@ struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
     int32_t localRank;
+    int32_t numaNode;   /* NUMA node the process is bound to, -1 if unbound or unknown */
+    uint32_t usable;    /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
 };
 
@@ -87,6 +94,7 @@ struct loomComm {
     int timeoutSec;
     int localSize; /* ranks on this host */
     int spin;      /* busy-poll iterations before yielding */
+    int oversubscribed; /* more ranks on this host than CPUs this process may use */
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;
@@ -98,12 +106,16 @@ struct loomComm {
     atomic_int pending;     /* operations queued on streams, not finished */
 
     struct loomPeerInfo *peers; /* [nranks] */
-    int *ring;                  /* [nranks] ring order */
+    int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
+    struct loomTopo *topo;      /* hosts and trees (topo.c) */
+    signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
+    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
     struct loomDoorbell localBell;
     void *shm; /* transport state */
+    void *net;
 
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];

@@ -59,7 +59,13 @@ void execRingBell(struct loomDoorbell *bell)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        if (bell->wakeFd > 0) {
+            uint64_t one = 1;
+            ssize_t ignored = write(bell->wakeFd, &one, sizeof(one)); /* full counter: awake */
+            (void)ignored;
+        } else {
+            syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        }
     }
 }
 
@@ -262,8 +268,11 @@ struct execWait {
     uint64_t lastLiveCheck;
 };
 
+/* A peer on this host whose process is gone, or one whose network link ended. */
 static int peerGone(const struct loomComm *comm, int p)
 {
+    if (comm->lost && atomic_load_explicit(&comm->lost[p], memory_order_acquire))
+        return 1;
     return comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && p != comm->rank &&
            kill(comm->peers[p].pid, 0) != 0 && errno == ESRCH;
 }
@@ -320,9 +329,13 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             struct loomComm *comm = lanes[i].comm;
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             if (dead >= 0)
-                return loomSetError(
-                    loomRemoteError, "rank %d (pid %d on %s) exited while rank %d waited for it",
-                    dead, comm->peers[dead].pid, comm->peers[dead].hostname, comm->rank);
+                return loomSetError(loomRemoteError,
+                                    "rank %d (pid %d on %s) %s while rank %d waited for it", dead,
+                                    comm->peers[dead].pid, comm->peers[dead].hostname,
+                                    comm->lost && atomic_load(&comm->lost[dead])
+                                        ? "closed its connection (it exited or the network failed)"
+                                        : "exited",
+                                    comm->rank);
         }
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
