@@ -33,6 +33,7 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -622,27 +623,26 @@ static loomResult_t fillRandom(uint8_t *buf, size_t len)
     return loomSuccess;
 }
 
-loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+/*
+ * Listens at `local` (port 0: any), starts the root thread with `secret`, and
+ * writes the id. With a fixed port the id is the one every rank derives
+ * itself (bootstrapRootAddrId); on failure nothing is left running.
+ */
+static loomResult_t rootOpen(const union socketAddress *local, const uint8_t *secret,
+                             loomUniqueId *id)
 {
-    union socketAddress local, bound;
+    union socketAddress bound;
     struct bootstrapId bid;
     loomUniqueId encoded;
     loomResult_t res;
 
-    if (id == NULL)
-        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
     struct bootstrapRoot *root = calloc(1, sizeof(*root));
     if (root == NULL)
         return loomSetError(loomSystemError, "bootstrap: out of memory");
-    res = socketFindInterface(&local, NULL, 0);
+    res = socketListen(local, &root->listenFd, &bound);
     if (res != loomSuccess)
         goto fail_free;
-    res = socketListen(&local, &root->listenFd, &bound);
-    if (res != loomSuccess)
-        goto fail_free;
-    res = fillRandom(root->secret, sizeof(root->secret));
-    if (res != loomSuccess)
-        goto fail_close;
+    memcpy(root->secret, secret, sizeof(root->secret));
     memcpy(bid.secret, root->secret, sizeof(bid.secret));
     if (socketAddrToBootstrap(&bound, &bid.root) != loomSuccess ||
         bootstrapEncodeId(&bid, &encoded) != LOOM_UNIQUE_ID_BYTES) {
@@ -669,6 +669,102 @@ fail_close:
 fail_free:
     free(root);
     return res;
+}
+
+loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+{
+    union socketAddress local;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+
+    if (id == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
+    LOOMCHECK(socketFindInterface(&local, NULL, 0));
+    LOOMCHECK(fillRandom(secret, sizeof(secret)));
+    return rootOpen(&local, secret, id);
+}
+
+/* "host:port" or "[v6]:port" -> the address (resolved) and the port. */
+static loomResult_t rootAddrParse(const char *text, union socketAddress *addr)
+{
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    const char *h = text;
+    size_t hlen = colon ? (size_t)(colon - text) : 0;
+    if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']')
+        h++, hlen -= 2;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon == NULL || hlen == 0 || hlen >= sizeof(host) || *end != '\0' || port < 1 ||
+        port > 65535)
+        return loomSetError(loomInvalidArgument,
+                            "LOOM_ROOT_ADDR=%s is not host:port (e.g. 10.0.0.1:29500 or "
+                            "node01:29500)",
+                            text);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL, *best = NULL;
+    int err = getaddrinfo(host, NULL, &hints, &list);
+    if (err != 0)
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: cannot resolve %s: %s", text,
+                            host, gai_strerror(err));
+    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (best == NULL || (best->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
+            best = ai; /* IPv4 first, as socketFindInterface does */
+    if (best == NULL) {
+        freeaddrinfo(list);
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: %s has no IP address", text,
+                            host);
+    }
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, best->ai_addr, best->ai_addrlen);
+    freeaddrinfo(list);
+    if (addr->sa.sa_family == AF_INET)
+        addr->sin.sin_port = htons((uint16_t)port);
+    else
+        addr->sin6.sin6_port = htons((uint16_t)port);
+    return loomSuccess;
+}
+
+/* The secret every rank of one job derives alike: the address and the launcher's job id. */
+static void rootAddrSecret(const char *text, const char *job, uint8_t *secret)
+{
+    for (int i = 0; i < BOOTSTRAP_SECRET_BYTES / 8; i++) {
+        uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)i;
+        for (const char *parts[] = {"loom-root-addr:", text, "/", job}, **p = parts; p < parts + 4;
+             p++)
+            for (const char *c = *p; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+        wirePut64(secret + 8 * i, h);
+    }
+}
+
+loomResult_t bootstrapRootAddrId(const char *rootAddr, const char *job, int startRoot,
+                                 loomUniqueId *id)
+{
+    union socketAddress addr;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    struct bootstrapId bid;
+
+    LOOMCHECK(rootAddrParse(rootAddr, &addr));
+    rootAddrSecret(rootAddr, job ? job : "", secret);
+    if (startRoot) {
+        loomResult_t res = rootOpen(&addr, secret, id);
+        if (res != loomSuccess) {
+            char why[400];
+            snprintf(why, sizeof(why), "%s", debugLastError(NULL));
+            return loomSetError(res,
+                                "%s; rank 0 must run on the host LOOM_ROOT_ADDR=%s names, and "
+                                "the port must be free",
+                                why, rootAddr);
+        }
+        return loomSuccess;
+    }
+    memcpy(bid.secret, secret, sizeof(bid.secret));
+    if (socketAddrToBootstrap(&addr, &bid.root) != loomSuccess ||
+        bootstrapEncodeId(&bid, id) != LOOM_UNIQUE_ID_BYTES)
+        return loomSetError(loomInternalError, "bootstrap: cannot encode the unique id");
+    return loomSuccess;
 }
 
 /* ---- joining: root, then ring ---- */

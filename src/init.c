@@ -15,7 +15,6 @@
  * registry, so a NULL, foreign or destroyed handle gives a one-line error
  * instead of a crash.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -159,6 +158,46 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
     if (rank == NULL)
         return loomSetError(loomInvalidArgument, "loomCommUserRank: rank is NULL");
     *rank = comm->rank;
+    return loomSuccess;
+}
+
+loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *info)
+{
+    LOOMCHECK(commCheck(comm, "loomCommPeerInfo"));
+    if (info == NULL || peer < 0 || peer >= comm->nranks)
+        return loomSetError(loomInvalidArgument, "loomCommPeerInfo: %s",
+                            info == NULL ? "info is NULL" : "peer is not a rank of comm");
+    int t = comm->linkTransport[peer];
+    info->host = comm->topo->hostOf[peer];
+    info->hostname = comm->peers[peer].hostname;
+    info->transport = t < 0                         ? NULL
+                      : loomTransports[t]->linkName ? loomTransports[t]->linkName(comm, peer)
+                                                    : loomTransports[t]->name;
+    return loomSuccess;
+}
+
+loomResult_t loomCommRing(const loomComm_t comm, int *ring)
+{
+    LOOMCHECK(commCheck(comm, "loomCommRing"));
+    if (ring == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommRing: ring is NULL");
+    memcpy(ring, comm->ring, (size_t)comm->nranks * sizeof(*ring));
+    return loomSuccess;
+}
+
+loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
+                          int down[LOOM_TREE_MAX_DOWN], int *ndown)
+{
+    struct loomTreeLinks l;
+    LOOMCHECK(commCheck(comm, "loomCommTree"));
+    if ((tree != 0 && tree != 1) || rank < 0 || rank >= comm->nranks || !up || !down || !ndown)
+        return loomSetError(loomInvalidArgument,
+                            "loomCommTree: tree must be 0 or 1, rank a rank of comm, and the "
+                            "outputs not NULL");
+    topoTreeLinks(comm->topo, tree, rank, &l);
+    *up = l.up;
+    *ndown = l.ndown;
+    memcpy(down, l.down, (size_t)l.ndown * sizeof(*down));
     return loomSuccess;
 }
 
@@ -501,60 +540,6 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
 {
     return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
-}
-
-static int hexValue(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static loomResult_t envInt(const char *name, int *out)
-{
-    /* Launcher variables (job identity), not tunables: read here, not in param.c. */
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0')
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: %s is not set; start the program with loomrun "
-                            "(loomrun -n 4 prog)",
-                            name);
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > 1 << 24)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: %s=%s is not a rank count",
-                            name, v);
-    *out = (int)x;
-    return loomSuccess;
-}
-
-loomResult_t loomCommInitFromEnv(loomComm_t *comm)
-{
-    int rank, nranks;
-    loomUniqueId id;
-    debugInit();
-    if (comm == NULL)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: comm is NULL");
-    LOOMCHECK(envInt("LOOM_RANK", &rank));
-    LOOMCHECK(envInt("LOOM_NRANKS", &nranks));
-    const char *hex = getenv("LOOM_UNIQUE_ID");
-    if (hex == NULL || strlen(hex) != 2 * sizeof(id.internal))
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: LOOM_UNIQUE_ID is %s; expected %zu hex digits "
-                            "as loomrun sets it",
-                            hex ? "malformed" : "not set", 2 * sizeof(id.internal));
-    for (size_t i = 0; i < sizeof(id.internal); i++) {
-        int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return loomSetError(loomInvalidArgument,
-                                "loomCommInitFromEnv: LOOM_UNIQUE_ID has a non-hex character at "
-                                "%zu",
-                                2 * i + (hi < 0 ? 0 : 1));
-        id.internal[i] = (char)(hi << 4 | lo);
-    }
-    return loomCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 /* ---- split ---- */

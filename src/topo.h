@@ -29,8 +29,8 @@
 
 #include "core.h"
 
-/* A rank's links are at most: the next rank of its chain, and two child hosts' heads. */
-#define LOOM_TREE_MAX_DOWN 3
+/* A rank's links are at most (LOOM_TREE_MAX_DOWN, loom.h): the next rank of its chain, and
+ * two child hosts' heads. */
 
 /* One rank's place in one tree. */
 struct loomTreeLinks {
