@@ -71,6 +71,11 @@ static int printVersion(void)
     }
     printf("Loom %d.%d.%d\n", code / 10000, code / 100 % 100, code % 100);
     printf("Build: %s\n", loomBuildFeatures());
+#ifdef LOOM_TOOLS_MPI
+    printf("Tools: join by MPI_Bcast under mpirun: yes\n");
+#else
+    printf("Tools: join by MPI_Bcast under mpirun: no (use LOOM_ROOT_ADDR)\n");
+#endif
     return 0;
 }
 

@@ -41,28 +41,7 @@ perf_case() {
     run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
         -w 0 "$@"
     _status=$?
-    _case="n=$_n${PERF_ENV:+ $PERF_ENV} $*"
-    if [ $_status -ne 0 ]; then
-        record_failure "$_case: exit status $_status"
-        show_log "$_log"
-        return
-    fi
-    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
-    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
-        "$_log")
-    _rows=$(awk '!/^#/ && NF == 13' "$_log" | wc -l)
-    if [ -n "$_bad" ]; then
-        record_failure "$_case: rows with wrong values:"
-        echo "$_bad" | head -n 20 | sed 's/^/    /'
-    elif [ "$_rows" -eq 0 ]; then
-        record_failure "$_case: no result rows"
-        show_log "$_log"
-    elif ! grep -q '^# Out of bounds values : 0 OK' "$_log"; then
-        record_failure "$_case: no '# Out of bounds values : 0 OK' footer"
-        show_log "$_log"
-    else
-        note "ok: $_rows rows, 0 wrong"
-    fi
+    perf_check "$_log" $_status "n=$_n${PERF_ENV:+ $PERF_ENV} $*"
 }
 
 for n in 1 2 3 4 5 8; do
