@@ -92,7 +92,8 @@ typedef enum {
  *                implemented; Loom behaves as blocking and says so in INFO).
  *   timeoutSec   seconds a wait may go without progress before the call
  *                returns loomTimeout (default: LOOM_TIMEOUT).
- *   netName      reserved; NULL.
+ *   netName      network transport between hosts, "socket" or "ib" (as
+ *                LOOM_NET); NULL: LOOM_NET.
  */
 typedef struct {
     size_t size;

@@ -319,27 +319,37 @@ static int configInt(int value, int fallback)
 /*
  * Sizes that depend on the parameters and on how many ranks share a host.
  * The slot size decides how schedules cut messages, so it must be the same
- * on every rank: it follows the most crowded host, which every rank knows.
+ * on every rank: it follows what every rank knows alike (the number of
+ * hosts, ranks and channels, the most crowded host). Across hosts each
+ * message pays a proxy hand-off and system calls, so larger slots (4 MiB
+ * FIFOs) pay off, as long as the network FIFOs (two per peer and channel,
+ * all connected at init) stay within NET_FIFO_BUDGET per rank.
  */
+#define NET_BUFFSIZE (4 << 20)
+#define NET_FIFO_BUDGET (256ULL << 20)
+
 static void commSizes(struct loomComm *comm)
 {
     const int oneMiB = 1 << 20;
     int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
     size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
     int crowd = 0;
+    comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    if (comm->nChannels > LOOM_MAX_CHANNELS)
+        comm->nChannels = LOOM_MAX_CHANNELS;
     for (int h = 0; h < comm->topo->nHosts; h++) {
         int size = comm->topo->hostStart[h + 1] - comm->topo->hostStart[h];
         crowd = size > crowd ? size : crowd;
     }
+    if (!setBuff && comm->topo->nHosts > 1 &&
+        2ULL * (uint64_t)comm->nranks * (uint64_t)comm->nChannels * NET_BUFFSIZE <= NET_FIFO_BUDGET)
+        buff = NET_BUFFSIZE;
     if (!setBuff && crowd > 8) /* keep /dev/shm use near 8 MiB per rank */
         buff = (size_t)(8 * oneMiB / crowd) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / crowd;
     comm->slotBytes = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
     if (comm->slotBytes < LOOM_CACHELINE)
         comm->slotBytes = LOOM_CACHELINE;
     comm->buffBytes = comm->slotBytes * LOOM_STEPS;
-    comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
-    if (comm->nChannels > LOOM_MAX_CHANNELS)
-        comm->nChannels = LOOM_MAX_CHANNELS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
     comm->oversubscribed = comm->localSize > onlineCpus();
     if (comm->oversubscribed)
@@ -485,6 +495,11 @@ static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomCo
     if (config && (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t)))
         return loomSetError(loomInvalidArgument,
                             "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
+    if (config && config->netName && strcmp(config->netName, "socket") != 0 &&
+        strcmp(config->netName, "ib") != 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: config->netName \"%s\" is neither \"socket\" nor \"ib\"", fn,
+                            config->netName);
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
         return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
                             config->timeoutSec);

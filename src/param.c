@@ -81,10 +81,12 @@ static const struct paramRow paramTable[] = {
                         "network transport between hosts: socket or ib; unset: ib if a "
                         "device is usable, else socket"},
     [LOOM_PARAM_SOCKET_IFNAME] = {"LOOM_SOCKET_IFNAME", PARAM_STR, "", 0, 0, NULL, NULL,
-                                  "network interface(s) for TCP traffic, e.g. eth0; unset: "
-                                  "chosen automatically"},
+                                  "interfaces for TCP and the bootstrap, NCCL syntax (eth,ib; "
+                                  "^docker,lo excludes; =eth0 exact); unset: the first one up "
+                                  "that is not loopback"},
     [LOOM_PARAM_IB_HCA] = {"LOOM_IB_HCA", PARAM_STR, "", 0, 0, NULL, NULL,
-                           "InfiniBand device(s) to use, e.g. mlx5_0; unset: all"},
+                           "InfiniBand devices and ports, NCCL syntax (mlx5_0:1,mlx5_1; ^ "
+                           "excludes; = exact); unset: all, the first active port is used"},
     [LOOM_PARAM_HOSTID] = {"LOOM_HOSTID", PARAM_STR, "", 0, 0, NULL, NULL,
                            "overrides this host's identity (ranks with equal ids share "
                            "memory); unset: hash of hostname and boot id"},

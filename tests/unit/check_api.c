@@ -95,6 +95,10 @@ START_TEST(test_bad_arguments)
     loomComm_t c2;
     ck_error(loomCommInitRank(&c2, 2, (loomUniqueId){{0}}, 5), loomInvalidArgument, "rank");
     ck_error(loomCommInitRank(&c2, 0, (loomUniqueId){{0}}, 0), loomInvalidArgument, "nranks");
+    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+    cfg.netName = "udp";
+    ck_error(loomCommInitRankConfig(&c2, 1, (loomUniqueId){{0}}, 0, &cfg), loomInvalidArgument,
+             "netName");
     ck_error(loomMemFree(buf), loomInvalidArgument, "loomMemAlloc");
     /* The communicator still works, and the comm's last error is the latest. */
     float out[4];
