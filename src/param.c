@@ -104,7 +104,7 @@ static const struct paramRow paramTable[] = {
                                   "a socket count", NULL,
                                   "TCP sockets per connection; a large message is cut into "
                                   "that many parts sent side by side, 1..16"},
-    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "1", 0, 16,
+    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "0", 0, 16,
                                     "a thread count", NULL,
                                     "helper threads per communicator that move the parts of "
                                     "large TCP messages; 0: the proxy thread moves all, 0..16"},

@@ -15,8 +15,9 @@
 #    by MPI_Bcast (when the tools are built with MPI).
 # 3. The same on 3 x 2 without MPI: LOOM_ROOT_ADDR names rank 0's host, and
 #    the ranks find themselves from OMPI_COMM_WORLD_RANK/SIZE; ranks placed
-#    round robin (--map-by node), so topology must regroup them by host; small
-#    FIFOs and 4 sockets per connection so messages wrap and split.
+#    round robin (--map-by node), so topology must regroup them by host; 1 MiB
+#    FIFOs (not 4 MiB: messages wrap them) and 4 sockets per connection with a
+#    helper thread, so that the largest messages are cut into parts.
 #
 # Skipped, in one line, unless run as root where network namespaces work.
 # The namespaces are removed on exit, whatever happened.
@@ -72,8 +73,9 @@ done
 # 3. Without MPI, ranks round robin, small FIFOs, 4 sockets per connection.
 log=$TEST_TMPDIR/rootaddr.log
 run_logged "$log" "$MN_MPIRUN" 3 2 --map-by node $ENVS -x LOOM_ROOT_ADDR="$(mn_addr h1):29518" \
-    -x LOOM_BUFFSIZE=64K -x LOOM_SOCKET_NSOCKS=4 "$LOOM_PERF" -c 1 -n 1 -w 0 $ALL $SIZES
-perf_check "$log" $? "3x2 round robin, LOOM_ROOT_ADDR, LOOM_BUFFSIZE=64K, 4 sockets"
+    -x LOOM_BUFFSIZE=1M -x LOOM_SOCKET_NSOCKS=4 -x LOOM_SOCKET_NTHREADS=1 "$LOOM_PERF" -c 1 -n 1 \
+    -w 0 $ALL $SIZES
+perf_check "$log" $? "3x2 round robin, LOOM_ROOT_ADDR, LOOM_BUFFSIZE=1M, 4 sockets, 1 helper"
 grep -q "Rank  1 Pid .* on h2" "$log" || record_failure "--map-by node did not put rank 1 on h2"
 
 finish
