@@ -61,6 +61,7 @@ struct loomConnector {
     struct loomDoorbell *peerBell; /* the other end's doorbell */
     int peer;
     int connected;
+    int viaProxy; /* a thread of this process (the network proxy) moves the other end */
 };
 
 struct loomChannel {

@@ -18,7 +18,9 @@
  * it, while sched_yield hands it the core at once and costs well under a
  * microsecond when the peer runs elsewhere. Yielding goes on for a
  * millisecond, then the thread sleeps. With more ranks than cores the spin
- * stage is cut shorter still.
+ * stage is cut shorter still. A wait on a network connector skips the yield
+ * stage: the proxy thread of this very process must run to make progress,
+ * and its wake-up comes through the doorbell anyway.
  */
 #include <errno.h>
 #include <limits.h>
@@ -264,6 +266,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
 
 struct execWait {
     int spins;
+    int yield; /* 0: sleep at once after spinning (the wait is on the network proxy) */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
 };
@@ -367,6 +370,26 @@ static int sweep(struct loomLane *lanes, int nlanes, long *progress, loomResult_
     return left;
 }
 
+/*
+ * 1 if some lane waits on a connector whose other end a thread of this
+ * process moves (the network proxy): that thread needs a CPU to make the
+ * progress we wait for, so yielding in a loop only competes with it.
+ */
+static int waitsOnProxy(const struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomLane *l = &lanes[i];
+        if (l->done)
+            continue;
+        const struct loomStep *s = &l->steps[l->cur];
+        const struct loomChannel *ch = &l->comm->channels[l->channel];
+        if ((s->recvPeer >= 0 && ch->recv[s->recvPeer].viaProxy) ||
+            (s->sendPeer >= 0 && ch->send[s->sendPeer].viaProxy))
+            return 1;
+    }
+    return 0;
+}
+
 static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err,
                       int *left)
 {
@@ -390,7 +413,7 @@ static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res)
 
 loomResult_t execRun(struct loomLane *lanes, int nlanes)
 {
-    struct execWait w = {0, 0, 0};
+    struct execWait w = {0, 1, 0, 0};
     loomResult_t err = loomSuccess;
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
@@ -415,7 +438,9 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
                 w.spins = spinLimit; /* go and notice it below */
             continue;
         }
-        if ((w.spins & 63) != 0 || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
+        if (w.spins == spinLimit)
+            w.yield = !waitsOnProxy(lanes, nlanes);
+        if (w.yield && ((w.spins & 63) != 0 || loomClockNs() - w.idleSince < EXEC_YIELD_NS)) {
             sched_yield();
             continue;
         }

@@ -146,9 +146,10 @@ static const char *netChoice(const struct loomComm *comm)
     return comm->config.netName ? comm->config.netName : paramStr(LOOM_PARAM_NET);
 }
 
-/* This rank's NET_INFO_* word; says once at INFO why InfiniBand is not used. */
+/* This rank's NET_INFO_* word; says at INFO, once per process, why InfiniBand is not used. */
 static int32_t netLocalInfo(const struct loomComm *comm)
 {
+    static atomic_int told;
     const char *choice = netChoice(comm);
     int32_t info = strcmp(choice, "ib") == 0 ? NET_INFO_IB_REQUIRED : 0;
     const char *why = "this build has no InfiniBand support (libibverbs was not found)";
@@ -160,7 +161,8 @@ static int32_t netLocalInfo(const struct loomComm *comm)
     else if (netIbUsable(&why))
         return info | NET_INFO_IB;
 #endif
-    INFO(LOOM_NET, "NET/IB: not used (%s); hosts talk over TCP", why);
+    if (!atomic_exchange(&told, 1))
+        INFO(LOOM_NET, "NET/IB: not used (%s); hosts talk over TCP", why);
     return info;
 }
 
@@ -199,10 +201,15 @@ static size_t fifoRegion(const struct loomComm *comm)
 }
 
 static void netWireConnector(struct loomConnector *c, char *region, size_t slotBytes,
-                             struct loomDoorbell *bell, int peer)
+                             struct loomDoorbell *bell, int peer, int viaProxy)
 {
-    *c = (struct loomConnector){
-        (struct loomFifo *)region, region + sizeof(struct loomFifo), slotBytes, 0, bell, peer, 1};
+    *c = (struct loomConnector){.fifo = (struct loomFifo *)region,
+                                .slots = region + sizeof(struct loomFifo),
+                                .slotBytes = slotBytes,
+                                .peerBell = bell,
+                                .peer = peer,
+                                .connected = 1,
+                                .viaProxy = viaProxy};
 }
 
 /* Carves the FIFOs: one per remote peer, channel and direction, plus one for a link to self. */
@@ -228,8 +235,8 @@ static loomResult_t netAllocate(struct netState *st)
     for (int c = 0; c < comm->nChannels; c++) {
         for (int p = 0; p < comm->nranks; p++) {
             if (p == comm->rank && self) {
-                netWireConnector(&comm->channels[c].send[p], at, comm->slotBytes, comm->bell, p);
-                netWireConnector(&comm->channels[c].recv[p], at, comm->slotBytes, comm->bell, p);
+                netWireConnector(&comm->channels[c].send[p], at, comm->slotBytes, comm->bell, p, 0);
+                netWireConnector(&comm->channels[c].recv[p], at, comm->slotBytes, comm->bell, p, 0);
                 at += fifoRegion(comm);
             }
             for (int dir = 0; dir < 2 && st->backendOf[p] >= 0; dir++, i++) {
@@ -407,7 +414,7 @@ static loomResult_t netSetup(struct loomComm *comm)
             struct netConn *c = &st->conns[i];
             struct loomChannel *ch = &comm->channels[c->channel];
             netWireConnector(c->isSend ? &ch->send[c->peer] : &ch->recv[c->peer], (char *)c->fifo,
-                             comm->slotBytes, proxyBell(st->proxy), c->peer);
+                             comm->slotBytes, proxyBell(st->proxy), c->peer, 1);
         }
     }
     netLogLinks(st);

@@ -185,14 +185,16 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        0};
             *s = (struct loomConnector){(struct loomFifo *)sf,
                                         sf + sizeof(struct loomFifo),
                                         comm->slotBytes,
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        0};
         }
     }
 }
