@@ -61,7 +61,13 @@ struct loomConnector {
     struct loomDoorbell *peerBell; /* the other end's doorbell */
     int peer;
     int connected;
-    int viaProxy; /* a thread of this process (the network proxy) moves the other end */
+    /*
+     * Network connectors: moves this link's messages now, from the calling
+     * thread (the executor calls it after it advances a counter and while it
+     * waits; see src/proxy.h). NULL for shared memory.
+     */
+    void (*progress)(void *ctx);
+    void *progressCtx;
 };
 
 struct loomChannel {

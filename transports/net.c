@@ -5,13 +5,14 @@
  * Both ends of a network connector are local memory: one FIFO (counters and
  * LOOM_STEPS slots) per direction, peer and channel, all carved from one
  * page-aligned block so that a verbs backend can register it. The executor
- * uses them as it uses shared memory; the proxy thread (src/proxy.c) moves
- * the messages between hosts through a backend, and the executor rings the
- * proxy's doorbell after it advances a counter:
+ * uses them as it uses shared memory; a backend moves the messages between
+ * hosts, run by the proxy thread (src/proxy.c) or, through the connector's
+ * progress hook, by the executor itself right after it published a slot and
+ * while it waits. One lock per communicator keeps the two apart; the
+ * executor only tries it.
  *
- *   rank A executor -> A send FIFO -> proxy A -> backend ~~~> proxy B -> B recv FIFO -> B executor
- *                   <- head (slot left A)                   head (slot read) ->
- * credit/back-pressure
+ *   A: executor -> send FIFO -> backend (executor or proxy A) ~~~> backend (executor or proxy B)
+ *                  head = slot left A                              -> recv FIFO -> B: executor
  *
  * Backend per pair: InfiniBand when both ranks have a usable device (and
  * neither said LOOM_NET=socket or LOOM_IB_DISABLE=1), else TCP. A rank with
@@ -26,6 +27,7 @@
  * its last call returns.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +65,9 @@ struct netState {
     const struct netBackend *backends[NET_BACKENDS];
     void *bstate[NET_BACKENDS];
     struct loomProxy *proxy;
-    int fdsPerConn;
+    /* Held by whoever moves connections: the proxy (waits for it), an executor (only tries). */
+    pthread_mutex_t lock;
+    int lockReady;
 };
 
 /* ---- bookkeeping shared by the backends ---- */
@@ -201,15 +205,14 @@ static size_t fifoRegion(const struct loomComm *comm)
 }
 
 static void netWireConnector(struct loomConnector *c, char *region, size_t slotBytes,
-                             struct loomDoorbell *bell, int peer, int viaProxy)
+                             struct loomDoorbell *bell, int peer)
 {
     *c = (struct loomConnector){.fifo = (struct loomFifo *)region,
                                 .slots = region + sizeof(struct loomFifo),
                                 .slotBytes = slotBytes,
                                 .peerBell = bell,
                                 .peer = peer,
-                                .connected = 1,
-                                .viaProxy = viaProxy};
+                                .connected = 1};
 }
 
 /* Carves the FIFOs: one per remote peer, channel and direction, plus one for a link to self. */
@@ -235,8 +238,8 @@ static loomResult_t netAllocate(struct netState *st)
     for (int c = 0; c < comm->nChannels; c++) {
         for (int p = 0; p < comm->nranks; p++) {
             if (p == comm->rank && self) {
-                netWireConnector(&comm->channels[c].send[p], at, comm->slotBytes, comm->bell, p, 0);
-                netWireConnector(&comm->channels[c].recv[p], at, comm->slotBytes, comm->bell, p, 0);
+                netWireConnector(&comm->channels[c].send[p], at, comm->slotBytes, comm->bell, p);
+                netWireConnector(&comm->channels[c].recv[p], at, comm->slotBytes, comm->bell, p);
                 at += fifoRegion(comm);
             }
             for (int dir = 0; dir < 2 && st->backendOf[p] >= 0; dir++, i++) {
@@ -245,7 +248,8 @@ static loomResult_t netAllocate(struct netState *st)
                                                 .isSend = dir == 0,
                                                 .fifo = (struct loomFifo *)at,
                                                 .slots = at + sizeof(struct loomFifo),
-                                                .slotBytes = comm->slotBytes};
+                                                .slotBytes = comm->slotBytes,
+                                                .owner = st};
                 at += fifoRegion(comm);
             }
         }
@@ -253,7 +257,7 @@ static loomResult_t netAllocate(struct netState *st)
     return loomSuccess;
 }
 
-/* ---- the proxy's callbacks ---- */
+/* ---- moving: the proxy's callbacks and the executor's hook ---- */
 
 static void netMarkLost(struct netState *st, struct netConn *c)
 {
@@ -265,36 +269,55 @@ static void netMarkLost(struct netState *st, struct netConn *c)
     execRingBell(comm->bell);
 }
 
+/* One connection's pass; the lock is held. */
+static void netMove(struct netState *st, struct netConn *c, int *moved)
+{
+    int b = st->backendOf[c->peer];
+    if (!c->lost && st->backends[b]->progress(st->bstate[b], c, moved) != loomSuccess)
+        netMarkLost(st, c);
+}
+
 static void netProgress(void *ctx, int *moved)
 {
     struct netState *st = ctx;
     int any = 0;
-    for (int i = 0; i < st->nconns; i++) {
-        struct netConn *c = &st->conns[i];
-        int b = st->backendOf[c->peer];
-        if (c->lost)
-            continue;
-        if (st->backends[b]->progress(st->bstate[b], c, &any) != loomSuccess)
-            netMarkLost(st, c);
-    }
+    pthread_mutex_lock(&st->lock);
+    for (int i = 0; i < st->nconns; i++)
+        netMove(st, &st->conns[i], &any);
+    pthread_mutex_unlock(&st->lock);
     if (any)
         execRingBell(st->comm->bell);
     *moved = any;
 }
 
-static int netPollSet(void *ctx, struct pollfd *fds, int max)
+/*
+ * The executor's hook (struct loomConnector.progress): move this connection
+ * now. If the proxy holds the lock it is in a pass, and it makes one more
+ * before it sleeps, so what the executor just published is not missed.
+ */
+static void netKick(void *ctx)
+{
+    struct netConn *c = ctx;
+    struct netState *st = c->owner;
+    int moved = 0;
+    if (pthread_mutex_trylock(&st->lock) != 0)
+        return;
+    netMove(st, c, &moved);
+    pthread_mutex_unlock(&st->lock);
+    if (moved)
+        execRingBell(st->comm->bell); /* another thread of ours may wait on this comm */
+}
+
+static int netBeforeSleep(void *ctx)
 {
     struct netState *st = ctx;
-    int n = 0;
-    for (int i = 0; i < st->nconns; i++) {
-        struct netConn *c = &st->conns[i];
-        int b = st->backendOf[c->peer];
-        int k = c->lost ? 0 : st->backends[b]->pollSet(st->bstate[b], c, fds + n, max - n);
-        if (k < 0)
-            return -1;
-        n += k;
-    }
-    return n;
+    int res = 0;
+    pthread_mutex_lock(&st->lock);
+    for (int b = 0; b < NET_BACKENDS; b++)
+        if (st->backends[b] != NULL && st->backends[b]->beforeSleep(st->bstate[b]) != 0)
+            res = -1;
+    pthread_mutex_unlock(&st->lock);
+    return res;
 }
 
 static int netDrained(void *ctx)
@@ -311,7 +334,7 @@ static int netDrained(void *ctx)
 
 static const struct loomProxyOps netProxyOps = {
     .progress = netProgress,
-    .pollSet = netPollSet,
+    .beforeSleep = netBeforeSleep,
     .drained = netDrained,
 };
 
@@ -332,8 +355,6 @@ static loomResult_t netSetupBackends(struct netState *st)
             if (st->backendOf[st->conns[i].peer] == b)
                 list[a.nconns++] = &st->conns[i];
         res = st->backends[b]->setup(&a, &st->bstate[b]);
-        if (res == loomSuccess && st->backends[b]->maxFds(st->bstate[b]) > st->fdsPerConn)
-            st->fdsPerConn = st->backends[b]->maxFds(st->bstate[b]);
     }
     free(list);
     return res;
@@ -350,6 +371,8 @@ static void netTeardown(struct loomComm *comm)
     for (int b = 0; b < NET_BACKENDS; b++)
         if (st->backends[b] != NULL)
             st->backends[b]->teardown(st->bstate[b]);
+    if (st->lockReady)
+        pthread_mutex_destroy(&st->lock);
     free(st->mem);
     free(st->conns);
     free(st->backendOf);
@@ -378,6 +401,8 @@ static loomResult_t netSetup(struct loomComm *comm)
     }
     comm->net = st;
     st->comm = comm;
+    pthread_mutex_init(&st->lock, NULL);
+    st->lockReady = 1;
     st->backendOf = calloc((size_t)comm->nranks, sizeof(*st->backendOf));
     if (st->backendOf == NULL) {
         loomSetError(res, "out of memory in the network setup");
@@ -404,17 +429,19 @@ static loomResult_t netSetup(struct loomComm *comm)
     if (res != loomSuccess)
         goto fail;
     if (st->nconns > 0) {
-        res = proxyStart(comm, &netProxyOps, st, st->nconns * st->fdsPerConn, &st->proxy);
+        res = proxyStart(comm, &netProxyOps, st, &st->proxy);
         if (res != loomSuccess)
             goto fail;
         for (int b = 0; b < NET_BACKENDS; b++)
             if (st->backends[b] != NULL)
-                st->backends[b]->attach(st->bstate[b], proxyBell(st->proxy));
+                st->backends[b]->attach(st->bstate[b], st->proxy);
         for (int i = 0; i < st->nconns; i++) {
             struct netConn *c = &st->conns[i];
             struct loomChannel *ch = &comm->channels[c->channel];
-            netWireConnector(c->isSend ? &ch->send[c->peer] : &ch->recv[c->peer], (char *)c->fifo,
-                             comm->slotBytes, proxyBell(st->proxy), c->peer, 1);
+            struct loomConnector *k = c->isSend ? &ch->send[c->peer] : &ch->recv[c->peer];
+            netWireConnector(k, (char *)c->fifo, comm->slotBytes, proxyBell(st->proxy), c->peer);
+            k->progress = netKick;
+            k->progressCtx = c;
         }
     }
     netLogLinks(st);

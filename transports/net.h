@@ -17,7 +17,6 @@
 #ifndef LOOM_NET_H_
 #define LOOM_NET_H_
 
-#include <poll.h>
 #include <stdint.h>
 
 #include "core.h"
@@ -35,7 +34,10 @@ struct netConn {
     int lost;        /* the connection ended; nothing moves on it any more */
     char why[160];   /* why it ended, set by the backend with loomRemoteError */
     void *priv;      /* the backend's per-connection state */
+    void *owner;     /* net.c's state */
 };
+
+struct loomProxy;
 
 struct netSetupArgs {
     struct loomComm *comm;
@@ -58,14 +60,17 @@ struct netBackend {
      * c->done; *moved is set to 1 if anything did. loomRemoteError when the
      * connection ended (the caller marks it lost), with the reason in c->why
      * and nothing recorded: a peer closing at the end of the job is normal.
+     * Called with net.c's lock held, by the proxy or by an executor.
      */
     loomResult_t (*progress)(void *state, struct netConn *c, int *moved);
-    /* Fills at most max pollfds c waits on when idle; returns how many, or -1: do not sleep. */
-    int (*pollSet)(void *state, struct netConn *c, struct pollfd *fds, int max);
-    /* Most pollfds one connection may need. */
-    int (*maxFds)(void *state);
-    /* Called once the proxy runs, with the doorbell that wakes it (helper threads ring it). */
-    void (*attach)(void *state, struct loomDoorbell *proxyBell);
+    /* Before the proxy sleeps (lock held): 0 to sleep, -1 when it must look again at once. */
+    int (*beforeSleep)(void *state);
+    /*
+     * Once the proxy runs: the backend has it watch its descriptors
+     * (proxyWatch) and starts what rings its doorbell. Failures are
+     * reported and recovered from inside (nothing returned).
+     */
+    void (*attach)(void *state, struct loomProxy *proxy);
     /* Releases the state and closes its connections (NULL is a no-op). */
     void (*teardown)(void *state);
 };

@@ -44,6 +44,7 @@
 #include "net.h"
 #include "net_ib_util.h"
 #include "param.h"
+#include "proxy.h"
 
 #define IB_QUEUE (2 * LOOM_STEPS)
 #define IB_CQ_BATCH 16
@@ -523,10 +524,11 @@ static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
     return loomSuccess;
 }
 
-static int ibPollSet(void *state, struct netConn *c, struct pollfd *fds, int max)
+/* Arms the completion channel, unless completions are waiting (they would not wake us). */
+static int ibBeforeSleep(void *state)
 {
     struct ibState *st = state;
-    if (max < 1 || c != st->conns[0].nc)
+    if (st->cq == NULL)
         return 0;
     if (st->nstash > 0)
         return -1;
@@ -536,33 +538,27 @@ static int ibPollSet(void *state, struct netConn *c, struct pollfd *fds, int max
         st->armed = 1;
     }
     /* A completion that came before the arming would not wake us: look once more. */
-    int n = ibv_poll_cq(st->cq, IB_STASH - st->nstash, st->stash + st->nstash);
+    int n = ibv_poll_cq(st->cq, IB_STASH, st->stash);
     if (n > 0) {
-        st->nstash += n;
+        st->nstash = n;
         return -1;
     }
-    fds[0] = (struct pollfd){.fd = st->channel->fd, .events = POLLIN};
-    return 1;
+    return 0;
 }
 
-static int ibMaxFds(void *state)
+static void ibAttach(void *state, struct loomProxy *proxy)
 {
-    (void)state;
-    return 1;
-}
-
-static void ibAttach(void *state, struct loomDoorbell *proxyBell)
-{
-    (void)state;
-    (void)proxyBell;
+    struct ibState *st = state;
+    if (st->channel != NULL && proxyWatch(proxy, st->channel->fd) != loomSuccess)
+        WARN("%s; InfiniBand completions are looked at only when something else wakes the proxy",
+             debugLastError(NULL));
 }
 
 const struct netBackend netIbBackend = {
     .name = "ib",
     .setup = ibSetup,
     .progress = ibProgress,
-    .pollSet = ibPollSet,
-    .maxFds = ibMaxFds,
+    .beforeSleep = ibBeforeSleep,
     .attach = ibAttach,
     .teardown = ibTeardown,
 };

@@ -31,6 +31,7 @@
  * anything else is closed.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +50,7 @@
 #include "exec.h"
 #include "net.h"
 #include "param.h"
+#include "proxy.h"
 #include "socket.h"
 #include "wire.h"
 
@@ -505,29 +507,16 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
     return failed ? linkFailed(sc, failed) : loomSuccess;
 }
 
-static int sockPollSet(void *state, struct netConn *c, struct pollfd *fds, int max)
-{
-    struct sockConn *sc = c->priv;
-    int n = 0;
-    (void)state;
-    for (int i = 0; i < sc->nsocks && n < max; i++) {
-        struct sockLink *l = &sc->links[i];
-        if (l->helper < 0 && linkPending(l))
-            fds[n++] = (struct pollfd){.fd = l->fd, .events = c->isSend ? POLLOUT : POLLIN};
-    }
-    return n;
-}
-
-static int sockMaxFds(void *state)
+static int sockBeforeSleep(void *state)
 {
     (void)state;
-    return SOCK_MAX;
+    return 0; /* the proxy watches every socket it moves, edge-triggered */
 }
 
-static void sockAttach(void *state, struct loomDoorbell *proxyBell)
+static void sockAttach(void *state, struct loomProxy *proxy)
 {
     struct sockState *st = state;
-    st->proxyBell = proxyBell;
+    st->proxyBell = proxyBell(proxy);
     for (int i = 0; i < st->nhelpers; i++) {
         struct sockHelper *h = &st->helpers[i];
         if (helperStart(h) == loomSuccess)
@@ -537,6 +526,12 @@ static void sockAttach(void *state, struct loomDoorbell *proxyBell)
             h->links[k]->helper = -1;
         h->nlinks = 0;
     }
+    for (int i = 0; i < st->nconns; i++)
+        for (int s = 0; s < st->conns[i].nsocks; s++)
+            if (st->conns[i].links[s].helper < 0 &&
+                proxyWatch(proxy, st->conns[i].links[s].fd) != loomSuccess)
+                WARN("%s; that socket is looked at only when something else wakes the proxy",
+                     debugLastError(NULL));
 }
 
 /* ---- connecting ---- */
@@ -584,7 +579,8 @@ static void acceptOne(struct sockState *st, int fd, int *pending)
         why = "no whole hello";
         goto drop;
     }
-    int rank = (int)wireGet32(h + 4 + SOCK_NONCE_BYTES), channel = (int)wireGet32(h + 8 + SOCK_NONCE_BYTES);
+    int rank = (int)wireGet32(h + 4 + SOCK_NONCE_BYTES),
+        channel = (int)wireGet32(h + 8 + SOCK_NONCE_BYTES);
     uint32_t socks = wireGet32(h + 12 + SOCK_NONCE_BYTES);
     int sock = (int)(socks >> 16), nsocks = (int)(socks & 0xffff);
     if (memcmp(h, "LMNS", 4) != 0 || !bootstrapSecretEqual(h + 4, st->me.nonce)) {
@@ -734,8 +730,7 @@ const struct netBackend netSocketBackend = {
     .name = "socket",
     .setup = sockSetup,
     .progress = sockProgress,
-    .pollSet = sockPollSet,
-    .maxFds = sockMaxFds,
+    .beforeSleep = sockBeforeSleep,
     .attach = sockAttach,
     .teardown = sockTeardown,
 };

@@ -186,7 +186,8 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         peerBell,
                                         p,
                                         1,
-                                        0};
+                                        NULL,
+                                        NULL};
             *s = (struct loomConnector){(struct loomFifo *)sf,
                                         sf + sizeof(struct loomFifo),
                                         comm->slotBytes,
@@ -194,7 +195,8 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         peerBell,
                                         p,
                                         1,
-                                        0};
+                                        NULL,
+                                        NULL};
         }
     }
 }
