@@ -51,11 +51,12 @@ fi
 
 # 1. Hosts, ring, transports.
 log=$TEST_TMPDIR/comm.log
-run_logged "$log" "$MN_MPIRUN" 2 2 $ENVS $BOOT_ENV -x LOOM_DEBUG=INFO -x LOOM_DEBUG_SUBSYS=NET,INIT \
+run_logged "$log" "$MN_MPIRUN" 2 2 $ENVS $BOOT_ENV -x LOOM_DEBUG=INFO -x LOOM_DEBUG_SUBSYS=NET,INIT,SHM \
     "$LOOM_INFO" --comm
 if comm_check "$log" $? "2 hosts x 2 ranks" 4 "host 0  h1 .*ranks 0 1$" "host 1  h2 .*ranks 2 3$" \
     "Ring: 0 1 2 3$" "  0 -> 1  shm$" "  1 -> 2  net/socket$" "  2 -> 3  shm$" \
-    "  3 -> 0  net/socket$" "NET: rank 1 -> rank 2 (h2): TCP" "NET: rank 2 -> rank 1 (h1): TCP"; then
+    "  3 -> 0  net/socket$" "NET: rank 1 -> rank 2 (h2): TCP" "NET: rank 2 -> rank 1 (h1): TCP" \
+    "^h1:.*INFO SHM shm: 2 local ranks" "^h2:.*INFO SHM shm: 2 local ranks"; then
     grep -q "NET: rank 0 -> rank 1" "$log" && record_failure "ranks 0 and 1 share h1 but use the network"
     grep "^Tree\|^  [0-9]  " "$log" | sed 's/^/    /'
 fi
