@@ -35,6 +35,10 @@
  * timeout, mismatched calls) tells this process to stop waiting too: the
  * first poster moves `noticeState` from 0 to 1, fills code, rank and text,
  * then publishes 2 (release) and rings; later posters find it taken.
+ * A thread that sleeps in poll() rather than on the futex (the network
+ * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
+ * own, which ringers write instead; 0 (as in zeroed shared memory) means
+ * the futex. Such bells are process-local.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
@@ -43,6 +47,7 @@ struct loomDoorbell {
     int32_t noticeCode; /* loomResult_t */
     int32_t noticeFrom; /* rank that posted it */
     char notice[LOOM_NOTICE_BYTES];
+    int32_t wakeFd;
 };
 
 /*
@@ -70,6 +75,13 @@ struct loomConnector {
     int peer;
     int connected;
     char *devSlots; /* the same FIFO's slots in the receiving GPU's memory (p2p), or NULL */
+    /*
+     * Network connectors: moves this link's messages now, from the calling
+     * thread (the executor calls it after it advances a counter and while it
+     * waits; see src/proxy.h). NULL for shared memory.
+     */
+    void (*progress)(void *ctx);
+    void *progressCtx;
 };
 
 struct loomChannel {
@@ -81,6 +93,8 @@ struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
     int32_t localRank;
+    int32_t numaNode;   /* NUMA node the process is bound to, -1 if unbound or unknown */
+    uint32_t usable;    /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
     /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
     char gpuUuid[16];
@@ -106,6 +120,7 @@ struct loomComm {
     int timeoutSec;
     int localSize; /* ranks on this host */
     int spin;      /* busy-poll iterations before yielding */
+    int oversubscribed; /* more ranks on this host than CPUs this process may use */
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;
@@ -124,12 +139,16 @@ struct loomComm {
     struct loomStream *queue; /* runs the calls made with a NULL stream */
 
     struct loomPeerInfo *peers; /* [nranks] */
-    int *ring;                  /* [nranks] ring order */
+    int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
+    struct loomTopo *topo;      /* hosts and trees (topo.c) */
+    signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
+    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
     struct loomDoorbell localBell;
     void *shm; /* transport state */
+    void *net;
 
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];

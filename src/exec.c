@@ -18,7 +18,9 @@
  * it, while sched_yield hands it the core at once and costs well under a
  * microsecond when the peer runs elsewhere. Yielding goes on for a
  * millisecond, then the thread sleeps. With more ranks than cores the spin
- * stage is cut shorter still.
+ * stage is cut shorter still. A wait on a network connector skips the spin
+ * stage and polls the network itself between yields (pollNetwork), so no
+ * thread hand-off sits on the latency path.
  *
  * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
  * step is handed to the GPU (src/cuda/cudaexec.c) instead of computed here,
@@ -76,7 +78,13 @@ void execRingBell(struct loomDoorbell *bell)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        if (bell->wakeFd > 0) {
+            uint64_t one = 1;
+            ssize_t ignored = write(bell->wakeFd, &one, sizeof(one)); /* full counter: awake */
+            (void)ignored;
+        } else {
+            syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        }
     }
 }
 
@@ -212,6 +220,15 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     }
 }
 
+/* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
+static inline void connectorPublished(struct loomConnector *c)
+{
+    if (c->progress)
+        c->progress(c->progressCtx);
+    else
+        execRingBell(c->peerBell);
+}
+
 static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
 {
     return loomSetError(loomInvalidUsage,
@@ -235,14 +252,14 @@ static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector 
         sc->pos++;
         if (!dev) {
             atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
-            execRingBell(sc->peerBell);
+            connectorPublished(sc);
         }
     }
     if (rc) {
         rc->pos++;
         if (!dev) {
             atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
-            execRingBell(rc->peerBell);
+            connectorPublished(rc);
         }
     }
 }
@@ -316,6 +333,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 struct execWait {
     int spins;
     int heard; /* the failure came from an abort or a peer's notice: do not post it */
+    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
 };
@@ -343,6 +361,8 @@ static int isLocalPeer(const struct loomComm *comm, int p)
 /* A killed rank whose parent has not reaped it yet is a zombie: gone, though kill() finds it. */
 static int peerGone(const struct loomComm *comm, int p)
 {
+    if (comm->lost && atomic_load_explicit(&comm->lost[p], memory_order_acquire))
+        return 1;
     if (!isLocalPeer(comm, p))
         return 0;
     if (kill(comm->peers[p].pid, 0) != 0)
@@ -448,9 +468,13 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             struct loomComm *comm = lanes[i].comm;
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             if (dead >= 0)
-                return loomSetError(
-                    loomRemoteError, "rank %d (pid %d on %s) exited while rank %d waited for it",
-                    dead, comm->peers[dead].pid, comm->peers[dead].hostname, comm->rank);
+                return loomSetError(loomRemoteError,
+                                    "rank %d (pid %d on %s) %s while rank %d waited for it", dead,
+                                    comm->peers[dead].pid, comm->peers[dead].hostname,
+                                    comm->lost && atomic_load(&comm->lost[dead])
+                                        ? "closed its connection (it exited or the network failed)"
+                                        : "exited",
+                                    comm->rank);
         }
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
@@ -491,6 +515,36 @@ static int sweep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long 
     }
     /* Counted after the lanes, which may just have issued their last steps. */
     return left + (dev && cudaExecPending(dev) > 0);
+}
+
+/*
+ * Moves the network links the blocked lanes wait on, from this thread, and
+ * returns 1 if there were any. Such a wait polls its sockets and yields
+ * between polls, from the start and for EXEC_YIELD_NS, then sleeps (the
+ * proxy moves the links meanwhile and rings): measured on a busy host, a
+ * busy spin over system calls only starves the peer and the proxy of CPU.
+ */
+static int pollNetwork(const struct loomLane *lanes, int nlanes)
+{
+    int any = 0;
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomLane *l = &lanes[i];
+        if (l->done)
+            continue;
+        const struct loomStep *s = &l->steps[l->cur];
+        struct loomChannel *ch = &l->comm->channels[l->channel];
+        struct loomConnector *rc = s->recvPeer >= 0 ? &ch->recv[s->recvPeer] : NULL;
+        struct loomConnector *sc = s->sendPeer >= 0 ? &ch->send[s->sendPeer] : NULL;
+        if (rc && rc->progress) {
+            rc->progress(rc->progressCtx);
+            any = 1;
+        }
+        if (sc && sc->progress) {
+            sc->progress(sc->progressCtx);
+            any = 1;
+        }
+    }
+    return any;
 }
 
 /* An abort or a peer's notice is waiting to be reported: do not go to sleep. */
@@ -592,10 +646,12 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
             w.spins = 0;
             continue;
         }
-        if (w.spins == 0)
+        if (w.spins == 0) {
             w.idleSince = loomClockNs();
+            w.network = pollNetwork(lanes, nlanes);
+        }
         w.spins++;
-        if (w.spins < spinLimit) {
+        if (!w.network && w.spins < spinLimit) {
             cpuRelax();
             if ((w.spins & 1023) == 0 &&
                 atomic_load_explicit(&lanes[0].comm->abortFlag, memory_order_relaxed))
@@ -605,6 +661,8 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         /* Nobody rings the doorbell when the GPU finishes a step: never sleep on it then. */
         int gpuBusy = dev && cudaExecPending(dev) > 0;
         if ((w.spins & 63) != 0 || gpuBusy || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
+            if (w.network)
+                pollNetwork(lanes, nlanes);
             sched_yield();
             if (gpuBusy && (w.spins & 63) == 0 &&
                 (err = waitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)

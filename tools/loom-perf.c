@@ -2,7 +2,8 @@
  * loom-perf — bandwidth and correctness of Loom's collectives, nccl-tests style.
  *
  * One binary serves every collective (-C); each rank is a process started by
- * loomrun (or another launcher) and joins with loomCommInitFromEnv. Options,
+ * loomrun, mpirun or srun and joins as toolcomm.c says (MPI_Bcast of the
+ * unique id under mpirun when built with MPI, else loomCommInitFromEnv). Options,
  * columns and bandwidth figures follow nccl-tests so numbers can be compared
  * with theirs, and bench/mpi-coll prints the same table for Open MPI.
  *
@@ -51,6 +52,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "toolcomm.h"
 
 #define GUARD_BYTES 256
 #define SENTINEL_BYTE 0xa5
@@ -1358,10 +1360,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "loom-perf: -G 1: %s\n", why);
         return EXIT_USAGE;
     }
-    loomResult_t r = loomCommInitFromEnv(&p.comm);
-    if (r != loomSuccess) {
-        fprintf(stderr, "loom-perf: cannot join the communicator: %s: %s\n", loomGetErrorString(r),
-                loomGetLastError(NULL));
+    if (toolCommInit(&argc, &argv, "loom-perf", &p.comm) != loomSuccess) {
+        toolCommFinalize();
         return EXIT_WRONG;
     }
     perfCheck(&p, loomCommCount(p.comm, &p.nranks), "loomCommCount");
@@ -1370,6 +1370,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "loom-perf: rank %d: -r %d is not a rank of this %d-rank job\n", p.rank,
                 p.opt.root, p.nranks);
         loomCommDestroy(p.comm);
+        toolCommFinalize();
         return EXIT_USAGE;
     }
     if (makeSizes(&p) != 0 || (p.sendBase = allocBuffer(&p, &p.send)) == NULL ||
@@ -1416,6 +1417,7 @@ int main(int argc, char **argv)
         p.gpu->memFree(p.devSend);
         p.gpu->memFree(p.devRecv);
     }
+    toolCommFinalize();
     free(p.sendBase);
     free(p.recvBase);
     free(p.sizes);

@@ -26,6 +26,12 @@
 #                             correctness case: a failure unless it exits 0, prints
 #                             rows, every #wrong is 0 (or N/A) and bounds are OK;
 #                             PERF_ENV ("VAR=value ...") is its extra environment
+#   perf_check LOG STATUS CASE  judge a loom-perf -c 1 run: record a failure naming CASE
+#                             unless STATUS is 0, every #wrong reads 0 or N/A, there are
+#                             result rows and the out-of-bounds footer says OK
+#   comm_check LOG STATUS CASE NRANKS PATTERN...  judge loom-info --comm run with
+#                             LOOM_DEBUG=INFO: STATUS 0, every PATTERN (grep) in LOG, and
+#                             one "NET/IB: not used" line per rank
 
 TEST_NAME=$(basename "$0")
 if [ -z "${top_builddir:-}" ]; then
@@ -139,6 +145,59 @@ show_log() {
     fi
 }
 
+perf_check() {
+    _plog=$1
+    _pstatus=$2
+    _pcase=$3
+    if [ "$_pstatus" -ne 0 ]; then
+        record_failure "$_pcase: exit status $_pstatus"
+        show_log "$_plog"
+        return 1
+    fi
+    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
+    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
+        "$_plog")
+    _rows=$(awk '!/^#/ && NF == 13' "$_plog" | wc -l)
+    if [ -n "$_bad" ]; then
+        record_failure "$_pcase: rows with wrong values:"
+        echo "$_bad" | head -n 20 | sed 's/^/    /'
+    elif [ "$_rows" -eq 0 ]; then
+        record_failure "$_pcase: no result rows"
+        show_log "$_plog"
+    elif ! grep -q '^# Out of bounds values : 0 OK' "$_plog"; then
+        record_failure "$_pcase: no '# Out of bounds values : 0 OK' footer"
+        show_log "$_plog"
+    else
+        note "ok: $_rows rows, 0 wrong"
+        return 0
+    fi
+    return 1
+}
+
+comm_check() {
+    _clog=$1
+    _cstatus=$2
+    _ccase=$3
+    _cranks=$4
+    shift 4
+    if [ "$_cstatus" -ne 0 ]; then
+        record_failure "loom-info --comm, $_ccase: exit status $_cstatus"
+        show_log "$_clog"
+        return 1
+    fi
+    _cfail=0
+    for _want in "$@"; do
+        grep -q "$_want" "$_clog" || { record_failure "$_ccase: no line matches '$_want'"; _cfail=1; }
+    done
+    _nib=$(grep -c "NET/IB: not used" "$_clog")
+    if [ "$_nib" -ne "$_cranks" ]; then
+        record_failure "$_ccase: $_nib 'NET/IB: not used' lines for $_cranks ranks"
+        _cfail=1
+    fi
+    [ $_cfail -eq 0 ] || show_log "$_clog"
+    return $_cfail
+}
+
 _perf_cases=0
 # Extra environment for the next cases ("VAR=value ..."), empty for none.
 PERF_ENV=
@@ -152,27 +211,5 @@ perf_case() {
     # shellcheck disable=SC2086 # PERF_ENV is a word list
     run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
         -w 0 "$@"
-    _status=$?
-    _case="n=$_n${PERF_ENV:+ $PERF_ENV} $*"
-    if [ $_status -ne 0 ]; then
-        record_failure "$_case: exit status $_status"
-        show_log "$_log"
-        return
-    fi
-    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
-    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
-        "$_log")
-    _rows=$(awk '!/^#/ && NF == 13' "$_log" | wc -l)
-    if [ -n "$_bad" ]; then
-        record_failure "$_case: rows with wrong values:"
-        echo "$_bad" | head -n 20 | sed 's/^/    /'
-    elif [ "$_rows" -eq 0 ]; then
-        record_failure "$_case: no result rows"
-        show_log "$_log"
-    elif ! grep -q '^# Out of bounds values : 0 OK' "$_log"; then
-        record_failure "$_case: no '# Out of bounds values : 0 OK' footer"
-        show_log "$_log"
-    else
-        note "ok: $_rows rows, 0 wrong"
-    fi
+    perf_check "$_log" $? "n=$_n${PERF_ENV:+ $PERF_ENV} $*"
 }
