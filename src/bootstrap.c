@@ -246,7 +246,7 @@ size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8
         return 0;
     memcpy(buf, "LMT", 3);
     buf[3] = TABLE_VERSION;
-    put32(buf + 4, (uint32_t)nranks);
+    wirePut32(buf + 4, (uint32_t)nranks);
     for (int r = 0; r < nranks; r++)
         addrEncode(&addrs[r], buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
     return bootstrapTableBytes(nranks);
@@ -259,7 +259,7 @@ static const char *tableDecode(const uint8_t *buf, size_t len, int nranks,
     *bad = -1;
     if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS || len < TABLE_HEADER_BYTES)
         return "truncated header";
-    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || get32(buf + 4) != (uint32_t)nranks)
+    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || wireGet32(buf + 4) != (uint32_t)nranks)
         return "malformed header";
     if (len != bootstrapTableBytes(nranks))
         return "wrong length";
@@ -285,19 +285,19 @@ size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t l
 {
     if (buf == NULL || len < BOOTSTRAP_FRAME_BYTES)
         return 0;
-    put32(buf, FRAME_MAGIC);
-    put32(buf + 4, seq);
-    put64(buf + 8, bytes);
+    wirePut32(buf, FRAME_MAGIC);
+    wirePut32(buf + 4, seq);
+    wirePut64(buf + 8, bytes);
     return BOOTSTRAP_FRAME_BYTES;
 }
 
 loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes)
 {
     if (buf == NULL || seq == NULL || bytes == NULL || len < BOOTSTRAP_FRAME_BYTES ||
-        get32(buf) != FRAME_MAGIC)
+        wireGet32(buf) != FRAME_MAGIC)
         return loomInvalidArgument;
-    *seq = get32(buf + 4);
-    *bytes = get64(buf + 8);
+    *seq = wireGet32(buf + 4);
+    *bytes = wireGet64(buf + 8);
     return loomSuccess;
 }
 

@@ -625,7 +625,7 @@ static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int
 
 loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
-    struct execWait w = {0, 0, 0, 0};
+    struct execWait w = {0};
     loomResult_t err = loomSuccess;
     long progress;
     int left, spinLimit = lanes[0].comm->spin;

@@ -86,9 +86,10 @@ loomResult_t launchIdentify(struct launchIdentity *out)
         for (int k = 0; k < 3 && size == NULL; k++)
             if ((size = envGet(l->size[k])) != NULL)
                 sizeName = l->size[k];
+        if (rank != NULL) /* a malformed rank is named even when its size is missing */
+            LOOMCHECK(envCount(l->rank, rank, &out->rank));
         if (rank == NULL || size == NULL)
             continue;
-        LOOMCHECK(envCount(l->rank, rank, &out->rank));
         LOOMCHECK(envCount(sizeName, size, &out->nranks));
         if (out->nranks < 1 || out->rank >= out->nranks)
             return loomSetError(loomInvalidArgument,
