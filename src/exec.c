@@ -587,7 +587,10 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
     for (int p = 0; ch->send && p < comm->nranks; p++) {
         struct loomDoorbell *bell = ch->send[p].peerBell;
         uint32_t free = 0;
+        /* Only peers on this host: a network connector's bell is a local one (issue 8 will
+         * forward notices across hosts). */
         if (p == comm->rank || !ch->send[p].connected || bell == NULL ||
+            comm->peers[p].hostHash != comm->peers[comm->rank].hostHash ||
             !atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
             continue;
         bell->noticeCode = (int32_t)res;
