@@ -332,7 +332,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 
 struct execWait {
     int spins;
-    int heard; /* the failure came from an abort or a peer's notice: do not post it */
+    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
     int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
