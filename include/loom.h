@@ -88,11 +88,14 @@ typedef enum {
  * set only the fields you need; unset fields take the defaults (and the
  * environment, see loom(7)).
  *   blocking     1 (default): init and collectives return when done or
- *                failed. 0: reserved for the non-blocking mode (not yet
- *                implemented; Loom behaves as blocking and says so in INFO).
+ *                failed. 0: non-blocking mode, as in NCCL: init returns
+ *                loomInProgress with *comm set and builds the communicator
+ *                on a thread; calls with a NULL stream are queued and return
+ *                loomInProgress; poll loomCommGetAsyncError for the outcome.
  *   timeoutSec   seconds a wait may go without progress before the call
  *                returns loomTimeout (default: LOOM_TIMEOUT).
- *   netName      reserved; NULL.
+ *   netName      network transport between hosts, "socket" or "ib" (as
+ *                LOOM_NET); NULL: LOOM_NET.
  */
 typedef struct {
     size_t size;
@@ -135,7 +138,10 @@ loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId c
                                     loomConfig_t *config);
 /*
  * Creates a communicator from the launcher's environment: LOOM_UNIQUE_ID,
- * LOOM_RANK and LOOM_NRANKS as set by loomrun(1). See loom(7).
+ * LOOM_RANK and LOOM_NRANKS as set by loomrun(1); or, under mpirun, srun or
+ * another launcher, LOOM_ROOT_ADDR=host:port (where rank 0 runs and
+ * listens) with the launcher's rank and size (OMPI_COMM_WORLD_RANK/SIZE,
+ * PMIX_RANK, SLURM_PROCID/NTASKS, PMI_RANK/SIZE). See loom(7).
  */
 loomResult_t loomCommInitFromEnv(loomComm_t *comm);
 
@@ -155,17 +161,48 @@ loomResult_t loomCommFinalize(loomComm_t comm);
  */
 loomResult_t loomCommDestroy(loomComm_t comm);
 /*
- * Stops every operation in flight on comm (they return loomRemoteError) and
- * frees the communicator as loomCommDestroy does. Safe to call from another
- * thread while a collective is blocked.
+ * Stops every operation in flight on comm (they return loomRemoteError within
+ * 100 ms) and frees the communicator as loomCommDestroy does. Safe to call
+ * from another thread while a collective is blocked; local (peers are not
+ * told).
  */
 loomResult_t loomCommAbort(loomComm_t comm);
-/* Stores in *asyncError the first error an asynchronous operation on comm met. */
+/*
+ * Stores in *asyncError the first error an asynchronous operation on comm
+ * met, or the error that made comm unusable (a peer's failure included), else
+ * loomSuccess; in non-blocking mode loomInProgress while init or queued
+ * operations are still running.
+ */
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);
 /* Number of ranks in comm. */
 loomResult_t loomCommCount(const loomComm_t comm, int *count);
 /* This process's rank in comm. */
 loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
+
+/*
+ * How comm is laid out (loom-info --comm prints it). Hosts are numbered
+ * 0 .. nhosts-1 in the order of their lowest rank. The ring visits each
+ * host's ranks in a row; ring[i] is the rank at position i, and data flows
+ * from ring[i] to ring[(i + 1) % nranks]. The two trees are a double binary
+ * tree across hosts with a chain inside each host. The strings are owned by
+ * the library and valid until comm is destroyed.
+ */
+typedef struct {
+    int host;              /* the peer's host */
+    const char *hostname;  /* its hostname */
+    const char *transport; /* this rank's link to it: "shm", "net/socket", "net/ib", "net/self" */
+} loomPeerInfo_t;
+#define LOOM_TREE_MAX_DOWN 3
+/* Where `peer` is and how this rank reaches it. */
+loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *info);
+/* Stores the ring order in ring[0 .. nranks-1]. */
+loomResult_t loomCommRing(const loomComm_t comm, int *ring);
+/*
+ * The links of `rank` in tree `tree` (0 or 1): *up is -1 at the root, and
+ * down[0 .. *ndown-1] (at most LOOM_TREE_MAX_DOWN) are its children.
+ */
+loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
+                          int down[LOOM_TREE_MAX_DOWN], int *ndown);
 
 /* A short name for a result code ("invalid argument"). Never NULL. */
 const char *loomGetErrorString(loomResult_t result);
@@ -178,7 +215,8 @@ const char *loomGetLastError(loomComm_t comm);
 
 /*
  * Collectives. `count` is in elements of `datatype`. A NULL stream makes the
- * call block until the operation is complete on this rank. In place when
+ * call block until the operation is complete on this rank (in non-blocking
+ * mode: queue it and return loomInProgress). In place when
  * sendbuff == recvbuff (AllGather: sendbuff == recvbuff + rank * sendcount;
  * ReduceScatter: recvbuff == sendbuff + rank * recvcount). Every rank must
  * call the same collectives in the same order.

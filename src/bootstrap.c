@@ -33,9 +33,11 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,7 @@
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
+#include "wire.h"
 
 #define ID_MAGIC 0x4c4d4944u /* "LMID" */
 #define ID_VERSION 1
@@ -53,7 +56,7 @@
 #define TABLE_VERSION 1
 #define TABLE_HEADER_BYTES 8
 #define FRAME_MAGIC 0x4c4d4147u /* "LMAG" */
-#define FRAME_HEADER_BYTES 16
+#define FRAME_HEADER_BYTES BOOTSTRAP_FRAME_BYTES
 #define ADDR_BYTES 20
 
 /* Largest communicator the rendezvous accepts (the table is 20 bytes a rank). */
@@ -62,6 +65,8 @@
 #define HELLO_TIMEOUT_SEC 5
 /* Connections waiting for their hello at once; beyond this the oldest is dropped. */
 #define MAX_PENDING 128
+/* Out of descriptors, a connection silent this long gives its place to a new one. */
+#define SHED_GRACE_MS 200
 /* The root gives each rank this long to take its address table. */
 #define TABLE_SEND_TIMEOUT_SEC 10
 /* How often the root checks that ranks that said hello are still there. */
@@ -88,39 +93,6 @@ struct loomBootstrap {
 };
 
 /* ---- byte order and coding ---- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, (uint16_t)(v >> 16));
-    put16(p + 2, (uint16_t)v);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)get16(p) << 16) | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
 
 static int allZero(const uint8_t *p, size_t len)
 {
@@ -155,7 +127,7 @@ static void addrEncode(const struct bootstrapAddr *a, uint8_t *p)
 {
     memset(p, 0, ADDR_BYTES);
     p[0] = a->family;
-    put16(p + 2, a->port);
+    wirePut16(p + 2, a->port);
     memcpy(p + 4, a->ip, a->family == 4 ? 4 : 16);
 }
 
@@ -166,11 +138,11 @@ static const char *addrDecode(const uint8_t *p, struct bootstrapAddr *a)
         return "unknown address family";
     if (p[1] != 0 || (p[0] == 4 && !allZero(p + 8, 12)))
         return "reserved address bytes are set";
-    if (get16(p + 2) == 0)
+    if (wireGet16(p + 2) == 0)
         return "port 0";
     memset(a, 0, sizeof(*a));
     a->family = p[0];
-    a->port = get16(p + 2);
+    a->port = wireGet16(p + 2);
     memcpy(a->ip, p + 4, a->family == 4 ? 4 : 16);
     return NULL;
 }
@@ -191,11 +163,11 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
     if (id == NULL || out == NULL || !addrValid(&id->root))
         return 0;
     memset(buf, 0, sizeof(buf));
-    put32(buf, ID_MAGIC);
-    put16(buf + 4, ID_VERSION);
+    wirePut32(buf, ID_MAGIC);
+    wirePut16(buf + 4, ID_VERSION);
     memcpy(buf + 8, id->secret, BOOTSTRAP_SECRET_BYTES);
     addrEncode(&id->root, buf + 40);
-    put32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
+    wirePut32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
     memcpy(out->internal, buf, sizeof(buf));
     return LOOM_UNIQUE_ID_BYTES;
 }
@@ -206,13 +178,13 @@ static const char *idDecode(const loomUniqueId *in, struct bootstrapId *id)
     const uint8_t *p = (const uint8_t *)in->internal;
     struct bootstrapId tmp;
 
-    if (get32(p) != ID_MAGIC)
+    if (wireGet32(p) != ID_MAGIC)
         return "not a Loom unique id (bad magic)";
-    if (get16(p + 4) != ID_VERSION)
+    if (wireGet16(p + 4) != ID_VERSION)
         return "made by an incompatible Loom version";
-    if (get16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
+    if (wireGet16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
         return "corrupt (reserved bytes are set)";
-    if (get32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
+    if (wireGet32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
         return "corrupt or truncated (checksum mismatch)";
     const char *why = addrDecode(p + 40, &tmp.root);
     if (why != NULL)
@@ -236,8 +208,8 @@ size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t
     memcpy(buf, "LMH", 3);
     buf[3] = HELLO_VERSION;
     memcpy(buf + 4, h->secret, BOOTSTRAP_SECRET_BYTES);
-    put32(buf + 36, (uint32_t)h->rank);
-    put32(buf + 40, (uint32_t)h->nranks);
+    wirePut32(buf + 36, (uint32_t)h->rank);
+    wirePut32(buf + 40, (uint32_t)h->nranks);
     addrEncode(&h->addr, buf + 44);
     return BOOTSTRAP_HELLO_BYTES;
 }
@@ -250,8 +222,8 @@ loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstr
         return loomInvalidArgument;
     if (memcmp(buf, "LMH", 3) != 0 || buf[3] != HELLO_VERSION)
         return loomInvalidArgument;
-    tmp.rank = (int32_t)get32(buf + 36);
-    tmp.nranks = (int32_t)get32(buf + 40);
+    tmp.rank = (int32_t)wireGet32(buf + 36);
+    tmp.nranks = (int32_t)wireGet32(buf + 40);
     if (tmp.nranks < 1 || tmp.nranks > BOOTSTRAP_MAX_RANKS || tmp.rank < 0 ||
         tmp.rank >= tmp.nranks)
         return loomInvalidArgument;
@@ -262,6 +234,73 @@ loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstr
     return loomSuccess;
 }
 
+size_t bootstrapTableBytes(int nranks)
+{
+    return TABLE_HEADER_BYTES + (size_t)nranks * ADDR_BYTES;
+}
+
+size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8_t *buf, size_t len)
+{
+    if (addrs == NULL || buf == NULL || nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS ||
+        len < bootstrapTableBytes(nranks))
+        return 0;
+    memcpy(buf, "LMT", 3);
+    buf[3] = TABLE_VERSION;
+    wirePut32(buf + 4, (uint32_t)nranks);
+    for (int r = 0; r < nranks; r++)
+        addrEncode(&addrs[r], buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
+    return bootstrapTableBytes(nranks);
+}
+
+/* Returns NULL, or why buf is not the table of nranks addresses (the rank is in *bad). */
+static const char *tableDecode(const uint8_t *buf, size_t len, int nranks,
+                               struct bootstrapAddr *addrs, int *bad)
+{
+    *bad = -1;
+    if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS || len < TABLE_HEADER_BYTES)
+        return "truncated header";
+    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || wireGet32(buf + 4) != (uint32_t)nranks)
+        return "malformed header";
+    if (len != bootstrapTableBytes(nranks))
+        return "wrong length";
+    for (int r = 0; r < nranks; r++) {
+        if (addrDecode(buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES, &addrs[r]) != NULL) {
+            *bad = r;
+            return "malformed address";
+        }
+    }
+    return NULL;
+}
+
+loomResult_t bootstrapDecodeTable(const uint8_t *buf, size_t len, int nranks,
+                                  struct bootstrapAddr *addrs)
+{
+    int bad;
+    if (buf == NULL || addrs == NULL || tableDecode(buf, len, nranks, addrs, &bad) != NULL)
+        return loomInvalidArgument;
+    return loomSuccess;
+}
+
+size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t len)
+{
+    if (buf == NULL || len < BOOTSTRAP_FRAME_BYTES)
+        return 0;
+    wirePut32(buf, FRAME_MAGIC);
+    wirePut32(buf + 4, seq);
+    wirePut64(buf + 8, bytes);
+    return BOOTSTRAP_FRAME_BYTES;
+}
+
+loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes)
+{
+    if (buf == NULL || seq == NULL || bytes == NULL || len < BOOTSTRAP_FRAME_BYTES ||
+        wireGet32(buf) != FRAME_MAGIC)
+        return loomInvalidArgument;
+    *seq = wireGet32(buf + 4);
+    *bytes = wireGet64(buf + 8);
+    return loomSuccess;
+}
+
 int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b)
 {
     /* Accumulate every difference so the time taken says nothing about where they differ. */
@@ -269,6 +308,43 @@ int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b)
     for (int i = 0; i < BOOTSTRAP_SECRET_BYTES; i++)
         diff |= a[i] ^ b[i];
     return diff == 0;
+}
+
+/* ---- resource trouble of the root threads of this process ---- */
+
+/*
+ * A root thread that runs out of memory or descriptors can only close the
+ * rank's connection, and the rank would blame the id or its peers. So the
+ * root also writes down what happened, under its address, and a rank of the
+ * same process (rank 0 often made the id) quotes it in its own error line.
+ */
+static pthread_mutex_t troubleLock = PTHREAD_MUTEX_INITIALIZER;
+static char troubleRoot[SOCKET_ADDR_STRLEN];
+static char troubleText[192];
+
+static void rootTrouble(const char *rootName, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void rootTrouble(const char *rootName, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&troubleLock);
+    snprintf(troubleRoot, sizeof(troubleRoot), "%s", rootName);
+    va_start(ap, fmt);
+    vsnprintf(troubleText, sizeof(troubleText), fmt, ap);
+    va_end(ap);
+    WARN("bootstrap root at %s: %s", rootName, troubleText);
+    pthread_mutex_unlock(&troubleLock);
+}
+
+/* "; the root ... reported: <what>" if the root at rootName is in this process and had trouble. */
+static void rootTroubleQuote(const char *rootName, char *buf, size_t len)
+{
+    pthread_mutex_lock(&troubleLock);
+    if (troubleText[0] && strcmp(troubleRoot, rootName) == 0)
+        snprintf(buf, len, "; the root thread (in this process) reported: %s", troubleText);
+    else
+        buf[0] = '\0';
+    pthread_mutex_unlock(&troubleLock);
 }
 
 /* ---- accepting hellos from many connections at once ---- */
@@ -291,7 +367,8 @@ typedef const char *(*helloTakeFn)(void *ctx, const struct bootstrapHello *h, in
 struct helloGather {
     int listenFd;
     const uint8_t *secret;
-    const char *owner; /* "root" or "rank 3", for log lines */
+    const char *owner;    /* "root" or "rank 3", for log lines */
+    const char *rootName; /* the root's address, NULL for a rank */
     helloTakeFn take;
     void *ctx;
     int nconns;
@@ -353,21 +430,42 @@ static void gatherRead(struct helloGather *g, struct helloConn *c)
         gatherJudge(g, c);
 }
 
-/* Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can be shed. */
+/* The oldest pending connection if it has been silent long enough to give up its place. */
+static struct helloConn *gatherShedVictim(struct helloGather *g)
+{
+    if (g->nconns == 0)
+        return NULL;
+    uint64_t start = g->conns[0].deadline - (uint64_t)HELLO_TIMEOUT_SEC * 1000000000ull;
+    return socketClockNs() - start >= SHED_GRACE_MS * 1000000ull ? &g->conns[0] : NULL;
+}
+
+/*
+ * Accepts what is pending. Returns 0, or -1 if accept() fails and nothing can
+ * be shed. accept() fails for want of a descriptor even when nothing is
+ * pending, so only the first try of a round (made because poll saw a
+ * connection) means that someone is kept waiting.
+ */
 static int gatherAccept(struct helloGather *g)
 {
     for (int i = 0; i < MAX_PENDING; i++) {
         union socketAddress peer;
         int fd;
         if (socketTryAccept(g->listenFd, &fd, &peer) != loomSuccess) {
-            if (g->nconns == 0) {
-                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(errno));
-                return -1;
-            }
+            int err = errno;
+            if (i > 0)
+                return 0;
             /* Out of descriptors, most likely: the oldest silent connection makes room. */
-            gatherDrop(g, &g->conns[0], "dropped to make room (accept failed)");
-            gatherCompact(g);
-            return 0;
+            struct helloConn *victim = gatherShedVictim(g);
+            if (victim != NULL) {
+                gatherDrop(g, victim, "dropped to make room (accept failed)");
+                gatherCompact(g);
+                return 0;
+            }
+            if (g->nconns == 0 && g->rootName && (err == EMFILE || err == ENFILE || err == ENOMEM))
+                rootTrouble(g->rootName, "cannot accept connections: %s", debugErrnoText(err));
+            else
+                INFO(LOOM_BOOTSTRAP, "bootstrap %s: accept: %s", g->owner, strerror(err));
+            return -1;
         }
         if (fd < 0)
             return 0;
@@ -469,6 +567,7 @@ static const char *rootTake(void *ctx, const struct bootstrapHello *h, int fd,
             free(root->watch);
             root->ranks = NULL;
             root->watch = NULL;
+            rootTrouble(root->name, "out of memory for the table of %d ranks", h->nranks);
             return "out of memory for the rank table";
         }
         for (int r = 0; r < h->nranks; r++)
@@ -546,19 +645,20 @@ static void rootTimedOut(struct bootstrapRoot *root)
 
 static void rootSendTables(struct bootstrapRoot *root)
 {
-    size_t len = TABLE_HEADER_BYTES + (size_t)root->nranks * ADDR_BYTES;
+    size_t len = bootstrapTableBytes(root->nranks);
     uint8_t *table = malloc(len);
+    struct bootstrapAddr *addrs = calloc((size_t)root->nranks, sizeof(*addrs));
 
-    if (table == NULL) {
-        WARN("bootstrap root at %s: out of memory for the address table of %d ranks", root->name,
-             root->nranks);
+    if (table == NULL || addrs == NULL) {
+        rootTrouble(root->name, "out of memory for the address table of %d ranks", root->nranks);
+        free(table);
+        free(addrs);
         return;
     }
-    memcpy(table, "LMT", 3);
-    table[3] = TABLE_VERSION;
-    put32(table + 4, (uint32_t)root->nranks);
     for (int r = 0; r < root->nranks; r++)
-        addrEncode(&root->ranks[r].addr, table + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
+        addrs[r] = root->ranks[r].addr;
+    bootstrapEncodeTable(addrs, root->nranks, table, len);
+    free(addrs);
     for (int r = 0; r < root->nranks; r++) {
         /* One rank failing to take its table is that rank's error; the others go on. */
         if (socketSendAll(root->ranks[r].fd, table, len, socketDeadline(TABLE_SEND_TIMEOUT_SEC),
@@ -580,12 +680,13 @@ static void rootRun(struct bootstrapRoot *root)
     uint64_t lastWatch = 0;
 
     if (g == NULL) {
-        WARN("bootstrap root at %s: out of memory; no rank can join", root->name);
+        rootTrouble(root->name, "out of memory; no rank can join");
         return;
     }
     g->listenFd = root->listenFd;
     g->secret = root->secret;
     g->owner = "root";
+    g->rootName = root->name;
     g->take = rootTake;
     g->ctx = root;
     while (root->nranks == 0 || root->joined < root->nranks) {
@@ -635,8 +736,9 @@ static loomResult_t rootStart(struct bootstrapRoot *root)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (err != 0)
-        return loomSetError(loomSystemError, "bootstrap: cannot start the root thread: %s",
-                            strerror(err));
+        return loomSetError(
+            loomSystemError, "bootstrap: cannot start the root thread: %s%s", strerror(err),
+            err == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
     return loomSuccess;
 }
 
@@ -654,27 +756,26 @@ static loomResult_t fillRandom(uint8_t *buf, size_t len)
     return loomSuccess;
 }
 
-loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+/*
+ * Listens at `local` (port 0: any), starts the root thread with `secret`, and
+ * writes the id. With a fixed port the id is the one every rank derives
+ * itself (bootstrapRootAddrId); on failure nothing is left running.
+ */
+static loomResult_t rootOpen(const union socketAddress *local, const uint8_t *secret,
+                             loomUniqueId *id)
 {
-    union socketAddress local, bound;
+    union socketAddress bound;
     struct bootstrapId bid;
     loomUniqueId encoded;
     loomResult_t res;
 
-    if (id == NULL)
-        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
     struct bootstrapRoot *root = calloc(1, sizeof(*root));
     if (root == NULL)
         return loomSetError(loomSystemError, "bootstrap: out of memory");
-    res = socketFindInterface(&local, NULL, 0);
+    res = socketListen(local, &root->listenFd, &bound);
     if (res != loomSuccess)
         goto fail_free;
-    res = socketListen(&local, &root->listenFd, &bound);
-    if (res != loomSuccess)
-        goto fail_free;
-    res = fillRandom(root->secret, sizeof(root->secret));
-    if (res != loomSuccess)
-        goto fail_close;
+    memcpy(root->secret, secret, sizeof(root->secret));
     memcpy(bid.secret, root->secret, sizeof(bid.secret));
     if (socketAddrToBootstrap(&bound, &bid.root) != loomSuccess ||
         bootstrapEncodeId(&bid, &encoded) != LOOM_UNIQUE_ID_BYTES) {
@@ -701,6 +802,102 @@ fail_close:
 fail_free:
     free(root);
     return res;
+}
+
+loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+{
+    union socketAddress local;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+
+    if (id == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
+    LOOMCHECK(socketFindInterface(&local, NULL, 0));
+    LOOMCHECK(fillRandom(secret, sizeof(secret)));
+    return rootOpen(&local, secret, id);
+}
+
+/* "host:port" or "[v6]:port" -> the address (resolved) and the port. */
+static loomResult_t rootAddrParse(const char *text, union socketAddress *addr)
+{
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    const char *h = text;
+    size_t hlen = colon ? (size_t)(colon - text) : 0;
+    if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']')
+        h++, hlen -= 2;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon == NULL || hlen == 0 || hlen >= sizeof(host) || *end != '\0' || port < 1 ||
+        port > 65535)
+        return loomSetError(loomInvalidArgument,
+                            "LOOM_ROOT_ADDR=%s is not host:port (e.g. 10.0.0.1:29500 or "
+                            "node01:29500)",
+                            text);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL, *best = NULL;
+    int err = getaddrinfo(host, NULL, &hints, &list);
+    if (err != 0)
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: cannot resolve %s: %s", text,
+                            host, gai_strerror(err));
+    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (best == NULL || (best->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
+            best = ai; /* IPv4 first, as socketFindInterface does */
+    if (best == NULL) {
+        freeaddrinfo(list);
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: %s has no IP address", text,
+                            host);
+    }
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, best->ai_addr, best->ai_addrlen);
+    freeaddrinfo(list);
+    if (addr->sa.sa_family == AF_INET)
+        addr->sin.sin_port = htons((uint16_t)port);
+    else
+        addr->sin6.sin6_port = htons((uint16_t)port);
+    return loomSuccess;
+}
+
+/* The secret every rank of one job derives alike: the address and the launcher's job id. */
+static void rootAddrSecret(const char *text, const char *job, uint8_t *secret)
+{
+    for (int i = 0; i < BOOTSTRAP_SECRET_BYTES / 8; i++) {
+        uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)i;
+        for (const char *parts[] = {"loom-root-addr:", text, "/", job}, **p = parts; p < parts + 4;
+             p++)
+            for (const char *c = *p; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+        wirePut64(secret + 8 * i, h);
+    }
+}
+
+loomResult_t bootstrapRootAddrId(const char *rootAddr, const char *job, int startRoot,
+                                 loomUniqueId *id)
+{
+    union socketAddress addr;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    struct bootstrapId bid;
+
+    LOOMCHECK(rootAddrParse(rootAddr, &addr));
+    rootAddrSecret(rootAddr, job ? job : "", secret);
+    if (startRoot) {
+        loomResult_t res = rootOpen(&addr, secret, id);
+        if (res != loomSuccess) {
+            char why[400];
+            snprintf(why, sizeof(why), "%s", debugLastError(NULL));
+            return loomSetError(res,
+                                "%s; rank 0 must run on the host LOOM_ROOT_ADDR=%s names, and "
+                                "the port must be free",
+                                why, rootAddr);
+        }
+        return loomSuccess;
+    }
+    memcpy(bid.secret, secret, sizeof(bid.secret));
+    if (socketAddrToBootstrap(&addr, &bid.root) != loomSuccess ||
+        bootstrapEncodeId(&bid, id) != LOOM_UNIQUE_ID_BYTES)
+        return loomSetError(loomInternalError, "bootstrap: cannot encode the unique id");
+    return loomSuccess;
 }
 
 /* ---- joining: root, then ring ---- */
@@ -730,9 +927,30 @@ static loomResult_t helloMake(const struct loomBootstrap *b, uint8_t *buf)
 static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t len,
                               uint64_t deadline, const char *rootName)
 {
-    if (socketRecvAll(fd, buf, len, deadline, b->abortFlag, NULL) == loomSuccess)
-        return loomSuccess;
-    int err = errno;
+    char trouble[sizeof(troubleText) + 64];
+    size_t done = 0;
+    int err = 0;
+    /* Like socketRecvAll, but a root of this process in trouble ends the wait at once. */
+    for (;;) {
+        if (socketTryRecv(fd, buf, len, &done) != loomSuccess) {
+            err = errno;
+            break;
+        }
+        if (done == len)
+            return loomSuccess;
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        if (trouble[0])
+            return loomSetError(loomSystemError,
+                                "bootstrap: rank %d of %d: no address table from the root at "
+                                "%s%s",
+                                b->rank, b->nranks, rootName, trouble);
+        err = socketAborted(b->abortFlag) ? ECANCELED : socketPollMs(deadline) == 0 ? ETIMEDOUT : 0;
+        if (err != 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, socketPollMs(deadline));
+    }
+    rootTroubleQuote(rootName, trouble, sizeof(trouble));
     if (err == ECANCELED)
         return loomSetError(loomRemoteError,
                             "bootstrap: rank %d aborted while waiting for the root at %s",
@@ -740,33 +958,30 @@ static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t
     if (err == ETIMEDOUT)
         return loomSetError(loomTimeout,
                             "bootstrap: rank %d of %d: not every rank joined the root at %s "
-                            "within %d s",
-                            b->rank, b->nranks, rootName, b->timeoutSec);
+                            "within %d s%s",
+                            b->rank, b->nranks, rootName, b->timeoutSec, trouble);
+    if (err == 0 && trouble[0])
+        return loomSetError(loomSystemError,
+                            "bootstrap: rank %d of %d: the root at %s closed the connection%s",
+                            b->rank, b->nranks, rootName, trouble);
     if (err == 0)
         return loomSetError(loomRemoteError,
                             "bootstrap: rank %d of %d: the root at %s closed the connection: it "
                             "refused the hello (the id is from another job, nranks differs "
                             "between ranks, or rank %d joined twice) or gave up waiting",
                             b->rank, b->nranks, rootName, b->rank);
-    return loomSetError(loomRemoteError,
-                        "bootstrap: rank %d: connection to the root at %s failed: %s", b->rank,
-                        rootName, strerror(err));
+    return loomSetError(trouble[0] ? loomSystemError : loomRemoteError,
+                        "bootstrap: rank %d: connection to the root at %s failed: %s%s", b->rank,
+                        rootName, strerror(err), trouble);
 }
 
 static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline,
                               const char *rootName)
 {
-    uint8_t hdr[TABLE_HEADER_BYTES];
     struct bootstrapAddr mine;
-    size_t len = (size_t)b->nranks * ADDR_BYTES;
+    size_t len = bootstrapTableBytes(b->nranks);
+    int bad;
 
-    LOOMCHECK(tableRecv(b, fd, hdr, sizeof(hdr), deadline, rootName));
-    if (memcmp(hdr, "LMT", 3) != 0 || hdr[3] != TABLE_VERSION ||
-        get32(hdr + 4) != (uint32_t)b->nranks)
-        return loomSetError(loomInternalError,
-                            "bootstrap: rank %d: malformed address table header from the root "
-                            "at %s",
-                            b->rank, rootName);
     uint8_t *raw = malloc(len);
     b->peers = calloc((size_t)b->nranks, sizeof(*b->peers));
     if (raw == NULL || b->peers == NULL) {
@@ -775,15 +990,18 @@ static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline
                             b->nranks);
     }
     loomResult_t res = tableRecv(b, fd, raw, len, deadline, rootName);
-    for (int r = 0; res == loomSuccess && r < b->nranks; r++) {
-        if (addrDecode(raw + (size_t)r * ADDR_BYTES, &b->peers[r]) != NULL)
-            res = loomSetError(loomInternalError,
-                               "bootstrap: rank %d: malformed address of rank %d in the table "
-                               "from the root at %s",
-                               b->rank, r, rootName);
-    }
+    const char *why = res == loomSuccess ? tableDecode(raw, len, b->nranks, b->peers, &bad) : NULL;
     free(raw);
     LOOMCHECK(res);
+    if (why != NULL && bad >= 0)
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: malformed address of rank %d in the table from "
+                            "the root at %s",
+                            b->rank, bad, rootName);
+    if (why != NULL)
+        return loomSetError(loomInternalError,
+                            "bootstrap: rank %d: malformed address table (%s) from the root at %s",
+                            b->rank, why, rootName);
     socketAddrToBootstrap(&b->listenAddr, &mine);
     if (!addrSame(&mine, &b->peers[b->rank]))
         return loomSetError(loomInternalError,
@@ -805,8 +1023,14 @@ static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *
     snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)",
              b->rank, b->nranks, b->timeoutSec);
     LOOMCHECK(helloMake(b, hello));
-    LOOMCHECK(socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd));
-    loomResult_t res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    loomResult_t res = socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd);
+    if (res != loomSuccess) {
+        char line[512], trouble[sizeof(troubleText) + 64];
+        rootTroubleQuote(rootName, trouble, sizeof(trouble));
+        snprintf(line, sizeof(line), "%s", debugLastError(NULL));
+        return trouble[0] ? loomSetError(loomSystemError, "%s%s", line, trouble) : res;
+    }
+    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = tableRead(b, fd, deadline, rootName);
     socketClose(fd);
@@ -964,21 +1188,22 @@ struct ringXfer {
 static loomResult_t frameCheck(const struct loomBootstrap *b, const uint8_t *hdr, uint32_t seq,
                                size_t bytes, int step)
 {
-    if (get32(hdr) != FRAME_MAGIC)
+    uint32_t gotSeq;
+    uint64_t gotBytes;
+    if (bootstrapDecodeFrame(hdr, FRAME_HEADER_BYTES, &gotSeq, &gotBytes) != loomSuccess)
         return loomSetError(loomInternalError,
                             "bootstrap: malformed allgather frame from %s to rank %d",
                             b->prevLabel, b->rank);
-    if (get32(hdr + 4) != seq)
+    if (gotSeq != seq)
         return loomSetError(loomInternalError,
                             "bootstrap: %s is at bootstrap collective #%u, rank %d at #%u (the "
                             "ranks called allgather/barrier a different number of times)",
-                            b->prevLabel, get32(hdr + 4), b->rank, seq);
-    if (get64(hdr + 8) != bytes)
+                            b->prevLabel, gotSeq, b->rank, seq);
+    if (gotBytes != bytes)
         return loomSetError(loomInternalError,
                             "bootstrap: %s sent a %llu-byte block in allgather step %d, rank %d "
                             "expected %zu bytes (every rank must pass the same size)",
-                            b->prevLabel, (unsigned long long)get64(hdr + 8), step, b->rank,
-                            bytes);
+                            b->prevLabel, (unsigned long long)gotBytes, step, b->rank, bytes);
     return loomSuccess;
 }
 
@@ -1025,9 +1250,7 @@ static loomResult_t ringExchange(struct loomBootstrap *b, uint32_t seq, int step
     uint64_t deadline = socketDeadline(b->timeoutSec);
     int checked = 0;
 
-    put32(out.hdr, FRAME_MAGIC);
-    put32(out.hdr + 4, seq);
-    put64(out.hdr + 8, bytes);
+    bootstrapEncodeFrame(seq, bytes, out.hdr, sizeof(out.hdr));
     for (;;) {
         size_t before = out.hdrDone + out.dataDone + in.hdrDone + in.dataDone;
         loomResult_t res = socketTrySend(b->nextFd, out.hdr, FRAME_HEADER_BYTES, &out.hdrDone);

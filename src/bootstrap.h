@@ -48,6 +48,17 @@ struct loomBootstrap; /* opaque: one rank's state in one communicator */
 
 /* Starts a root thread for one communicator and fills *id. */
 loomResult_t bootstrapGetUniqueId(loomUniqueId *id);
+/*
+ * The id of a job whose rendezvous is at a fixed address, LOOM_ROOT_ADDR
+ * ("host:port", "[v6]:port"): every rank derives the same id from the
+ * address and `job` (the launcher's job id, or ""), and the rank with
+ * startRoot also starts the root thread listening there. The secret is
+ * derived, not random: it tells jobs apart, it does not keep anyone out.
+ * Returns loomInvalidArgument for an address that does not parse or
+ * resolve, loomSystemError when the root cannot listen there.
+ */
+loomResult_t bootstrapRootAddrId(const char *rootAddr, const char *job, int startRoot,
+                                 loomUniqueId *id);
 
 /*
  * Joins the communicator described by id as `rank` of `nranks`. Returns
@@ -79,6 +90,17 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out);
 loomResult_t bootstrapDecodeId(const loomUniqueId *in, struct bootstrapId *id);
 size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t len);
 loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstrapHello *h);
+/* The root's table of listen addresses: header and nranks addresses. */
+size_t bootstrapTableBytes(int nranks);
+size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8_t *buf,
+                            size_t len);
+/* len must be exactly bootstrapTableBytes(nranks); fills addrs[0 .. nranks-1]. */
+loomResult_t bootstrapDecodeTable(const uint8_t *buf, size_t len, int nranks,
+                                  struct bootstrapAddr *addrs);
+/* The header of a ring frame: magic, collective number, block length. */
+#define BOOTSTRAP_FRAME_BYTES 16
+size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t len);
+loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes);
 /* Constant-time comparison of two secrets: 1 if equal. */
 int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b);
 

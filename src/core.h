@@ -26,21 +26,39 @@
 #define LOOM_COMM_DEAD 0x444541444c4f4f4dULL  /* "MOOLDAED" */
 #define LOOM_HOSTNAME_BYTES 64
 
+#define LOOM_NOTICE_BYTES 320
+
 /*
  * A process's doorbell, in shared memory: peers bump `seq` and wake the
  * futex on it when `sleeping` says the owner went to sleep waiting for them.
+ * The notice is how a peer that stopped on a fatal error (a dead rank, a
+ * timeout, mismatched calls) tells this process to stop waiting too: the
+ * first poster moves `noticeState` from 0 to 1, fills code, rank and text,
+ * then publishes 2 (release) and rings; later posters find it taken.
+ * A thread that sleeps in poll() rather than on the futex (the network
+ * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
+ * own, which ringers write instead; 0 (as in zeroed shared memory) means
+ * the futex. Such bells are process-local.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t sleeping;
+    _Alignas(LOOM_CACHELINE) _Atomic uint32_t noticeState;
+    int32_t noticeCode; /* loomResult_t */
+    int32_t noticeFrom; /* rank that posted it */
+    char notice[LOOM_NOTICE_BYTES];
+    int32_t wakeFd;
 };
 
 /*
  * The shared part of a FIFO: `tail` counts slots written (by the sender),
  * `head` slots consumed (by the receiver); slot = counter % LOOM_STEPS.
  * `bytes[slot]` is written before `tail` is released, so the receiver can
- * check that both ends agree on the size of every message.
+ * check that both ends agree on the size of every message. Its top bit,
+ * LOOM_FIFO_DEVICE_DATA, says the message sits in the connector's device
+ * slots (p2p) rather than its host slots.
  */
+#define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
@@ -56,6 +74,14 @@ struct loomConnector {
     struct loomDoorbell *peerBell; /* the other end's doorbell */
     int peer;
     int connected;
+    char *devSlots; /* the same FIFO's slots in the receiving GPU's memory (p2p), or NULL */
+    /*
+     * Network connectors: moves this link's messages now, from the calling
+     * thread (the executor calls it after it advances a counter and while it
+     * waits; see src/proxy.h). NULL for shared memory.
+     */
+    void (*progress)(void *ctx);
+    void *progressCtx;
 };
 
 struct loomChannel {
@@ -67,8 +93,15 @@ struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
     int32_t localRank;
+    int32_t numaNode;   /* NUMA node the process is bound to, -1 if unbound or unknown */
+    uint32_t usable;    /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
+    /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
+    char gpuUuid[16];
+    int32_t gpu;      /* device ordinal in that process, -1: not bound */
+    int32_t gpuFlags; /* LOOM_GPU_* */
 };
+#define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
 /* A cached schedule (see enqueue.c). */
 #define LOOM_SCHED_KEY 5
@@ -92,13 +125,14 @@ struct loomTuneEntry {
 #define LOOM_TUNE_CACHE 64
 
 struct loomComm {
-    uint64_t magic;
+    _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
     int rank;
     int nranks;
     int nChannels;
     int timeoutSec;
     int localSize; /* ranks on this host */
     int spin;      /* busy-poll iterations before yielding */
+    int oversubscribed; /* more ranks on this host than CPUs this process may use */
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;
@@ -109,13 +143,24 @@ struct loomComm {
     atomic_int activeCalls; /* API calls inside the comm right now */
     atomic_int pending;     /* operations queued on streams, not finished */
 
+    /* Non-blocking mode (config.blocking = 0): see init.c. */
+    int blocking;
+    atomic_int initializing; /* 1 while initThread builds the communicator */
+    int initThreadStarted;
+    pthread_t initThread;
+    struct loomStream *queue; /* runs the calls made with a NULL stream */
+
     struct loomPeerInfo *peers; /* [nranks] */
-    int *ring;                  /* [nranks] ring order */
+    int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
+    struct loomTopo *topo;      /* hosts and trees (topo.c) */
+    signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
+    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
     struct loomDoorbell localBell;
     void *shm; /* transport state */
+    void *net;
 
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];
@@ -134,6 +179,7 @@ struct loomComm {
      * at a time, as for the schedule cache. */
     struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
     _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
+    struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
 
     pthread_mutex_t errLock;
     char lastError[512];
@@ -152,11 +198,19 @@ loomResult_t commCheck(const struct loomComm *comm, const char *fn);
 void commRecordError(struct loomComm *comm);
 /* Marks comm unusable after a failure in the middle of an operation. */
 void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
+/*
+ * loomSuccess if comm can run operations now; loomInvalidUsage naming `fn`
+ * while a non-blocking init is still in progress, or the error that broke it.
+ */
+loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
 
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int commCpuCount(void);
-/* Bytes of one connector slot for a communicator with localSize ranks on this host. */
-size_t commSlotBytes(int localSize);
+/*
+ * Bytes of one connector slot for a communicator of nranks ranks on nHosts
+ * hosts, at most crowd of them on one host, with nChannels channels.
+ */
+size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "debug.h"
@@ -321,6 +322,40 @@ uint64_t debugNextErrorSeq(void)
 {
     /* Only the numbers' order matters; no data is published through the counter. */
     return atomic_fetch_add_explicit(&debugErrorSeq, 1, memory_order_relaxed) + 1;
+}
+
+const char *debugErrnoText(int err)
+{
+    static __thread char text[256];
+    struct rlimit rl;
+    const char *base = strerror(err);
+    switch (err) {
+    case EMFILE:
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            snprintf(text, sizeof(text),
+                     "%s (this process may have %llu open; raise the limit with ulimit -n)", base,
+                     (unsigned long long)rl.rlim_cur);
+        else
+            snprintf(text, sizeof(text), "%s (raise the limit with ulimit -n)", base);
+        return text;
+    case ENFILE:
+        snprintf(text, sizeof(text), "%s (the system is out of file descriptors: fs.file-max)",
+                 base);
+        return text;
+    case EADDRINUSE:
+    case EADDRNOTAVAIL:
+        snprintf(text, sizeof(text),
+                 "%s (no free local port: see net.ipv4.ip_local_port_range and connections in "
+                 "TIME_WAIT)",
+                 base);
+        return text;
+    case ENOMEM:
+        snprintf(text, sizeof(text), "%s (out of memory, or a memory limit: ulimit -v, cgroup)",
+                 base);
+        return text;
+    default:
+        return base;
+    }
 }
 
 const char *loomGetErrorString(loomResult_t result)

@@ -63,6 +63,14 @@ const char *debugLastError(uint64_t *seq);
 /* A process-wide increasing number to order errors of threads and comms. */
 uint64_t debugNextErrorSeq(void);
 
+/*
+ * strerror(err), plus what to do when the cause is a resource limit: "Too
+ * many open files (this process may have 1024 open; raise the limit with
+ * ulimit -n)". For the messages of failed system calls. The text stays
+ * valid until the next call on this thread.
+ */
+const char *debugErrnoText(int err);
+
 /* The one propagation macro: return the result of `call` if it is not loomSuccess. */
 #define LOOMCHECK(call)                                                                         \
     do {                                                                                        \

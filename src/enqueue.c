@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
@@ -112,12 +113,7 @@ static loomResult_t checkAlltoAllv(const struct loomOp *op, const char *fn)
 static loomResult_t opCheck(const struct loomOp *op, const char *fn)
 {
     LOOMCHECK(commCheck(op->comm, fn));
-    int broken = atomic_load_explicit(&op->comm->broken, memory_order_acquire);
-    if (broken)
-        return loomSetError((loomResult_t)broken,
-                            "%s: the communicator is unusable after an earlier error (%s); "
-                            "destroy it",
-                            fn, op->comm->abortReason);
+    LOOMCHECK(commCheckReady(op->comm, fn));
     if ((unsigned)op->dt >= loomNumTypes)
         return loomSetError(loomInvalidArgument, "%s: datatype %d is not a loomDataType_t (0..%d)",
                             fn, (int)op->dt, loomNumTypes - 1);
@@ -136,10 +132,13 @@ static loomResult_t opCheck(const struct loomOp *op, const char *fn)
                             op->root, op->comm->nranks);
     if (op->stream)
         LOOMCHECK(streamCheck(op->stream, fn));
-    if (op->coll == LOOM_COLL_ALLTOALLV)
-        return checkAlltoAllv(op, fn);
-    LOOMCHECK(checkCounts(op, fn));
-    return checkBuffers(op, fn);
+    if (op->coll == LOOM_COLL_ALLTOALLV) {
+        LOOMCHECK(checkAlltoAllv(op, fn));
+    } else {
+        LOOMCHECK(checkCounts(op, fn));
+        LOOMCHECK(checkBuffers(op, fn));
+    }
+    return cudaOpCheck(op, fn);
 }
 
 /* ---- entry ---- */
@@ -150,6 +149,10 @@ static loomResult_t opSubmit(struct loomOp *op)
         return groupAdd(op);
     if (op->stream)
         return streamEnqueue(op->stream, op, 1);
+    if (op->comm->queue) { /* non-blocking mode: the comm's own stream runs it */
+        loomResult_t queued = streamEnqueue(op->comm->queue, op, 1);
+        return queued == loomSuccess ? loomInProgress : queued;
+    }
     loomResult_t res = planExecute(op, 1);
     opRelease(op);
     return res;
@@ -169,7 +172,7 @@ static loomResult_t opIssue(struct loomOp *op)
     }
     atomic_fetch_add_explicit(&op->comm->activeCalls, 1, memory_order_acq_rel);
     res = opSubmit(op);
-    if (res != loomSuccess)
+    if (res != loomSuccess && res != loomInProgress)
         commRecordError(op->comm);
     atomic_fetch_sub_explicit(&op->comm->activeCalls, 1, memory_order_acq_rel);
     return res;
@@ -457,13 +460,13 @@ static void planTune(struct loomOp *op, struct planOp *p)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
-    tunerChoose(comm, op->coll, opBytes(op), &p->tune);
+    tunerChoose(comm, op->coll, opBytes(op), cudaPlanActive(), &p->tune);
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
     size_t want = op->count / p->chunkElems;
     int n = p->tune.nChannels;
     p->lanes = op->coll == LOOM_COLL_ALLTOALLV ? 1 : want < (size_t)n ? (want ? (int)want : 1) : n;
     p->stageBytes = 0;
-    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff)
+    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && !cudaPlanActive())
         p->stageBytes = alignUp(opBytes(op));
     p->accBytes = 0;
     if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_TREE && op->root != comm->rank)
@@ -490,16 +493,29 @@ static loomResult_t planScratch(struct loomOp *ops, int nops)
     return loomSuccess;
 }
 
+/* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
+static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char *scratch,
+                                 const void **send)
+{
+    *send = op->sendbuff;
+    if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || opBytes(op) == 0)
+        return loomSuccess;
+    if (cudaPlanActive())
+        return cudaStageInPlace(op, opBytes(op), send);
+    if (p->stageBytes) {
+        memcpy(scratch, op->sendbuff, opBytes(op));
+        *send = scratch;
+    }
+    return loomSuccess;
+}
+
 static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlanes)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt), n = (size_t)comm->nranks;
     char *scratch = (char *)comm->scratch + p->scratchOff;
-    const void *send = op->sendbuff;
-    if (p->stageBytes) {
-        memcpy(scratch, op->sendbuff, opBytes(op));
-        send = scratch;
-    }
+    const void *send;
+    LOOMCHECK(stageInPlace(op, p, scratch, &send));
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, *nlanes + p->lanes, sizeof(*tlLanes)));
     for (int c = 0; c < p->lanes; c++) {
         struct loomSchedArgs a = {.coll = op->coll,
@@ -527,9 +543,8 @@ static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlan
     return loomSuccess;
 }
 
-loomResult_t planExecute(struct loomOp *ops, int nops)
+static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
 {
-    int nlanes = 0;
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
         ops[i].comm->planEpoch++;
@@ -546,10 +561,23 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
-        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], &nlanes));
-    if (nlanes == 0)
-        return loomSuccess;
-    TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)", nops, nlanes,
-          collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
-    return execRun(tlLanes, nlanes);
+        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], nlanes));
+    return loomSuccess;
+}
+
+loomResult_t planExecute(struct loomOp *ops, int nops)
+{
+    int nlanes = 0;
+    struct cudaExec *dev;
+    /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
+    LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    loomResult_t res = planLanes(ops, nops, &nlanes);
+    if (res == loomSuccess && nlanes > 0) {
+        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
+              collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
+              dev ? " (device)" : "");
+        res = execRun(tlLanes, nlanes, dev);
+    }
+    cudaPlanEnd(dev, res);
+    return res;
 }

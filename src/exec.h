@@ -27,17 +27,30 @@ struct loomLane {
     int done;
 };
 
+struct cudaExec;
+
 /*
  * Runs every lane to completion. Returns loomSuccess, loomTimeout (no progress
  * for the comm's timeout), loomRemoteError (abort, or a peer died), or
  * loomInvalidUsage (the peers disagree on a message size). On an error the
- * communicators involved are marked broken.
+ * communicators involved are marked broken. `dev` is NULL for host buffers,
+ * else the CUDA executor that computes the steps (src/cuda/cudacore.h).
  */
-loomResult_t execRun(struct loomLane *lanes, int nlanes);
+loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 
 /* Rings a doorbell: wakes its owner if it sleeps. */
 void execRingBell(struct loomDoorbell *bell);
 /* Wakes a thread of this process blocked in execRun on comm (used by abort). */
 void execWake(struct loomComm *comm);
+/*
+ * Posts `reason` with code `res` on the doorbell of every peer of comm and
+ * wakes them, so that they stop waiting for this rank (see exec.c).
+ */
+void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason);
+/*
+ * loomSuccess, or the failure a peer posted to this rank of comm: loomTimeout
+ * for a peer's timeout, else loomRemoteError, with the peer's line recorded.
+ */
+loomResult_t execPeerFailure(struct loomComm *comm);
 
 #endif /* LOOM_EXEC_H_ */

@@ -87,11 +87,17 @@ static loomResult_t groupRun(void)
     if (groupCount == 0)
         return loomSuccess;
     LOOMCHECK(groupCheckStreams());
-    if (groupOps[0].stream) {
-        res = streamEnqueue(groupOps[0].stream, groupOps, groupCount);
+    /* A communicator destroyed (or broken) since its call joined the group runs nothing. */
+    for (int i = 0; i < groupCount; i++) {
+        LOOMCHECK(commCheck(groupOps[i].comm, "loomGroupEnd"));
+        LOOMCHECK(commCheckReady(groupOps[i].comm, "loomGroupEnd"));
+    }
+    struct loomStream *queue = groupOps[0].stream ? groupOps[0].stream : groupOps[0].comm->queue;
+    if (queue) {
+        res = streamEnqueue(queue, groupOps, groupCount);
         for (int i = 0; i < groupCount; i++)
             groupOps[i].v = NULL; /* the stream owns them now */
-        return res;
+        return res == loomSuccess && !groupOps[0].stream ? loomInProgress : res;
     }
     for (int i = 0; i < groupCount; i++)
         atomic_fetch_add_explicit(&groupOps[i].comm->activeCalls, 1, memory_order_acq_rel);

@@ -3,16 +3,19 @@
  * destroy, abort, and the handle checks every API entry makes.
  *
  * Init, in order: bootstrap ring (bootstrap.c) -> allgather of each rank's
- * host identity and pid -> ring order -> transports connect the connectors
- * (shm inside a host) -> barrier. Every step is bounded by the timeout; on
- * failure everything built so far is released and *comm is left untouched.
+ * host identity, pid, NUMA node, GPU and usable transports -> hosts, ring
+ * order and trees (topo.c) -> a transport for every peer pair (the first
+ * usable on both ends that accepts the pair: shm inside a host, net across
+ * hosts) -> those transports connect the connectors -> p2p slots in GPU
+ * memory for ranks bound to a GPU (transports/p2p.c) -> barrier. Every step
+ * is bounded by the timeout; on failure everything built so far is released
+ * and *comm is left untouched.
  *
  * Handles: a struct loomComm is never freed. Destroy releases what it owns
  * and marks it dead, and every communicator ever created is listed in a
  * registry, so a NULL, foreign or destroyed handle gives a one-line error
  * instead of a crash.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,14 +25,16 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
 #include "param.h"
 #include "reduce.h"
+#include "topo.h"
 #include "transport.h"
 
-const struct loomTransport *const loomTransports[] = {&shmTransport, NULL};
+const struct loomTransport *const loomTransports[] = {&shmTransport, &netTransport, NULL};
 
 /* ---- registry of communicators ---- */
 
@@ -91,12 +96,31 @@ void commRecordError(struct loomComm *comm)
     pthread_mutex_unlock(&comm->errLock);
 }
 
+/* The reason is written before `broken` is published, and never again, so readers need no lock. */
 void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason)
 {
-    int none = 0;
-    if (atomic_compare_exchange_strong(&comm->broken, &none, (int)res) &&
-        !atomic_load(&comm->abortFlag))
+    pthread_mutex_lock(&comm->errLock);
+    if (atomic_load_explicit(&comm->broken, memory_order_relaxed) == 0) {
         snprintf(comm->abortReason, sizeof(comm->abortReason), "%s", reason);
+        atomic_store_explicit(&comm->broken, (int)res, memory_order_release);
+    }
+    pthread_mutex_unlock(&comm->errLock);
+}
+
+loomResult_t commCheckReady(struct loomComm *comm, const char *fn)
+{
+    if (atomic_load_explicit(&comm->initializing, memory_order_acquire))
+        return loomSetError(loomInvalidUsage,
+                            "%s: the communicator is still being created (non-blocking mode); "
+                            "poll loomCommGetAsyncError until it gives loomSuccess",
+                            fn);
+    int broken = atomic_load_explicit(&comm->broken, memory_order_acquire);
+    if (broken)
+        return loomSetError((loomResult_t)broken,
+                            "%s: the communicator is unusable after an earlier error (%s); "
+                            "destroy it",
+                            fn, comm->abortReason);
+    return loomSuccess;
 }
 
 uint64_t loomClockNs(void)
@@ -158,14 +182,62 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
     return loomSuccess;
 }
 
+loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *info)
+{
+    LOOMCHECK(commCheck(comm, "loomCommPeerInfo"));
+    if (info == NULL || peer < 0 || peer >= comm->nranks)
+        return loomSetError(loomInvalidArgument, "loomCommPeerInfo: %s",
+                            info == NULL ? "info is NULL" : "peer is not a rank of comm");
+    int t = comm->linkTransport[peer];
+    info->host = comm->topo->hostOf[peer];
+    info->hostname = comm->peers[peer].hostname;
+    info->transport = t < 0                         ? NULL
+                      : loomTransports[t]->linkName ? loomTransports[t]->linkName(comm, peer)
+                                                    : loomTransports[t]->name;
+    return loomSuccess;
+}
+
+loomResult_t loomCommRing(const loomComm_t comm, int *ring)
+{
+    LOOMCHECK(commCheck(comm, "loomCommRing"));
+    if (ring == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommRing: ring is NULL");
+    memcpy(ring, comm->ring, (size_t)comm->nranks * sizeof(*ring));
+    return loomSuccess;
+}
+
+loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
+                          int down[LOOM_TREE_MAX_DOWN], int *ndown)
+{
+    struct loomTreeLinks l;
+    LOOMCHECK(commCheck(comm, "loomCommTree"));
+    if ((tree != 0 && tree != 1) || rank < 0 || rank >= comm->nranks || !up || !down || !ndown)
+        return loomSetError(loomInvalidArgument,
+                            "loomCommTree: tree must be 0 or 1, rank a rank of comm, and the "
+                            "outputs not NULL");
+    topoTreeLinks(comm->topo, tree, rank, &l);
+    *up = l.up;
+    *ndown = l.ndown;
+    memcpy(down, l.down, (size_t)l.ndown * sizeof(*down));
+    return loomSuccess;
+}
+
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
 {
     LOOMCHECK(commCheck(comm, "loomCommGetAsyncError"));
     if (asyncError == NULL)
         return loomSetError(loomInvalidArgument, "loomCommGetAsyncError: asyncError is NULL");
+    if (atomic_load_explicit(&comm->initializing, memory_order_acquire)) {
+        *asyncError = loomInProgress;
+        return loomSuccess;
+    }
     int e = atomic_load(&comm->asyncError);
     if (e == loomSuccess)
-        e = atomic_load(&comm->broken);
+        e = atomic_load_explicit(&comm->broken, memory_order_acquire);
+    if (e == loomSuccess && comm->bell != NULL)
+        e = execPeerFailure(comm);
+    if (e == loomSuccess && !comm->blocking && atomic_load(&comm->pending) > 0)
+        e = loomInProgress;
     *asyncError = (loomResult_t)e;
     return loomSuccess;
 }
@@ -221,6 +293,19 @@ static void hostIdentity(struct loomPeerInfo *me)
     me->hostHash = fnv1a(h, boot, strlen(boot));
 }
 
+static uint32_t usableTransports(void)
+{
+    uint32_t mask = 0;
+    for (int t = 0; loomTransports[t]; t++) {
+        const char *why;
+        if (loomTransports[t]->usable(&why))
+            mask |= 1u << t;
+        else
+            INFO(LOOM_INIT, "transport %s not usable: %s", loomTransports[t]->name, why);
+    }
+    return mask;
+}
+
 static loomResult_t commExchangePeers(struct loomComm *comm)
 {
     comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
@@ -229,19 +314,21 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     struct loomPeerInfo *me = &comm->peers[comm->rank];
     hostIdentity(me);
     me->pid = (int32_t)getpid();
+    p2pPeerInfo(me);
+    me->numaNode = topoNumaNode();
+    me->usable = usableTransports();
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {
         comm->peers[p].hostname[LOOM_HOSTNAME_BYTES - 1] = '\0';
+        comm->peers[p].localRank = -1;
         if (comm->peers[p].hostHash == me->hostHash)
             comm->peers[p].localRank = comm->localSize++;
-        else
-            return loomSetError(loomInvalidUsage,
-                                "rank %d is on host %s and rank %d on host %s: ranks on several "
-                                "hosts need a network transport, which this build of Loom does "
-                                "not have yet",
-                                comm->rank, me->hostname, p, comm->peers[p].hostname);
     }
+    LOOMCHECK(topoBuild(comm->peers, comm->nranks, &comm->topo));
+    if (comm->topo->nHosts > 1)
+        INFO(LOOM_INIT, "%d ranks on %d hosts, %d on this one (%s)", comm->nranks,
+             comm->topo->nHosts, comm->localSize, me->hostname);
     return loomSuccess;
 }
 
@@ -259,28 +346,48 @@ static int configInt(int value, int fallback)
     return value == LOOM_CONFIG_UNDEF_INT ? fallback : value;
 }
 
-size_t commSlotBytes(int localSize)
+/*
+ * Sizes that depend on the parameters and on how many ranks share a host.
+ * The slot size decides how schedules cut messages, so it must be the same
+ * on every rank: it follows what every rank knows alike (the number of
+ * hosts, ranks and channels, the most crowded host). Across hosts each
+ * message pays a proxy hand-off and system calls, so larger slots (4 MiB
+ * FIFOs) pay off, as long as the network FIFOs (two per peer and channel,
+ * all connected at init) stay within NET_FIFO_BUDGET per rank.
+ */
+#define NET_BUFFSIZE (4 << 20)
+#define NET_FIFO_BUDGET (256ULL << 20)
+
+size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels)
 {
     const int oneMiB = 1 << 20;
     int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
     size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
-    if (!setBuff && localSize > 8) /* keep /dev/shm use near 8 MiB per rank */
-        buff = (size_t)(8 * oneMiB / localSize) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / localSize;
+    if (!setBuff && nHosts > 1 &&
+        2ULL * (uint64_t)nranks * (uint64_t)nChannels * NET_BUFFSIZE <= NET_FIFO_BUDGET)
+        buff = NET_BUFFSIZE;
+    if (!setBuff && crowd > 8) /* keep /dev/shm use near 8 MiB per rank */
+        buff = (size_t)(8 * oneMiB / crowd) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / crowd;
     size_t slot = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
     return slot < LOOM_CACHELINE ? LOOM_CACHELINE : slot;
 }
 
-/* Sizes that depend on the parameters and on how many ranks share the host. */
 static void commSizes(struct loomComm *comm)
 {
-    comm->slotBytes = commSlotBytes(comm->localSize);
-    comm->buffBytes = comm->slotBytes * LOOM_STEPS;
+    int crowd = 0;
     comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
     if (comm->nChannels > LOOM_MAX_CHANNELS)
         comm->nChannels = LOOM_MAX_CHANNELS;
+    for (int h = 0; h < comm->topo->nHosts; h++) {
+        int size = comm->topo->hostStart[h + 1] - comm->topo->hostStart[h];
+        crowd = size > crowd ? size : crowd;
+    }
+    comm->slotBytes = commSlotBytes(comm->nranks, comm->topo->nHosts, crowd, comm->nChannels);
+    comm->buffBytes = comm->slotBytes * LOOM_STEPS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
-    if (comm->localSize > commCpuCount())
-        comm->spin = comm->spin < 32 ? comm->spin : 32; /* oversubscribed: yield early */
+    comm->oversubscribed = comm->localSize > commCpuCount();
+    if (comm->oversubscribed)
+        comm->spin = comm->spin < 32 ? comm->spin : 32; /* yield early */
 }
 
 static loomResult_t commAllocChannels(struct loomComm *comm)
@@ -292,8 +399,11 @@ static loomResult_t commAllocChannels(struct loomComm *comm)
         return loomSetError(loomSystemError, "out of memory for a communicator of %zu ranks", n);
     for (size_t i = 0; i < 2 * (size_t)comm->nChannels * n; i++)
         comm->owner[i] = -1;
-    for (size_t i = 0; i < n; i++)
-        comm->ring[i] = (int)i;
+    topoRing(comm->topo, comm->ring);
+    comm->linkTransport = malloc(n * sizeof(*comm->linkTransport));
+    comm->lost = calloc(n, sizeof(*comm->lost));
+    if (comm->linkTransport == NULL || comm->lost == NULL)
+        return loomSetError(loomSystemError, "out of memory for a communicator of %zu ranks", n);
     for (int c = 0; c < comm->nChannels; c++) {
         comm->channels[c].send = calloc(n, sizeof(struct loomConnector));
         comm->channels[c].recv = calloc(n, sizeof(struct loomConnector));
@@ -303,31 +413,85 @@ static loomResult_t commAllocChannels(struct loomComm *comm)
     return loomSuccess;
 }
 
+int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
+{
+    for (int i = 0; loomTransports[i]; i++)
+        if (loomTransports[i] == t)
+            return (comm->peers[rank].usable >> i) & 1;
+    return 0;
+}
+
+int transportServes(const struct loomComm *comm, const struct loomTransport *t, int peer)
+{
+    int i = comm->linkTransport[peer];
+    return i >= 0 && loomTransports[i] == t;
+}
+
+/* The first transport usable on both ends that accepts the pair, for every peer. */
+static uint32_t commChooseLinks(struct loomComm *comm, int *unreachable)
+{
+    uint32_t used = 0;
+    *unreachable = -1;
+    for (int p = 0; p < comm->nranks; p++) {
+        uint32_t both = comm->peers[comm->rank].usable & comm->peers[p].usable;
+        comm->linkTransport[p] = -1;
+        for (int t = 0; loomTransports[t] && comm->linkTransport[p] < 0; t++)
+            if (((both >> t) & 1) && loomTransports[t]->canConnect(comm, p))
+                comm->linkTransport[p] = (signed char)t;
+        if (comm->linkTransport[p] >= 0)
+            used |= 1u << comm->linkTransport[p];
+        else if (*unreachable < 0)
+            *unreachable = p;
+    }
+    return used;
+}
+
+#define LINKS_UNREACHABLE 0x80000000u
+
 static loomResult_t commConnect(struct loomComm *comm)
 {
-    int served = 0;
-    for (int t = 0; loomTransports[t]; t++) {
-        const char *why;
-        if (!loomTransports[t]->usable(&why)) {
-            INFO(LOOM_INIT, "transport %s not used: %s", loomTransports[t]->name, why);
-            continue;
-        }
-        LOOMCHECK(loomTransports[t]->setup(comm));
-        served = 1;
-        break;
+    int unreachable;
+    uint32_t *used = calloc((size_t)comm->nranks, sizeof(*used));
+    if (used == NULL)
+        return loomSetError(loomSystemError, "out of memory choosing transports");
+    used[comm->rank] = commChooseLinks(comm, &unreachable);
+    if (unreachable >= 0)
+        used[comm->rank] |= LINKS_UNREACHABLE;
+    /* Everyone learns which transports anyone needs, and whether anyone is stuck. */
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, used, sizeof(*used));
+    uint32_t needed = 0;
+    int stuck = -1;
+    for (int p = 0; res == loomSuccess && p < comm->nranks; p++) {
+        needed |= used[p];
+        if ((used[p] & LINKS_UNREACHABLE) && stuck < 0)
+            stuck = p;
     }
-    if (!served)
+    free(used);
+    LOOMCHECK(res);
+    if (unreachable >= 0)
         return loomSetError(loomInvalidUsage,
-                            "no transport can connect the ranks of this host (shared memory is "
-                            "disabled by LOOM_SHM_DISABLE=1 or /dev/shm is not writable, and no "
-                            "other transport is built yet)");
+                            "rank %d on %s has no transport to rank %d on %s (shared memory "
+                            "needs one host and no LOOM_SHM_DISABLE=1; the network needs an "
+                            "interface that is up: see loom-info on both hosts)",
+                            comm->rank, comm->peers[comm->rank].hostname, unreachable,
+                            comm->peers[unreachable].hostname);
+    if (stuck >= 0)
+        return loomSetError(loomInvalidUsage,
+                            "rank %d on %s has no transport to one of its peers (its log says "
+                            "which); this rank gives up too",
+                            stuck, comm->peers[stuck].hostname);
+    for (int t = 0; loomTransports[t]; t++)
+        if ((needed >> t) & 1)
+            LOOMCHECK(loomTransports[t]->setup(comm));
     return loomSuccess;
 }
 
 /* Releases what the communicator owns (not the struct itself). */
 static void commFree(struct loomComm *comm)
 {
-    for (int t = 0; loomTransports[t]; t++)
+    p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
+    /* In reverse: the network proxy rings the doorbell shm may own. */
+    for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
     comm->bootstrap = NULL;
@@ -342,11 +506,15 @@ static void commFree(struct loomComm *comm)
         scheduleFree(&comm->pool[i]);
     free(comm->pool);
     free(comm->peers);
+    topoFree(comm->topo);
+    free(comm->linkTransport);
+    free((void *)comm->lost);
     free(comm->ring);
     free(comm->owner);
     free(comm->scratch);
     comm->pool = NULL, comm->poolSize = 0;
     comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
+    comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
 }
 
 static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
@@ -362,9 +530,18 @@ static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomCo
     if (config && (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t)))
         return loomSetError(loomInvalidArgument,
                             "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
+    if (config && config->netName && strcmp(config->netName, "socket") != 0 &&
+        strcmp(config->netName, "ib") != 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: config->netName \"%s\" is neither \"socket\" nor \"ib\"", fn,
+                            config->netName);
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
         return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
                             config->timeoutSec);
+    if (config && config->blocking != LOOM_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1)
+        return loomSetError(loomInvalidArgument, "%s: config->blocking %d must be 0 or 1", fn,
+                            config->blocking);
     return loomSuccess;
 }
 
@@ -376,8 +553,75 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     commSizes(comm);
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
-    LOOMCHECK(bootstrapBarrier(comm->bootstrap));
-    return registryAdd(comm);
+    LOOMCHECK(p2pSetup(comm));
+    return bootstrapBarrier(comm->bootstrap);
+}
+
+/* ---- non-blocking mode ---- */
+
+/*
+ * With config.blocking = 0 the handle is registered and returned at once
+ * (loomInProgress) while a thread builds the communicator; it publishes the
+ * outcome through `initializing` and `broken`, which loomCommGetAsyncError
+ * reads. Calls made with a NULL stream then go to the communicator's own
+ * host stream (`queue`) and return loomInProgress; pending counts them.
+ * Destroy and abort join the thread (abort makes every bootstrap wait end
+ * within 100 ms) before releasing anything.
+ */
+struct initJob {
+    struct loomComm *comm;
+    loomUniqueId id;
+};
+
+static void *initMain(void *arg)
+{
+    struct initJob *job = arg;
+    struct loomComm *comm = job->comm;
+    loomResult_t res = commBuild(comm, &job->id);
+    if (res != loomSuccess) {
+        commRecordError(comm);
+        commSetBroken(comm, res, debugLastError(NULL));
+    } else {
+        debugSetRank(comm->rank);
+        INFO(LOOM_INIT, "comm %p rank %d of %d ready (non-blocking init)", (void *)comm, comm->rank,
+             comm->nranks);
+    }
+    free(job);
+    atomic_store_explicit(&comm->initializing, 0, memory_order_release);
+    return NULL;
+}
+
+static loomResult_t initStartAsync(struct loomComm *comm, const loomUniqueId *id)
+{
+    struct initJob *job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return loomSetError(loomSystemError, "loomCommInitRank: out of memory");
+    job->comm = comm;
+    job->id = *id;
+    loomResult_t res = loomStreamCreate(&comm->queue);
+    if (res != loomSuccess) {
+        free(job);
+        return res;
+    }
+    res = registryAdd(comm);
+    if (res != loomSuccess) {
+        free(job);
+        return res;
+    }
+    comm->magic = LOOM_COMM_MAGIC;
+    atomic_store(&comm->initializing, 1);
+    int e = pthread_create(&comm->initThread, NULL, initMain, job);
+    if (e != 0) {
+        atomic_store(&comm->initializing, 0);
+        free(job);
+        res = loomSetError(loomSystemError, "loomCommInitRank: cannot start the init thread: %s",
+                           strerror(e));
+        commRecordError(comm);
+        commSetBroken(comm, res, debugLastError(NULL));
+        return loomSuccess; /* the handle exists: GetAsyncError reports, Destroy frees */
+    }
+    comm->initThreadStarted = 1;
+    return loomSuccess;
 }
 
 loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueId commId, int rank,
@@ -396,10 +640,23 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
     comm->timeoutSec = configInt(comm->config.timeoutSec, (int)paramInt(LOOM_PARAM_TIMEOUT));
     comm->bell = &comm->localBell;
     pthread_mutex_init(&comm->errLock, NULL);
-    if (comm->config.blocking == 0)
-        INFO(LOOM_INIT, "config.blocking = 0 is not implemented yet; calls block");
+    comm->blocking = comm->config.blocking != 0;
+    if (!comm->blocking) {
+        loomResult_t started = initStartAsync(comm, &commId);
+        if (started != loomSuccess) {
+            if (comm->queue)
+                loomStreamDestroy(comm->queue);
+            pthread_mutex_destroy(&comm->errLock);
+            free(comm);
+            return started;
+        }
+        *newcomm = comm;
+        return loomInProgress;
+    }
 
     loomResult_t res = commBuild(comm, &commId);
+    if (res == loomSuccess)
+        res = registryAdd(comm);
     if (res != loomSuccess) {
         commFree(comm);
         pthread_mutex_destroy(&comm->errLock);
@@ -417,60 +674,6 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
 {
     return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
-}
-
-static int hexValue(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static loomResult_t envInt(const char *name, int *out)
-{
-    /* Launcher variables (job identity), not tunables: read here, not in param.c. */
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0')
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: %s is not set; start the program with loomrun "
-                            "(loomrun -n 4 prog)",
-                            name);
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > 1 << 24)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: %s=%s is not a rank count",
-                            name, v);
-    *out = (int)x;
-    return loomSuccess;
-}
-
-loomResult_t loomCommInitFromEnv(loomComm_t *comm)
-{
-    int rank, nranks;
-    loomUniqueId id;
-    debugInit();
-    if (comm == NULL)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: comm is NULL");
-    LOOMCHECK(envInt("LOOM_RANK", &rank));
-    LOOMCHECK(envInt("LOOM_NRANKS", &nranks));
-    const char *hex = getenv("LOOM_UNIQUE_ID");
-    if (hex == NULL || strlen(hex) != 2 * sizeof(id.internal))
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: LOOM_UNIQUE_ID is %s; expected %zu hex digits "
-                            "as loomrun sets it",
-                            hex ? "malformed" : "not set", 2 * sizeof(id.internal));
-    for (size_t i = 0; i < sizeof(id.internal); i++) {
-        int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return loomSetError(loomInvalidArgument,
-                                "loomCommInitFromEnv: LOOM_UNIQUE_ID has a non-hex character at "
-                                "%zu",
-                                2 * i + (hi < 0 ? 0 : 1));
-        id.internal[i] = (char)(hi << 4 | lo);
-    }
-    return loomCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 /* ---- split ---- */
@@ -517,6 +720,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
 {
     const char *fn = "loomCommSplit";
     LOOMCHECK(commCheck(comm, fn));
+    LOOMCHECK(commCheckReady(comm, fn));
     if (newcomm == NULL)
         return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
@@ -557,6 +761,8 @@ static void waitQuiet(struct loomComm *comm)
 loomResult_t loomCommFinalize(loomComm_t comm)
 {
     LOOMCHECK(commCheck(comm, "loomCommFinalize"));
+    if (!comm->blocking && (atomic_load(&comm->initializing) || atomic_load(&comm->pending) > 0))
+        return loomInProgress;
     while (atomic_load(&comm->pending) > 0) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -570,8 +776,14 @@ loomResult_t loomCommFinalize(loomComm_t comm)
 
 static loomResult_t commRelease(struct loomComm *comm)
 {
+    comm->magic = LOOM_COMM_DEAD; /* new calls are refused from here on */
+    if (comm->initThreadStarted)
+        pthread_join(comm->initThread, NULL);
+    comm->initThreadStarted = 0;
     waitQuiet(comm);
-    comm->magic = LOOM_COMM_DEAD;
+    if (comm->queue)
+        loomStreamDestroy(comm->queue);
+    comm->queue = NULL;
     commFree(comm);
     return loomSuccess;
 }
@@ -585,8 +797,6 @@ loomResult_t loomCommDestroy(loomComm_t comm)
 loomResult_t loomCommAbort(loomComm_t comm)
 {
     LOOMCHECK(commCheck(comm, "loomCommAbort"));
-    snprintf(comm->abortReason, sizeof(comm->abortReason),
-             "rank %d's communicator was aborted (loomCommAbort)", comm->rank);
     atomic_store_explicit(&comm->abortFlag, 1, memory_order_release);
     execWake(comm);
     return commRelease(comm);

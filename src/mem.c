@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -35,6 +36,9 @@ loomResult_t loomMemAlloc(void **ptr, size_t size, loomComm_t comm)
         return loomSetError(loomInvalidArgument, "loomMemAlloc: ptr is NULL");
     if (size == 0)
         return loomSetError(loomInvalidArgument, "loomMemAlloc: size is 0");
+    if (size > (size_t)PTRDIFF_MAX)
+        return loomSetError(loomInvalidArgument,
+                            "loomMemAlloc: size %zu is larger than the address space", size);
     if (comm != NULL)
         LOOMCHECK(commCheck(comm, "loomMemAlloc"));
     struct memBlock *b = calloc(1, sizeof(*b));
@@ -42,7 +46,8 @@ loomResult_t loomMemAlloc(void **ptr, size_t size, loomComm_t comm)
         return loomSetError(loomSystemError, "loomMemAlloc: out of memory");
     b->fd = memfd_create("loom-mem", MFD_CLOEXEC);
     if (b->fd < 0) {
-        loomSetError(loomSystemError, "loomMemAlloc: memfd_create failed: %s", strerror(errno));
+        loomSetError(loomSystemError, "loomMemAlloc: memfd_create failed: %s",
+                     debugErrnoText(errno));
         goto fail_free;
     }
     if (ftruncate(b->fd, (off_t)size) != 0) {
@@ -53,7 +58,7 @@ loomResult_t loomMemAlloc(void **ptr, size_t size, loomComm_t comm)
     b->ptr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
     if (b->ptr == MAP_FAILED) {
         loomSetError(loomSystemError, "loomMemAlloc: mmap of %zu bytes failed: %s", size,
-                     strerror(errno));
+                     debugErrnoText(errno));
         goto fail_close;
     }
     b->bytes = size;

@@ -235,7 +235,7 @@ loomResult_t socketFindInterfaceSpec(const char *spec, union socketAddress *addr
     struct ifaddrs *list, *best = NULL;
 
     if (getifaddrs(&list) != 0)
-        return loomSetError(loomSystemError, "socket: getifaddrs: %s", strerror(errno));
+        return loomSetError(loomSystemError, "socket: getifaddrs: %s", debugErrnoText(errno));
     for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
         if (!interfaceUsable(ifa, spec))
             continue;
@@ -294,7 +294,7 @@ loomResult_t socketListen(const union socketAddress *addr, int *fd, union socket
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s < 0)
         return loomSetError(loomSystemError, "socket: socket() for %s: %s", name,
-                            strerror(errno));
+                            debugErrnoText(errno));
     if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0)
         goto fail_close;
     if (bind(s, &addr->sa, addrLen(addr)) != 0)
@@ -310,7 +310,8 @@ loomResult_t socketListen(const union socketAddress *addr, int *fd, union socket
 fail_close:;
     int err = errno;
     close(s);
-    return loomSetError(loomSystemError, "socket: cannot listen on %s: %s", name, strerror(err));
+    return loomSetError(loomSystemError, "socket: cannot listen on %s: %s", name,
+                        debugErrnoText(err));
 }
 
 /* A refusal or a transient network hiccup: the peer may come up before the deadline. */
@@ -394,9 +395,9 @@ static loomResult_t connectFailed(const union socketAddress *addr, int err, int 
         return loomSetError(loomRemoteError, "%s: aborted while connecting to %s", who, name);
     if (err == ETIMEDOUT)
         return loomSetError(loomTimeout, "%s: could not connect to %s before the deadline (%s)",
-                            who, name, lastErr ? strerror(lastErr) : "no answer");
+                            who, name, lastErr ? debugErrnoText(lastErr) : "no answer");
     return loomSetError(loomSystemError, "%s: cannot connect to %s: %s", who, name,
-                        strerror(err));
+                        debugErrnoText(err));
 }
 
 loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
@@ -471,7 +472,7 @@ loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFl
         if (socketTryAccept(listenFd, &s, peer) != loomSuccess) {
             if (who == NULL)
                 return loomSystemError;
-            return loomSetError(loomSystemError, "%s: accept: %s", who, strerror(errno));
+            return loomSetError(loomSystemError, "%s: accept: %s", who, debugErrnoText(errno));
         }
         if (s >= 0) {
             *fd = s;

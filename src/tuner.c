@@ -471,9 +471,11 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
-void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct loomTuning *out)
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+                 struct loomTuning *out)
 {
-    uint64_t key = ((uint64_t)bytes << 4 | (uint64_t)coll) + 1; /* bytes < 2^60: checked counts */
+    /* bytes < 2^59: checked counts */
+    uint64_t key = ((uint64_t)bytes << 5 | (uint64_t)(device != 0) << 4 | (uint64_t)coll) + 1;
     struct loomTuneEntry *e =
         &comm->tuneCache[(key * 0x9e3779b97f4a7c15ULL >> 32) % LOOM_TUNE_CACHE];
     if (e->key == key) {
@@ -491,7 +493,11 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct lo
                                   .slotBytes = comm->slotBytes,
                                   .nChannels = comm->nChannels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
-    int res = tunerModel(&shape, coll, bytes, 0, out);
+    uint32_t allowed = algoAllowed[coll];
+    /* A device plan has no device scratch for a tree Reduce's partial sums. */
+    if (device && coll == LOOM_COLL_REDUCE)
+        allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);
+    int res = tunerModel(&shape, coll, bytes, allowed ? allowed : ALGO_BIT(LOOM_ALGO_RING), out);
     *e = (struct loomTuneEntry){.key = key,
                                 .algo = out->algo,
                                 .nChannels = out->nChannels,
@@ -528,12 +534,12 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
                             algorithm);
     pthread_once(&tuneOnce, tuneRead);
     int channels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    channels = channels < LOOM_MAX_CHANNELS ? channels : LOOM_MAX_CHANNELS;
     struct loomTuneShape shape = {.nranks = nranks,
                                   .localRanks = nranks,
                                   .cpus = tuneCpus,
-                                  .slotBytes = commSlotBytes(nranks),
-                                  .nChannels =
-                                      channels < LOOM_MAX_CHANNELS ? channels : LOOM_MAX_CHANNELS,
+                                  .slotBytes = commSlotBytes(nranks, 1, nranks, channels),
+                                  .nChannels = channels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
     struct loomTuning t;
     tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);

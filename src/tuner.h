@@ -40,9 +40,11 @@ struct loomTuneShape {
  * nranks for AllGather, ReduceScatter and AlltoAll) on comm. Logs the
  * decision (TUNING) the first time each (collective, power-of-two size class)
  * is met on comm. Never fails: without a usable choice it falls back to the
- * collective's only algorithm.
+ * collective's only algorithm. device: the plan runs on device buffers
+ * (src/cuda), where Reduce keeps to the ring (its tree needs host scratch).
  */
-void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, struct loomTuning *out);
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+                 struct loomTuning *out);
 
 /*
  * The model itself, for a shape: the choice among the algorithms in

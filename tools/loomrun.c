@@ -737,6 +737,7 @@ int main(int argc, char **argv)
     const char *problem = programProblem(job.path, &notFound);
     if (problem != NULL) {
         fprintf(stderr, "loomrun: cannot run '%s': %s\n", job.program, problem);
+        free(job.path);
         return notFound ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
     }
     if (job.tagOutput) {

@@ -37,6 +37,7 @@
 
 #define SHM_NAME_BYTES 48
 #define SHM_HDR_BYTES 4096
+_Static_assert(sizeof(struct loomDoorbell) <= SHM_HDR_BYTES, "the doorbell fits the header");
 
 struct shmSegment {
     char name[SHM_NAME_BYTES];
@@ -116,7 +117,8 @@ static loomResult_t shmCreate(struct loomComm *comm, struct shmSegment *seg)
 
     int fd = shm_open(seg->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
-        return loomSetError(loomSystemError, "shm_open(%s) failed: %s", seg->name, strerror(errno));
+        return loomSetError(loomSystemError, "shm_open(%s) failed: %s", seg->name,
+                            debugErrnoText(errno));
     int e = posix_fallocate(fd, 0, (off_t)seg->bytes);
     if (e != 0) {
         loomSetError(loomSystemError,
@@ -129,7 +131,7 @@ static loomResult_t shmCreate(struct loomComm *comm, struct shmSegment *seg)
     if (seg->base == MAP_FAILED) {
         seg->base = NULL;
         loomSetError(loomSystemError, "mmap of %zu bytes of %s failed: %s", seg->bytes, seg->name,
-                     strerror(errno));
+                     debugErrnoText(errno));
         goto fail_unlink;
     }
     close(fd);
@@ -144,17 +146,19 @@ fail_unlink:
 static loomResult_t shmMapPeer(struct shmSegment *seg, int peer)
 {
     int fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0600);
+    int err = errno;
     if (fd < 0)
-        return loomSetError(loomSystemError,
-                            "cannot open rank %d's shared memory %s: %s (are both ranks in the "
-                            "same container / /dev/shm?)",
-                            peer, seg->name, strerror(errno));
+        return loomSetError(loomSystemError, "cannot open rank %d's shared memory %s: %s%s", peer,
+                            seg->name, debugErrnoText(err),
+                            err == ENOENT ? " (are both ranks in the same container, with the "
+                                            "same /dev/shm?)"
+                                          : "");
     seg->base = mmap(NULL, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (seg->base == MAP_FAILED) {
         seg->base = NULL;
         return loomSetError(loomSystemError, "mmap of rank %d's segment %s failed: %s", peer,
-                            seg->name, strerror(errno));
+                            seg->name, debugErrnoText(errno));
     }
     return loomSuccess;
 }
@@ -185,14 +189,20 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        NULL,
+                                        NULL,
+                                        NULL};
             *s = (struct loomConnector){(struct loomFifo *)sf,
                                         sf + sizeof(struct loomFifo),
                                         comm->slotBytes,
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        NULL,
+                                        NULL,
+                                        NULL};
         }
     }
 }
@@ -246,9 +256,26 @@ static void shmTeardown(struct loomComm *comm)
     comm->shm = NULL;
 }
 
+/*
+ * Ranks that cannot use shm (LOOM_SHM_DISABLE=1 there) still take part in
+ * the exchange and the barrier, which are collective, with an empty name.
+ */
+static loomResult_t shmSetupAbsent(struct loomComm *comm)
+{
+    char *names = calloc((size_t)comm->nranks, SHM_NAME_BYTES);
+    if (names == NULL)
+        return loomSetError(loomSystemError, "out of memory exchanging shm names");
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, names, SHM_NAME_BYTES);
+    free(names);
+    LOOMCHECK(res);
+    return bootstrapBarrier(comm->bootstrap);
+}
+
 static loomResult_t shmSetup(struct loomComm *comm)
 {
     loomResult_t res = loomSystemError;
+    if (!transportUsableOn(comm, &shmTransport, comm->rank))
+        return shmSetupAbsent(comm);
     struct shmState *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return loomSetError(loomSystemError, "out of memory in shm setup");
@@ -259,8 +286,10 @@ static loomResult_t shmSetup(struct loomComm *comm)
         loomSetError(res, "out of memory in shm setup");
         goto fail;
     }
+    /* Computed alike on every rank: same host, and shm usable there. */
     for (int p = 0, l = 0; p < comm->nranks; p++)
-        st->localIndex[p] = shmCanConnect(comm, p) ? l++ : -1;
+        st->localIndex[p] =
+            shmCanConnect(comm, p) && transportUsableOn(comm, &shmTransport, p) ? l++ : -1;
 
     res = shmCreate(comm, &st->own);
     if (res != loomSuccess)

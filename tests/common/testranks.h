@@ -1,0 +1,40 @@
+/*
+ * testranks.h — ranks for the tests, as children forked before any thread.
+ *
+ * A process that has threads must not fork and then allocate: a lock that
+ * another thread held at the moment of the fork stays held in the child
+ * forever. glibc's malloc guards itself against this; the allocator of
+ * AddressSanitizer (as shipped with gcc 12) does not, so a rank forked while
+ * the bootstrap root thread was allocating hung in its first calloc. Getting
+ * a unique id starts that thread, so the tests fork their ranks first; each
+ * child waits on a pipe until the test has made the id and hands it over.
+ *
+ *   struct testRanks t;
+ *   testRanksFork(&t, 4, rankMain, arg);   // children wait
+ *   loomGetUniqueId(&id);                   // the root thread starts here
+ *   testRanksGo(&t, &id);                   // children run rankMain(r, 4, &id, arg)
+ */
+#ifndef LOOM_TEST_RANKS_H_
+#define LOOM_TEST_RANKS_H_
+
+#include <sys/types.h>
+
+#include "loom.h"
+
+#define TEST_MAX_RANKS 16
+
+/* A rank's life; its result is the child's exit status. */
+typedef int (*testRankFn)(int rank, int nranks, const loomUniqueId *id, void *arg);
+
+struct testRanks {
+    int nranks;
+    pid_t pids[TEST_MAX_RANKS];
+    int idFds[TEST_MAX_RANKS]; /* write ends of the pipes the children wait on */
+};
+
+/* Forks nranks children that wait for the id, then _exit(fn(rank, nranks, &id, arg)). 0 or -1. */
+int testRanksFork(struct testRanks *t, int nranks, testRankFn fn, void *arg);
+/* Hands every waiting child the id. 0 or -1. */
+int testRanksGo(struct testRanks *t, const loomUniqueId *id);
+
+#endif /* LOOM_TEST_RANKS_H_ */

@@ -1,0 +1,385 @@
+/*
+ * check_faults.c — fault injection on one host: a rank SIGKILLed or
+ * SIGSTOPped in the middle of a loop of large AllReduces, and loomCommAbort
+ * called from another thread while a collective is stuck.
+ *
+ * The test process forks the ranks (4 over shared memory), waits until every
+ * one of them is looping, and then injects the fault itself, noting the time
+ * on CLOCK_MONOTONIC (one clock for every process of the host). Each
+ * survivor sends back on a pipe one report: the result of the call that
+ * failed, when it returned, its loomGetLastError line, and what releasing
+ * the communicator (loomCommAbort on even ranks, loomCommDestroy on odd
+ * ones) returned and how long it took. The test asserts the results and the
+ * lines (the dead or stopped rank and its host are named) and prints one
+ * table row per survivor:
+ *
+ *   fault    rank result          after_s release  release_s  error
+ *   SIGKILL  0    loomRemoteError 0.142   abort    0.0009     rank 2 (pid ...
+ *
+ * Durations are printed, never asserted (the machine is shared); a hang is
+ * still a failure, since every rank runs under an alarm() watchdog and the
+ * parent stops waiting for reports after a bound. Afterwards no segment of
+ * any rank may be left in /dev/shm.
+ *
+ * The cross-host variant (2 hosts x 2 ranks over TCP) waits for the network
+ * transport.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom.h"
+#include "testranks.h"
+
+#define NRANKS 4
+#define MAX_RANKS TEST_MAX_RANKS
+/* 2M floats, 8 MiB a rank: each AllReduce crosses every FIFO many times. */
+#define COUNT (2u << 20)
+/* A rank that is still alive this long after it started has hung. */
+#define WATCHDOG_SEC 90
+
+enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
+
+struct report {
+    int rank;
+    int result;          /* loomResult_t of the call that failed */
+    int iterations;      /* AllReduces completed before it */
+    int releaseResult;   /* of loomCommAbort / loomCommDestroy */
+    int aborted;         /* 1: released by loomCommAbort, 0: by loomCommDestroy */
+    double returnedAt;   /* CLOCK_MONOTONIC seconds when the failing call returned */
+    double releaseStart; /* ... when loomCommAbort / loomCommDestroy was called */
+    double releaseEnd;   /* ... and when it returned */
+    char error[400];
+};
+
+struct job {
+    int nranks;
+    int timeoutSec;
+    enum release release;
+    pid_t pids[MAX_RANKS];
+    int readyFd[2];         /* each rank writes one byte once it loops */
+    int reportFd[2];        /* reports, one write each (smaller than PIPE_BUF) */
+    int goFd[MAX_RANKS][2]; /* RELEASE_FROM_THREAD: the parent says when to abort */
+};
+
+static double monoNow(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleepMs(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* ---- a rank ---- */
+
+struct abortThread {
+    loomComm_t comm;
+    int goFd;
+    struct report *rep;
+};
+
+static void *abortMain(void *arg)
+{
+    struct abortThread *t = arg;
+    char c;
+    if (read(t->goFd, &c, 1) != 1)
+        return NULL;
+    t->rep->releaseStart = monoNow();
+    t->rep->releaseResult = loomCommAbort(t->comm);
+    t->rep->releaseEnd = monoNow();
+    t->rep->aborted = 1;
+    return NULL;
+}
+
+static void rankRelease(struct report *rep, loomComm_t comm)
+{
+    rep->aborted = rep->rank % 2 == 0;
+    rep->releaseStart = monoNow();
+    rep->releaseResult = rep->aborted ? loomCommAbort(comm) : loomCommDestroy(comm);
+    rep->releaseEnd = monoNow();
+}
+
+static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
+{
+    struct job *job = arg;
+    struct report rep;
+    loomComm_t comm;
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    pthread_t thread;
+    struct abortThread at = {NULL, job->goFd[rank][0], &rep};
+
+    alarm(WATCHDOG_SEC);
+    memset(&rep, 0, sizeof(rep));
+    rep.rank = rank;
+    config.timeoutSec = job->timeoutSec;
+    if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
+        return 10;
+    float *buf = malloc(COUNT * sizeof(*buf));
+    if (buf == NULL)
+        return 11;
+    for (size_t i = 0; i < COUNT; i++)
+        buf[i] = (float)(i % 3);
+    at.comm = comm;
+    if (job->release == RELEASE_FROM_THREAD && pthread_create(&thread, NULL, abortMain, &at) != 0)
+        return 12;
+    loomResult_t res = loomSuccess;
+    while (res == loomSuccess) {
+        res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
+        if (res == loomSuccess && rep.iterations++ == 0 && write(job->readyFd[1], "r", 1) != 1)
+            return 13;
+    }
+    rep.returnedAt = monoNow();
+    rep.result = res;
+    snprintf(rep.error, sizeof(rep.error), "%s", loomGetLastError(comm));
+    if (job->release == RELEASE_FROM_THREAD)
+        pthread_join(thread, NULL);
+    else
+        rankRelease(&rep, comm);
+    free(buf);
+    return write(job->reportFd[1], &rep, sizeof(rep)) == sizeof(rep) ? 0 : 14;
+}
+
+/* ---- the parent ---- */
+
+static void jobStart(struct job *job, int nranks, int timeoutSec, enum release release)
+{
+    loomUniqueId id;
+    memset(job, 0, sizeof(*job));
+    job->nranks = nranks;
+    job->timeoutSec = timeoutSec;
+    job->release = release;
+    ck_assert_int_eq(pipe(job->readyFd), 0);
+    ck_assert_int_eq(pipe(job->reportFd), 0);
+    for (int r = 0; r < nranks; r++)
+        ck_assert_int_eq(pipe(job->goFd[r]), 0);
+    struct testRanks t;
+    ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, job), 0);
+    memcpy(job->pids, t.pids, sizeof(pid_t) * (size_t)nranks);
+    ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
+    ck_assert_int_eq(testRanksGo(&t, &id), 0);
+    /* Every rank has finished one AllReduce: all of them are in the loop. */
+    for (int got = 0; got < nranks;) {
+        struct pollfd p = {job->readyFd[0], POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 60000) == 1, "only %d of %d ranks started looping", got, nranks);
+        char c;
+        got += read(job->readyFd[0], &c, 1) == 1;
+    }
+    sleepMs(50); /* and they are well inside it */
+}
+
+/* Reads one report; fails the test if none comes within maxSec. */
+static void reportRead(struct job *job, int maxSec, struct report *rep)
+{
+    struct pollfd p = {job->reportFd[0], POLLIN, 0};
+    ck_assert_msg(poll(&p, 1, maxSec * 1000) == 1, "a survivor sent no report within %d s", maxSec);
+    ck_assert_int_eq(read(job->reportFd[0], rep, sizeof(*rep)), sizeof(*rep));
+    rep->error[sizeof(rep->error) - 1] = '\0';
+}
+
+static void reportPrint(const char *fault, const struct report *rep, double faultAt)
+{
+    printf("%-14s %-4d %-16s %-7.3f %-7s %-10.4f %s\n", fault, rep->rank,
+           rep->result == loomRemoteError ? "loomRemoteError"
+           : rep->result == loomTimeout   ? "loomTimeout"
+                                          : loomGetErrorString((loomResult_t)rep->result),
+           rep->returnedAt - faultAt, rep->aborted ? "abort" : "destroy",
+           rep->releaseEnd - rep->releaseStart, rep->error);
+    fflush(stdout);
+}
+
+static void assertNames(const struct report *rep, const char *what)
+{
+    char host[256];
+    ck_assert_int_eq(gethostname(host, sizeof(host)), 0);
+    host[sizeof(host) - 1] = '\0';
+    ck_assert_msg(strstr(rep->error, what) != NULL, "rank %d: \"%s\" does not name \"%s\"",
+                  rep->rank, rep->error, what);
+    ck_assert_msg(strstr(rep->error, host) != NULL, "rank %d: \"%s\" does not name host %s",
+                  rep->rank, rep->error, host);
+}
+
+/*
+ * Reaps every rank; each survivor must exit 0. A stopped victim is killed
+ * first; a killed one (reaped at once, so that it is never a zombie) is skipped.
+ */
+static void jobFinish(struct job *job, int victim, int stopped)
+{
+    if (stopped) {
+        kill(job->pids[victim], SIGKILL);
+        waitpid(job->pids[victim], NULL, 0);
+    }
+    for (int r = 0; r < job->nranks; r++) {
+        if (r == victim)
+            continue;
+        int st;
+        ck_assert_int_eq(waitpid(job->pids[r], &st, 0), job->pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with status 0x%x", r,
+                      st);
+    }
+}
+
+/* No /dev/shm segment named after any rank of the job is left ("loom-<pid>-..."). */
+static void assertNoSegments(const struct job *job)
+{
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        for (int r = 0; r < job->nranks; r++) {
+            char prefix[32];
+            snprintf(prefix, sizeof(prefix), "loom-%d-", (int)job->pids[r]);
+            ck_assert_msg(strncmp(e->d_name, prefix, strlen(prefix)) != 0,
+                          "/dev/shm/%s of rank %d is left behind", e->d_name, r);
+        }
+    }
+    closedir(d);
+}
+
+static void printHeader(void)
+{
+    printf("%-14s %-4s %-16s %-7s %-7s %-10s %s\n", "fault", "rank", "result", "after_s", "release",
+           "release_s", "error");
+}
+
+/* One fault case: what is done to whom, and what every survivor must say. */
+struct faultCase {
+    const char *label;
+    int nranks;
+    int timeoutSec;
+    enum release release;
+    int victim;
+    int sig;             /* SIGKILL or SIGSTOP */
+    int abortDelayMs;    /* RELEASE_FROM_THREAD: from the fault to the survivors' aborts */
+    loomResult_t want;   /* the survivors' result */
+    loomResult_t alsoOk; /* a second acceptable result (or loomSuccess: none) */
+    const char *names;   /* in every survivor's error line, with the host (NULL: skip) */
+    const char *word;    /* also in every line (NULL: skip) */
+};
+
+static void faultRun(const struct faultCase *fc)
+{
+    struct job job;
+    jobStart(&job, fc->nranks, fc->timeoutSec, fc->release);
+    double faultAt = monoNow();
+    ck_assert_int_eq(kill(job.pids[fc->victim], fc->sig), 0);
+    if (fc->sig == SIGKILL)
+        waitpid(job.pids[fc->victim], NULL, 0); /* reaped at once: never a zombie */
+    if (fc->release == RELEASE_FROM_THREAD) {
+        sleepMs(fc->abortDelayMs);
+        faultAt = monoNow(); /* durations count from the abort */
+        for (int r = 0; r < job.nranks; r++)
+            if (r != fc->victim)
+                ck_assert_int_eq(write(job.goFd[r][1], "g", 1), 1);
+    }
+    printHeader();
+    for (int i = 0; i < job.nranks - 1; i++) {
+        struct report rep;
+        reportRead(&job, fc->timeoutSec + 30, &rep);
+        reportPrint(fc->label, &rep, faultAt);
+        ck_assert_msg(rep.result == (int)fc->want ||
+                          (fc->alsoOk != loomSuccess && rep.result == (int)fc->alsoOk),
+                      "rank %d returned %d, not %s", rep.rank, rep.result,
+                      loomGetErrorString(fc->want));
+        if (fc->names)
+            assertNames(&rep, fc->names);
+        if (fc->word)
+            ck_assert_msg(strstr(rep.error, fc->word) != NULL, "rank %d: \"%s\" lacks \"%s\"",
+                          rep.rank, rep.error, fc->word);
+        ck_assert_int_eq(rep.releaseResult, loomSuccess);
+    }
+    jobFinish(&job, fc->victim, fc->sig == SIGSTOP);
+    assertNoSegments(&job);
+}
+
+/*
+ * The cases, one behaviour each:
+ * - SIGKILL: every survivor hears of the death (loomRemoteError) long before
+ *   LOOM_TIMEOUT, with the dead rank and its host named;
+ * - SIGSTOP: a stopped rank cannot be told from a slow one, so the others
+ *   give up after LOOM_TIMEOUT (loomTimeout), naming the stopped rank;
+ * - SIGSTOP+abort: the survivors' collectives are stuck on a stopped rank
+ *   with a long timeout; a second thread of each calls loomCommAbort, which
+ *   must end the collective (loomRemoteError, "aborted") and return itself;
+ * - SIGKILL+abort: the same with a dead peer, aborted at once: whichever comes
+ *   first, the death or the abort, nothing hangs (an abort that lands between
+ *   two calls makes the next one find the communicator destroyed).
+ */
+static const struct faultCase faultCases[] = {
+    {.label = "SIGKILL",
+     .nranks = NRANKS,
+     .timeoutSec = 30,
+     .release = RELEASE_BY_PARITY,
+     .victim = 2,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 2 (pid"},
+    {.label = "SIGSTOP",
+     .nranks = NRANKS,
+     .timeoutSec = 2,
+     .release = RELEASE_BY_PARITY,
+     .victim = 1,
+     .sig = SIGSTOP,
+     .want = loomTimeout,
+     .names = "rank 1 (pid",
+     .word = "LOOM_TIMEOUT"},
+    {.label = "SIGSTOP+abort",
+     .nranks = 3,
+     .timeoutSec = 120,
+     .release = RELEASE_FROM_THREAD,
+     .victim = 1,
+     .sig = SIGSTOP,
+     .abortDelayMs = 300,
+     .want = loomRemoteError,
+     .word = "aborted"},
+    {.label = "SIGKILL+abort",
+     .nranks = 3,
+     .timeoutSec = 120,
+     .release = RELEASE_FROM_THREAD,
+     .victim = 0,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .alsoOk = loomInvalidUsage},
+};
+#define NCASES (int)(sizeof(faultCases) / sizeof(faultCases[0]))
+
+START_TEST(test_fault)
+{
+    faultRun(&faultCases[_i]);
+}
+END_TEST
+
+static Suite *faultSuite(void)
+{
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("shm");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_fault, 0, NCASES);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    setenv("LOOM_SOCKET_IFNAME", "lo", 0);
+    SRunner *sr = srunner_create(faultSuite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
