@@ -103,6 +103,11 @@ struct loomSchedArgs {
      * every number used. With several hosts the trees span hosts and the ranks
      * of a host form a chain; NULL (or one host): the trees span the ranks. */
     const int *hosts;
+    /* Tree only: the ranks host after host (each host's in the order its
+     * chain runs, as topo.c orders them), or on one host the order in which
+     * ranks take the trees' positions; NULL: rank order. A permutation of
+     * 0 .. nranks - 1. */
+    const int *order;
     /* Tree only: 1 sends the whole lane through the first tree (half the
      * messages, for sizes where latency is all that counts); 0 or 2 splits it
      * between the two. */
@@ -162,7 +167,8 @@ struct loomTreeNode {
 /*
  * Fills *out with rank a->rank's links in tree `tree` (0 or 1) for the
  * collective a->coll (Broadcast and Reduce are rooted at a->root, the others
- * are not), a->nranks and a->hosts. Used by the tests and the tuner; the
+ * are not), a->nranks, a->hosts and a->order. Used by the tests and by
+ * topo.c (the trees loomCommTree shows are the AllReduce ones); the
  * generators compute the same. loomInternalError on inconsistent arguments.
  */
 loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTreeNode *out);

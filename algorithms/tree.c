@@ -8,8 +8,12 @@
  * a leaf in the other.
  *
  * The trees span "participants": the hosts when ranks sit on several hosts
- * (args->hosts), or the ranks themselves on one host. Inside a host the ranks
- * form a chain from a head rank; the head is where the host joins the trees.
+ * (args->hosts), or the ranks themselves on one host, taking positions in
+ * args->order (topo.c's: NUMA node, then rank). Inside a host the ranks
+ * form a chain in args->order from a head rank, where the host joins the
+ * trees; tree 1 runs every chain backwards, so the two trees leave a host
+ * through different ranks. These AllReduce trees are the ones
+ * loomCommTree reports (topo.c asks treeNodeOf).
  *
  * One tree over m participants. Number the positions q = 1..m and lay out
  * the perfect binary tree of 2^K - 1 nodes in order (K the smallest with
@@ -182,12 +186,29 @@ static int treeRooted(loomColl_t coll)
     return coll == LOOM_COLL_BROADCAST || coll == LOOM_COLL_REDUCE;
 }
 
-/* Participants are hosts when a->hosts names more than one, else ranks. */
+/* The rank at index i of a->order (rank order without one). */
+static int orderAt(const struct loomSchedArgs *a, int i)
+{
+    return a->order ? a->order[i] : i;
+}
+
+/*
+ * Participants are hosts when a->hosts names more than one, else ranks,
+ * which take positions in a->order. -1 when hosts or order are malformed.
+ */
 static int layoutParticipants(const struct loomSchedArgs *a, struct treeLayout *L)
 {
     int n = a->nranks, m = 1;
+    for (int r = 0; r < n; r++)
+        L->depth[r] = -1; /* scratch: where each rank stands in a->order */
+    for (int i = 0; i < n; i++) {
+        int r = orderAt(a, i);
+        if (r < 0 || r >= n || L->depth[r] >= 0)
+            return -1;
+        L->depth[r] = i;
+    }
     for (int r = 0; r < n; r++) {
-        int h = a->hosts ? a->hosts[r] : r;
+        int h = a->hosts ? a->hosts[r] : L->depth[r];
         if (h < 0 || h >= n)
             return -1;
         L->part[r] = h;
@@ -195,7 +216,7 @@ static int layoutParticipants(const struct loomSchedArgs *a, struct treeLayout *
     }
     if (a->hosts && m == 1)
         for (int r = 0; r < n; r++)
-            L->part[r] = r, m = n;
+            L->part[r] = L->depth[r], m = n;
     L->m = m;
     for (int P = 0; P <= m; P++)
         L->start[P] = 0;
@@ -209,14 +230,14 @@ static int layoutParticipants(const struct loomSchedArgs *a, struct treeLayout *
     return 0;
 }
 
-/* Chains in rank order, except that the root heads its own. */
+/* Chains in a->order, except that the root heads its own. */
 static void layoutChains(const struct loomSchedArgs *a, struct treeLayout *L)
 {
     int *fill = L->where; /* next free index of each participant, reused below */
     for (int P = 0; P < L->m; P++)
         fill[P] = L->start[P];
-    for (int r = 0; r < L->n; r++)
-        L->chain[fill[L->part[r]]++] = r;
+    for (int i = 0; i < L->n; i++)
+        L->chain[fill[L->part[orderAt(a, i)]]++] = orderAt(a, i);
     if (L->super >= 0) {
         int s = L->start[L->super], e = L->start[L->super + 1];
         while (L->chain[s] != a->root) { /* rotate the root's chain to start at the root */
@@ -308,30 +329,48 @@ static int partDown(const struct treeLayout *L, int t, int P, int down[2])
     return k;
 }
 
-static int layoutHead(const struct treeLayout *L, int P)
+/*
+ * Chains in tree t: tree 1 runs each participant's chain backwards, so the
+ * two trees join a host's traffic to the others through different ranks
+ * (the root's own host excepted: its chain starts at the root in both).
+ */
+static int chainReversed(const struct treeLayout *L, int t, int P)
 {
-    return L->chain[L->start[P]];
+    return t == 1 && P != L->super;
+}
+
+/* The rank at index i of participant P's chain in tree t. */
+static int chainAt(const struct treeLayout *L, int t, int P, int i)
+{
+    return chainReversed(L, t, P) ? L->chain[L->start[P + 1] - 1 - i] : L->chain[L->start[P] + i];
+}
+
+/* Index of rank r in its participant's chain in tree t. */
+static int chainIndex(const struct treeLayout *L, int t, int r)
+{
+    int P = L->part[r], i = L->where[r] - L->start[P];
+    return chainReversed(L, t, P) ? L->start[P + 1] - L->start[P] - 1 - i : i;
 }
 
 static int rankUp(const struct treeLayout *L, int t, int r)
 {
-    int w = L->where[r], P = L->part[r];
-    if (w > L->start[P])
-        return L->chain[w - 1];
+    int i = chainIndex(L, t, r), P = L->part[r];
+    if (i > 0)
+        return chainAt(L, t, P, i - 1);
     int Q = partUp(L, t, P);
-    return Q < 0 ? -1 : layoutHead(L, Q);
+    return Q < 0 ? -1 : chainAt(L, t, Q, 0);
 }
 
 /* Children of rank r: the next rank of its chain, then (a head) the heads of child participants. */
 static int rankDown(const struct treeLayout *L, int t, int r, int down[LOOM_TREE_MAXDOWN])
 {
-    int w = L->where[r], P = L->part[r], k = 0, parts[2];
-    if (w + 1 < L->start[P + 1])
-        down[k++] = L->chain[w + 1];
-    if (w == L->start[P]) {
+    int i = chainIndex(L, t, r), P = L->part[r], k = 0, parts[2];
+    if (L->start[P] + i + 1 < L->start[P + 1])
+        down[k++] = chainAt(L, t, P, i + 1);
+    if (i == 0) {
         int c = partDown(L, t, P, parts);
-        for (int i = 0; i < c; i++)
-            down[k++] = layoutHead(L, parts[i]);
+        for (int j = 0; j < c; j++)
+            down[k++] = chainAt(L, t, parts[j], 0);
     }
     return k;
 }

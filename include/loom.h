@@ -183,9 +183,10 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
  * How comm is laid out (loom-info --comm prints it). Hosts are numbered
  * 0 .. nhosts-1 in the order of their lowest rank. The ring visits each
  * host's ranks in a row; ring[i] is the rank at position i, and data flows
- * from ring[i] to ring[(i + 1) % nranks]. The two trees are a double binary
- * tree across hosts with a chain inside each host. The strings are owned by
- * the library and valid until comm is destroyed.
+ * from ring[i] to ring[(i + 1) % nranks]. The two trees (AllReduce's
+ * double binary tree) span the hosts with a chain inside each host, or the
+ * ranks on a single host. The strings are owned by the library and valid
+ * until comm is destroyed.
  */
 typedef struct {
     int host;              /* the peer's host */

@@ -25,6 +25,7 @@
 #include "exec.h"
 #include "param.h"
 #include "reduce.h"
+#include "topo.h"
 #include "tuner.h"
 
 static const char *const collNames[LOOM_COLL_NUM] = {
@@ -527,6 +528,8 @@ static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlan
                                   .lo = op->count * c / p->lanes,
                                   .hi = op->count * (c + 1) / p->lanes,
                                   .chunkElems = p->chunkElems,
+                                  .hosts = topoTreeHosts(comm->topo),
+                                  .order = comm->topo->order,
                                   .trees = p->tune.algo == LOOM_ALGO_TREE ? p->tune.trees : 0};
         if (op->v) {
             a.sendcounts = op->v, a.sdispls = op->v + n;

@@ -215,7 +215,7 @@ loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
         return loomSetError(loomInvalidArgument,
                             "loomCommTree: tree must be 0 or 1, rank a rank of comm, and the "
                             "outputs not NULL");
-    topoTreeLinks(comm->topo, tree, rank, &l);
+    LOOMCHECK(topoTreeLinks(comm->topo, tree, rank, &l));
     *up = l.up;
     *ndown = l.ndown;
     memcpy(down, l.down, (size_t)l.ndown * sizeof(*down));

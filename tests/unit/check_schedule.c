@@ -398,6 +398,7 @@ struct coll {
     int tree;           /* 1: the double binary tree instead of the ring */
     int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
+    const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
 };
 
 /* A tree Reduce keeps partial sums off the root in a scratch recvbuff of 2 chunks. */
@@ -439,6 +440,7 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
                                  struct loomSchedule *out)
 {
     a->hosts = c->hosts;
+    a->order = c->order;
     a->trees = c->trees;
     switch (c->coll) {
     case LOOM_COLL_ALLTOALLV:
@@ -1209,7 +1211,7 @@ START_TEST(test_tree_reduce)
 END_TEST
 
 /* Both trees of a collective: nodes[t][r], checked to be trees that span every rank. */
-static void treeNodes(loomColl_t coll, int n, int root, const int *hosts,
+static void treeNodes(loomColl_t coll, int n, int root, const int *hosts, const int *order,
                       struct loomTreeNode nodes[2][MAX_RANKS])
 {
     for (int t = 0; t < 2; t++) {
@@ -1220,7 +1222,8 @@ static void treeNodes(loomColl_t coll, int n, int root, const int *hosts,
                                       .rank = r,
                                       .root = root,
                                       .chunkElems = 1,
-                                      .hosts = hosts};
+                                      .hosts = hosts,
+                                      .order = order};
             ck_assert_int_eq(treeNodeOf(&a, t, &nodes[t][r]), loomSuccess);
         }
         for (int r = 0; r < n; r++) {
@@ -1264,7 +1267,7 @@ START_TEST(test_tree_shape)
         for (size_t k = 0; k < sizeof(roots) / sizeof(roots[0]); k++) {
             int root = roots[k];
             loomColl_t coll = root < 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_BROADCAST;
-            treeNodes(coll, n, root, NULL, nodes);
+            treeNodes(coll, n, root, NULL, NULL, nodes);
             for (int r = 0; r < n; r++) {
                 int interior = 0;
                 for (int t = 0; t < 2; t++) {
@@ -1352,14 +1355,22 @@ START_TEST(test_tree_hosts)
     static struct loomTreeNode nodes[2][MAX_RANKS];
     static const loomColl_t colls[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE};
     uint64_t rng = 0x4057;
-    int hosts[MAX_RANKS];
+    int hosts[MAX_RANKS], order[MAX_RANKS], where[MAX_RANKS];
     unsigned caseNo = 0;
     for (int n = 1; n <= 48; n += 1 + (n > 16) * 4) {
         for (int rep = 0; rep < 3; rep++) {
             int nhosts = makeHosts(n, &rng, hosts);
+            /* rep 0: rank order; else a shuffled order, as topo.c's NUMA order may be */
+            for (int r = 0; r < n; r++)
+                order[r] = r;
+            if (rep > 0)
+                rngShuffle(&rng, order, n);
+            for (int i = 0; i < n; i++)
+                where[order[i]] = i;
+            const int *ord = rep > 0 ? order : NULL;
             for (size_t ci = 0; ci < 3; ci++) {
                 int root = (int)rngBelow(&rng, (size_t)n);
-                treeNodes(colls[ci], n, root, hosts, nodes);
+                treeNodes(colls[ci], n, root, hosts, ord, nodes);
                 for (int t = 0; t < 2 && nhosts > 1; t++) {
                     for (int r = 0; r < n; r++) {
                         const struct loomTreeNode *nd = &nodes[t][r];
@@ -1369,6 +1380,11 @@ START_TEST(test_tree_hosts)
                         ck_assert_int_le(sameHost, 1); /* a chain inside the host */
                         if (nd->up >= 0 && hosts[nd->up] == hosts[r])
                             ck_assert_int_le(nd->ndown, 1); /* only a head joins other hosts */
+                        /* AllReduce chains follow the order: forwards in tree 0, back in 1 */
+                        if (colls[ci] == LOOM_COLL_ALLREDUCE && nd->up >= 0 &&
+                            hosts[nd->up] == hosts[r])
+                            ck_assert(t == 0 ? where[nd->up] < where[r]
+                                             : where[nd->up] > where[r]);
                     }
                 }
                 if (nhosts > 1 && colls[ci] == LOOM_COLL_ALLREDUCE) {
@@ -1381,6 +1397,16 @@ START_TEST(test_tree_hosts)
                     for (int h = 0; h < nhosts; h++)
                         ck_assert_msg(interior[h] != 3, "n %d: host %d interior in both trees", n,
                                       h);
+                    /* A host of several ranks joins the two trees through different ranks. */
+                    int head[2][MAX_RANKS], size[MAX_RANKS] = {0};
+                    for (int r = 0; r < n; r++)
+                        size[hosts[r]]++;
+                    for (int t = 0; t < 2; t++)
+                        for (int r = 0; r < n; r++)
+                            if (nodes[t][r].up < 0 || hosts[nodes[t][r].up] != hosts[r])
+                                head[t][hosts[r]] = r;
+                    for (int h = 0; h < nhosts; h++)
+                        ck_assert(size[h] < 2 || head[0][h] != head[1][h]);
                 }
                 size_t chunk = chunks[rngBelow(&rng, 3)];
                 struct coll c = {.coll = colls[ci],
@@ -1389,7 +1415,8 @@ START_TEST(test_tree_hosts)
                                  .count = rngBelow(&rng, 2) ? treeCount(chunk) : 3 * (size_t)n + 1,
                                  .chunk = chunk,
                                  .tree = 1,
-                                 .hosts = hosts};
+                                 .hosts = hosts,
+                                 .order = ord};
                 collExpectOk(&c, "hosts", caseNo++);
             }
         }
@@ -1436,7 +1463,10 @@ START_TEST(test_tree_refuses_bad_args)
                               .chunkElems = 4,
                               .hosts = gap};
     ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
-    a.hosts = NULL, a.root = 3; /* no such rank */
+    int twice[3] = {0, 2, 2}; /* an order that is no permutation */
+    a.hosts = NULL, a.order = twice;
+    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    a.order = NULL, a.root = 3; /* no such rank */
     ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomInternalError);
     ck_assert_int_eq(treeReduceSchedule(&a, &s), loomInternalError);
     a.root = 0, a.chunkElems = 0;
