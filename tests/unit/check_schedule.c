@@ -1383,8 +1383,7 @@ START_TEST(test_tree_hosts)
                         /* AllReduce chains follow the order: forwards in tree 0, back in 1 */
                         if (colls[ci] == LOOM_COLL_ALLREDUCE && nd->up >= 0 &&
                             hosts[nd->up] == hosts[r])
-                            ck_assert(t == 0 ? where[nd->up] < where[r]
-                                             : where[nd->up] > where[r]);
+                            ck_assert(t == 0 ? where[nd->up] < where[r] : where[nd->up] > where[r]);
                     }
                 }
                 if (nhosts > 1 && colls[ci] == LOOM_COLL_ALLREDUCE) {
