@@ -351,7 +351,7 @@ static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
 
 static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomSchedule *s)
 {
-    loomGenerator_t gen = scheduleGenerator(a->coll, algo == LOOM_ALGO_TREE);
+    loomGenerator_t gen = scheduleGenerator(a->coll, algo);
     return gen ? gen(a, s) : loomInternalError;
 }
 

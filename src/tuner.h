@@ -14,8 +14,6 @@
 #include "core.h"
 #include "schedule.h"
 
-typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE, LOOM_ALGO_DIRECT, LOOM_ALGO_NUM } loomAlgo_t;
-
 /* A decision for one call. */
 struct loomTuning {
     loomAlgo_t algo;
