@@ -162,6 +162,9 @@ struct loomComm {
     void *scratch;
     size_t scratchBytes;
     struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
+    /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
+    int cmaOk;
+    struct cmaState *cma;
 
     pthread_mutex_t errLock;
     char lastError[512];

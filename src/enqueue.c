@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cma.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -423,7 +424,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
 }
 
 /* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
-static loomResult_t stageInPlace(struct loomOp *op, const void **send)
+loomResult_t stageInPlace(struct loomOp *op, const void **send)
 {
     struct loomComm *comm = op->comm;
     size_t bytes = op->count * reduceTypeSize(op->dt) * (size_t)comm->nranks;
@@ -512,6 +513,9 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c). */
+    if (dev == NULL && nops == 1 && cmaEligible(&ops[0]))
+        return cmaRun(&ops[0]);
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu%s", nops, nlanes,

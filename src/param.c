@@ -114,6 +114,14 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_ROOT_ADDR] = {"LOOM_ROOT_ADDR", PARAM_STR, "", 0, 0, NULL, NULL,
                               "host:port where rank 0 listens for the others when "
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
+    [LOOM_PARAM_CMA_DISABLE] = {"LOOM_CMA_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
+                                "1: no single-copy collectives between the ranks of one host "
+                                "(process_vm_readv/writev); every byte goes through shm FIFOs"},
+    [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "65536", 4096, 1099511627776LL,
+                                  "a size in bytes", NULL,
+                                  "smallest collective (largest buffer, as loom-perf's size) "
+                                  "run single-copy when all ranks share a host; same on all "
+                                  "ranks; K/M/G suffixes accepted"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,
