@@ -8,7 +8,9 @@
  * into the peer's, in one copy done by the kernel. When every rank of a
  * communicator sits on this host and the kernel lets every rank reach every
  * other, a collective of at least LOOM_CMA_MIN_BYTES (the size loom-perf
- * prints: the largest buffer) runs here instead of as a schedule:
+ * prints: the largest buffer), alone in its plan (not in a group), on host
+ * buffers, runs here instead of as a schedule when LOOM_ALGO allows "cma"
+ * (the tuner's LOOM_ALGO_CMA):
  *
  *   1. the ranks allgather their buffer addresses (a small AllGather over
  *      the FIFOs, so waiting, abort, timeouts and dead peers are handled as
@@ -53,6 +55,7 @@
 #include "debug.h"
 #include "param.h"
 #include "reduce.h"
+#include "tuner.h"
 
 /* Elements are reduced in chunks this big, which stay in the L2 cache. */
 #define CMA_CHUNK (128 * 1024)
@@ -218,7 +221,7 @@ int cmaEligible(const struct loomOp *op)
     case LOOM_COLL_BROADCAST:
     case LOOM_COLL_REDUCE:
     case LOOM_COLL_ALLTOALL:
-        return opBytes(op) >= comm->cma->minBytes;
+        return opBytes(op) >= comm->cma->minBytes && tunerAllows(op->coll, LOOM_ALGO_CMA);
     default:
         return 0;
     }
@@ -357,15 +360,33 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
     return res;
 }
 
+/*
+ * An in-place AlltoAll overwrites blocks the peers still read: its send buffer
+ * is staged in the communicator's plan scratch, which no other op of this
+ * plan uses (the descriptor AllGathers take none).
+ */
+static loomResult_t cmaStage(struct cmaCall *c)
+{
+    struct loomComm *comm = c->comm;
+    size_t bytes = opBytes(c->op);
+    if (c->op->coll != LOOM_COLL_ALLTOALL || c->send != c->recv)
+        return loomSuccess;
+    if (comm->scratchBytes < bytes) {
+        void *grown = realloc(comm->scratch, bytes);
+        if (grown == NULL)
+            return loomSetError(loomSystemError, "out of memory staging %zu bytes", bytes);
+        comm->scratch = grown, comm->scratchBytes = bytes;
+    }
+    c->send = memcpy(comm->scratch, c->send, bytes);
+    return loomSuccess;
+}
+
 loomResult_t cmaRun(struct loomOp *op)
 {
     struct loomComm *comm = op->comm;
     struct cmaState *st = comm->cma;
     struct cmaCall c = {comm, op, op->sendbuff, op->recvbuff, reduceTypeSize(op->dt), -1};
-    /* An in-place AlltoAll overwrites blocks the peers still read: its send buffer is staged. */
-    const void *send;
-    LOOMCHECK(stageInPlace(op, &send));
-    c.send = send;
+    LOOMCHECK(cmaStage(&c));
     struct cmaDesc mine = {(uintptr_t)c.send, (uintptr_t)c.recv, 0, -1};
     TRACE(LOOM_COLL, "cma: coll %d count %zu", (int)op->coll, op->count);
     LOOMCHECK(cmaExchange(comm, &mine));

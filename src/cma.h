@@ -18,8 +18,9 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * 1 if op runs single-copy: comm->cmaOk, host buffers, and at least
- * LOOM_CMA_MIN_BYTES. Every rank of a call decides alike.
+ * 1 if op runs single-copy: comm->cmaOk, at least LOOM_CMA_MIN_BYTES, and
+ * LOOM_ALGO allows cma (the caller checks for host buffers and no group).
+ * Every rank of a call decides alike.
  */
 int cmaEligible(const struct loomOp *op);
 /* Runs op single-copy (collective: every rank of op->comm calls it). */

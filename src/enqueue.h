@@ -31,11 +31,6 @@ struct loomOp {
 
 /* Runs ops (one call or one group) to completion on this thread. */
 loomResult_t planExecute(struct loomOp *ops, int nops);
-/*
- * The send buffer op should read from: op->sendbuff, or for an in-place
- * AlltoAll a copy of it in comm scratch (its blocks are overwritten before sent).
- */
-loomResult_t stageInPlace(struct loomOp *op, const void **send);
 /* Frees what an op owns. */
 void opRelease(struct loomOp *op);
 /* Frees this thread's plan scratch (called when a stream thread ends). */

@@ -62,8 +62,8 @@ static const struct paramRow paramTable[] = {
                                "file log lines are appended to (%h host, %p pid); unset: "
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
-                         "algorithms allowed, e.g. ring or ^tree (NCCL list syntax); unset: "
-                         "chosen per call by the tuner"},
+                         "algorithms allowed: ring, tree, cma, e.g. ring or ^tree (NCCL list "
+                         "syntax); unset: chosen per call by the tuner"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
                               "channels (parallel rings/trees) per communicator, 1..32"},
     [LOOM_PARAM_BUFFSIZE] = {"LOOM_BUFFSIZE", PARAM_INT, "1048576", 512, 1073741824,
@@ -184,8 +184,7 @@ int paramParseInt(const char *text, int64_t min, int64_t max, int64_t *out)
  * level and file are themselves parameters, so they cannot be used yet.
  * One write per line keeps lines of concurrent processes whole.
  */
-static void paramWarn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void paramWarn(const char *fmt, ...)
+void paramWarn(const char *fmt, ...)
 {
     char host[64] = "unknown";
     if (gethostname(host, sizeof(host)) != 0)
