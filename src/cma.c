@@ -44,6 +44,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -255,9 +256,13 @@ struct cmaCall {
 static int cmaPeerMove(struct cmaCall *c, int p, int write, char *local, uint64_t remote,
                        size_t bytes)
 {
-    int err = cmaMove(c->comm->peers[p].pid, write, local, remote, bytes);
-    if (err)
+    pid_t pid = c->comm->peers[p].pid;
+    int err = cmaMove(pid, write, local, remote, bytes);
+    if (err) {
         c->failPeer = p;
+        if (kill(pid, 0) != 0 && errno == ESRCH)
+            err = ESRCH; /* the peer is gone, whatever the copy said */
+    }
     return err;
 }
 
@@ -397,6 +402,14 @@ loomResult_t cmaRun(struct loomOp *op)
         const struct cmaDesc *d = &st->all[p];
         if (d->status == 0)
             continue;
+        if (d->status == ESRCH) { /* the peer exited in the middle: as a dead peer on the FIFOs */
+            loomSetError(loomRemoteError, "rank %d (pid %d on %s) exited while rank %d copied data "
+                         "with it",
+                         d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                         d->peer >= 0 ? comm->peers[d->peer].hostname : "?", p);
+            commSetBroken(comm, loomRemoteError, debugLastError(NULL));
+            return loomRemoteError;
+        }
         return loomSetError(loomSystemError,
                             "rank %d could not reach rank %d's memory (pid %d) in a single-copy "
                             "collective: %s; the buffers passed may be invalid "
