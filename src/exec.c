@@ -359,14 +359,16 @@ static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
 static loomResult_t timedOut(const struct loomLane *b)
 {
     const struct loomStep *s = &b->steps[b->cur];
-    char stopped[192];
+    char stopped[192], from[32] = "", to[32] = "";
     describeStopped(b->comm, stopped, sizeof(stopped));
+    if (s->recvPeer >= 0)
+        snprintf(from, sizeof(from), "receive from rank %d", s->recvPeer);
+    if (s->sendPeer >= 0)
+        snprintf(to, sizeof(to), "%ssend to rank %d", from[0] ? ", " : "", s->sendPeer);
     return loomSetError(loomTimeout,
                         "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-                        "%zu (receive from rank %d, send to rank %d)%s; a peer is stopped, hung or "
-                        "called a different operation",
-                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer,
-                        s->sendPeer, stopped);
+                        "%zu (%s%s)%s; a peer is stopped, hung or called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, from, to, stopped);
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
