@@ -94,7 +94,8 @@ typedef enum {
  *                loomInProgress; poll loomCommGetAsyncError for the outcome.
  *   timeoutSec   seconds a wait may go without progress before the call
  *                returns loomTimeout (default: LOOM_TIMEOUT).
- *   netName      reserved; NULL.
+ *   netName      network transport between hosts, "socket" or "ib" (as
+ *                LOOM_NET); NULL: LOOM_NET.
  */
 typedef struct {
     size_t size;
@@ -137,7 +138,10 @@ loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId c
                                     loomConfig_t *config);
 /*
  * Creates a communicator from the launcher's environment: LOOM_UNIQUE_ID,
- * LOOM_RANK and LOOM_NRANKS as set by loomrun(1). See loom(7).
+ * LOOM_RANK and LOOM_NRANKS as set by loomrun(1); or, under mpirun, srun or
+ * another launcher, LOOM_ROOT_ADDR=host:port (where rank 0 runs and
+ * listens) with the launcher's rank and size (OMPI_COMM_WORLD_RANK/SIZE,
+ * PMIX_RANK, SLURM_PROCID/NTASKS, PMI_RANK/SIZE). See loom(7).
  */
 loomResult_t loomCommInitFromEnv(loomComm_t *comm);
 
@@ -174,6 +178,31 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);
 loomResult_t loomCommCount(const loomComm_t comm, int *count);
 /* This process's rank in comm. */
 loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
+
+/*
+ * How comm is laid out (loom-info --comm prints it). Hosts are numbered
+ * 0 .. nhosts-1 in the order of their lowest rank. The ring visits each
+ * host's ranks in a row; ring[i] is the rank at position i, and data flows
+ * from ring[i] to ring[(i + 1) % nranks]. The two trees are a double binary
+ * tree across hosts with a chain inside each host. The strings are owned by
+ * the library and valid until comm is destroyed.
+ */
+typedef struct {
+    int host;              /* the peer's host */
+    const char *hostname;  /* its hostname */
+    const char *transport; /* this rank's link to it: "shm", "net/socket", "net/ib", "net/self" */
+} loomPeerInfo_t;
+#define LOOM_TREE_MAX_DOWN 3
+/* Where `peer` is and how this rank reaches it. */
+loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *info);
+/* Stores the ring order in ring[0 .. nranks-1]. */
+loomResult_t loomCommRing(const loomComm_t comm, int *ring);
+/*
+ * The links of `rank` in tree `tree` (0 or 1): *up is -1 at the root, and
+ * down[0 .. *ndown-1] (at most LOOM_TREE_MAX_DOWN) are its children.
+ */
+loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
+                          int down[LOOM_TREE_MAX_DOWN], int *ndown);
 
 /* A short name for a result code ("invalid argument"). Never NULL. */
 const char *loomGetErrorString(loomResult_t result);

@@ -33,6 +33,7 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -45,6 +46,7 @@
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
+#include "wire.h"
 
 #define ID_MAGIC 0x4c4d4944u /* "LMID" */
 #define ID_VERSION 1
@@ -92,39 +94,6 @@ struct loomBootstrap {
 
 /* ---- byte order and coding ---- */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, (uint16_t)(v >> 16));
-    put16(p + 2, (uint16_t)v);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)get16(p) << 16) | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
-
 static int allZero(const uint8_t *p, size_t len)
 {
     uint8_t acc = 0;
@@ -158,7 +127,7 @@ static void addrEncode(const struct bootstrapAddr *a, uint8_t *p)
 {
     memset(p, 0, ADDR_BYTES);
     p[0] = a->family;
-    put16(p + 2, a->port);
+    wirePut16(p + 2, a->port);
     memcpy(p + 4, a->ip, a->family == 4 ? 4 : 16);
 }
 
@@ -169,11 +138,11 @@ static const char *addrDecode(const uint8_t *p, struct bootstrapAddr *a)
         return "unknown address family";
     if (p[1] != 0 || (p[0] == 4 && !allZero(p + 8, 12)))
         return "reserved address bytes are set";
-    if (get16(p + 2) == 0)
+    if (wireGet16(p + 2) == 0)
         return "port 0";
     memset(a, 0, sizeof(*a));
     a->family = p[0];
-    a->port = get16(p + 2);
+    a->port = wireGet16(p + 2);
     memcpy(a->ip, p + 4, a->family == 4 ? 4 : 16);
     return NULL;
 }
@@ -194,11 +163,11 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
     if (id == NULL || out == NULL || !addrValid(&id->root))
         return 0;
     memset(buf, 0, sizeof(buf));
-    put32(buf, ID_MAGIC);
-    put16(buf + 4, ID_VERSION);
+    wirePut32(buf, ID_MAGIC);
+    wirePut16(buf + 4, ID_VERSION);
     memcpy(buf + 8, id->secret, BOOTSTRAP_SECRET_BYTES);
     addrEncode(&id->root, buf + 40);
-    put32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
+    wirePut32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
     memcpy(out->internal, buf, sizeof(buf));
     return LOOM_UNIQUE_ID_BYTES;
 }
@@ -209,13 +178,13 @@ static const char *idDecode(const loomUniqueId *in, struct bootstrapId *id)
     const uint8_t *p = (const uint8_t *)in->internal;
     struct bootstrapId tmp;
 
-    if (get32(p) != ID_MAGIC)
+    if (wireGet32(p) != ID_MAGIC)
         return "not a Loom unique id (bad magic)";
-    if (get16(p + 4) != ID_VERSION)
+    if (wireGet16(p + 4) != ID_VERSION)
         return "made by an incompatible Loom version";
-    if (get16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
+    if (wireGet16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
         return "corrupt (reserved bytes are set)";
-    if (get32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
+    if (wireGet32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
         return "corrupt or truncated (checksum mismatch)";
     const char *why = addrDecode(p + 40, &tmp.root);
     if (why != NULL)
@@ -239,8 +208,8 @@ size_t bootstrapEncodeHello(const struct bootstrapHello *h, uint8_t *buf, size_t
     memcpy(buf, "LMH", 3);
     buf[3] = HELLO_VERSION;
     memcpy(buf + 4, h->secret, BOOTSTRAP_SECRET_BYTES);
-    put32(buf + 36, (uint32_t)h->rank);
-    put32(buf + 40, (uint32_t)h->nranks);
+    wirePut32(buf + 36, (uint32_t)h->rank);
+    wirePut32(buf + 40, (uint32_t)h->nranks);
     addrEncode(&h->addr, buf + 44);
     return BOOTSTRAP_HELLO_BYTES;
 }
@@ -253,8 +222,8 @@ loomResult_t bootstrapDecodeHello(const uint8_t *buf, size_t len, struct bootstr
         return loomInvalidArgument;
     if (memcmp(buf, "LMH", 3) != 0 || buf[3] != HELLO_VERSION)
         return loomInvalidArgument;
-    tmp.rank = (int32_t)get32(buf + 36);
-    tmp.nranks = (int32_t)get32(buf + 40);
+    tmp.rank = (int32_t)wireGet32(buf + 36);
+    tmp.nranks = (int32_t)wireGet32(buf + 40);
     if (tmp.nranks < 1 || tmp.nranks > BOOTSTRAP_MAX_RANKS || tmp.rank < 0 ||
         tmp.rank >= tmp.nranks)
         return loomInvalidArgument;
@@ -277,7 +246,7 @@ size_t bootstrapEncodeTable(const struct bootstrapAddr *addrs, int nranks, uint8
         return 0;
     memcpy(buf, "LMT", 3);
     buf[3] = TABLE_VERSION;
-    put32(buf + 4, (uint32_t)nranks);
+    wirePut32(buf + 4, (uint32_t)nranks);
     for (int r = 0; r < nranks; r++)
         addrEncode(&addrs[r], buf + TABLE_HEADER_BYTES + (size_t)r * ADDR_BYTES);
     return bootstrapTableBytes(nranks);
@@ -290,7 +259,7 @@ static const char *tableDecode(const uint8_t *buf, size_t len, int nranks,
     *bad = -1;
     if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS || len < TABLE_HEADER_BYTES)
         return "truncated header";
-    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || get32(buf + 4) != (uint32_t)nranks)
+    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || wireGet32(buf + 4) != (uint32_t)nranks)
         return "malformed header";
     if (len != bootstrapTableBytes(nranks))
         return "wrong length";
@@ -316,19 +285,19 @@ size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t l
 {
     if (buf == NULL || len < BOOTSTRAP_FRAME_BYTES)
         return 0;
-    put32(buf, FRAME_MAGIC);
-    put32(buf + 4, seq);
-    put64(buf + 8, bytes);
+    wirePut32(buf, FRAME_MAGIC);
+    wirePut32(buf + 4, seq);
+    wirePut64(buf + 8, bytes);
     return BOOTSTRAP_FRAME_BYTES;
 }
 
 loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes)
 {
     if (buf == NULL || seq == NULL || bytes == NULL || len < BOOTSTRAP_FRAME_BYTES ||
-        get32(buf) != FRAME_MAGIC)
+        wireGet32(buf) != FRAME_MAGIC)
         return loomInvalidArgument;
-    *seq = get32(buf + 4);
-    *bytes = get64(buf + 8);
+    *seq = wireGet32(buf + 4);
+    *bytes = wireGet64(buf + 8);
     return loomSuccess;
 }
 
@@ -787,27 +756,26 @@ static loomResult_t fillRandom(uint8_t *buf, size_t len)
     return loomSuccess;
 }
 
-loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+/*
+ * Listens at `local` (port 0: any), starts the root thread with `secret`, and
+ * writes the id. With a fixed port the id is the one every rank derives
+ * itself (bootstrapRootAddrId); on failure nothing is left running.
+ */
+static loomResult_t rootOpen(const union socketAddress *local, const uint8_t *secret,
+                             loomUniqueId *id)
 {
-    union socketAddress local, bound;
+    union socketAddress bound;
     struct bootstrapId bid;
     loomUniqueId encoded;
     loomResult_t res;
 
-    if (id == NULL)
-        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
     struct bootstrapRoot *root = calloc(1, sizeof(*root));
     if (root == NULL)
         return loomSetError(loomSystemError, "bootstrap: out of memory");
-    res = socketFindInterface(&local, NULL, 0);
+    res = socketListen(local, &root->listenFd, &bound);
     if (res != loomSuccess)
         goto fail_free;
-    res = socketListen(&local, &root->listenFd, &bound);
-    if (res != loomSuccess)
-        goto fail_free;
-    res = fillRandom(root->secret, sizeof(root->secret));
-    if (res != loomSuccess)
-        goto fail_close;
+    memcpy(root->secret, secret, sizeof(root->secret));
     memcpy(bid.secret, root->secret, sizeof(bid.secret));
     if (socketAddrToBootstrap(&bound, &bid.root) != loomSuccess ||
         bootstrapEncodeId(&bid, &encoded) != LOOM_UNIQUE_ID_BYTES) {
@@ -834,6 +802,102 @@ fail_close:
 fail_free:
     free(root);
     return res;
+}
+
+loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
+{
+    union socketAddress local;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+
+    if (id == NULL)
+        return loomSetError(loomInvalidArgument, "loomGetUniqueId: uniqueId is NULL");
+    LOOMCHECK(socketFindInterface(&local, NULL, 0));
+    LOOMCHECK(fillRandom(secret, sizeof(secret)));
+    return rootOpen(&local, secret, id);
+}
+
+/* "host:port" or "[v6]:port" -> the address (resolved) and the port. */
+static loomResult_t rootAddrParse(const char *text, union socketAddress *addr)
+{
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    const char *h = text;
+    size_t hlen = colon ? (size_t)(colon - text) : 0;
+    if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']')
+        h++, hlen -= 2;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon == NULL || hlen == 0 || hlen >= sizeof(host) || *end != '\0' || port < 1 ||
+        port > 65535)
+        return loomSetError(loomInvalidArgument,
+                            "LOOM_ROOT_ADDR=%s is not host:port (e.g. 10.0.0.1:29500 or "
+                            "node01:29500)",
+                            text);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL, *best = NULL;
+    int err = getaddrinfo(host, NULL, &hints, &list);
+    if (err != 0)
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: cannot resolve %s: %s", text,
+                            host, gai_strerror(err));
+    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (best == NULL || (best->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
+            best = ai; /* IPv4 first, as socketFindInterface does */
+    if (best == NULL) {
+        freeaddrinfo(list);
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: %s has no IP address", text,
+                            host);
+    }
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, best->ai_addr, best->ai_addrlen);
+    freeaddrinfo(list);
+    if (addr->sa.sa_family == AF_INET)
+        addr->sin.sin_port = htons((uint16_t)port);
+    else
+        addr->sin6.sin6_port = htons((uint16_t)port);
+    return loomSuccess;
+}
+
+/* The secret every rank of one job derives alike: the address and the launcher's job id. */
+static void rootAddrSecret(const char *text, const char *job, uint8_t *secret)
+{
+    for (int i = 0; i < BOOTSTRAP_SECRET_BYTES / 8; i++) {
+        uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)i;
+        for (const char *parts[] = {"loom-root-addr:", text, "/", job}, **p = parts; p < parts + 4;
+             p++)
+            for (const char *c = *p; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+        wirePut64(secret + 8 * i, h);
+    }
+}
+
+loomResult_t bootstrapRootAddrId(const char *rootAddr, const char *job, int startRoot,
+                                 loomUniqueId *id)
+{
+    union socketAddress addr;
+    uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    struct bootstrapId bid;
+
+    LOOMCHECK(rootAddrParse(rootAddr, &addr));
+    rootAddrSecret(rootAddr, job ? job : "", secret);
+    if (startRoot) {
+        loomResult_t res = rootOpen(&addr, secret, id);
+        if (res != loomSuccess) {
+            char why[400];
+            snprintf(why, sizeof(why), "%s", debugLastError(NULL));
+            return loomSetError(res,
+                                "%s; rank 0 must run on the host LOOM_ROOT_ADDR=%s names, and "
+                                "the port must be free",
+                                why, rootAddr);
+        }
+        return loomSuccess;
+    }
+    memcpy(bid.secret, secret, sizeof(bid.secret));
+    if (socketAddrToBootstrap(&addr, &bid.root) != loomSuccess ||
+        bootstrapEncodeId(&bid, id) != LOOM_UNIQUE_ID_BYTES)
+        return loomSetError(loomInternalError, "bootstrap: cannot encode the unique id");
+    return loomSuccess;
 }
 
 /* ---- joining: root, then ring ---- */

@@ -48,6 +48,17 @@ struct loomBootstrap; /* opaque: one rank's state in one communicator */
 
 /* Starts a root thread for one communicator and fills *id. */
 loomResult_t bootstrapGetUniqueId(loomUniqueId *id);
+/*
+ * The id of a job whose rendezvous is at a fixed address, LOOM_ROOT_ADDR
+ * ("host:port", "[v6]:port"): every rank derives the same id from the
+ * address and `job` (the launcher's job id, or ""), and the rank with
+ * startRoot also starts the root thread listening there. The secret is
+ * derived, not random: it tells jobs apart, it does not keep anyone out.
+ * Returns loomInvalidArgument for an address that does not parse or
+ * resolve, loomSystemError when the root cannot listen there.
+ */
+loomResult_t bootstrapRootAddrId(const char *rootAddr, const char *job, int startRoot,
+                                 loomUniqueId *id);
 
 /*
  * Joins the communicator described by id as `rank` of `nranks`. Returns

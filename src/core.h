@@ -35,6 +35,10 @@
  * timeout, mismatched calls) tells this process to stop waiting too: the
  * first poster moves `noticeState` from 0 to 1, fills code, rank and text,
  * then publishes 2 (release) and rings; later posters find it taken.
+ * A thread that sleeps in poll() rather than on the futex (the network
+ * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
+ * own, which ringers write instead; 0 (as in zeroed shared memory) means
+ * the futex. Such bells are process-local.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
@@ -43,14 +47,18 @@ struct loomDoorbell {
     int32_t noticeCode; /* loomResult_t */
     int32_t noticeFrom; /* rank that posted it */
     char notice[LOOM_NOTICE_BYTES];
+    int32_t wakeFd;
 };
 
 /*
  * The shared part of a FIFO: `tail` counts slots written (by the sender),
  * `head` slots consumed (by the receiver); slot = counter % LOOM_STEPS.
  * `bytes[slot]` is written before `tail` is released, so the receiver can
- * check that both ends agree on the size of every message.
+ * check that both ends agree on the size of every message. Its top bit,
+ * LOOM_FIFO_DEVICE_DATA, says the message sits in the connector's device
+ * slots (p2p) rather than its host slots.
  */
+#define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
@@ -66,6 +74,14 @@ struct loomConnector {
     struct loomDoorbell *peerBell; /* the other end's doorbell */
     int peer;
     int connected;
+    char *devSlots; /* the same FIFO's slots in the receiving GPU's memory (p2p), or NULL */
+    /*
+     * Network connectors: moves this link's messages now, from the calling
+     * thread (the executor calls it after it advances a counter and while it
+     * waits; see src/proxy.h). NULL for shared memory.
+     */
+    void (*progress)(void *ctx);
+    void *progressCtx;
 };
 
 struct loomChannel {
@@ -77,8 +93,15 @@ struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
     int32_t localRank;
+    int32_t numaNode;   /* NUMA node the process is bound to, -1 if unbound or unknown */
+    uint32_t usable;    /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
+    /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
+    char gpuUuid[16];
+    int32_t gpu;      /* device ordinal in that process, -1: not bound */
+    int32_t gpuFlags; /* LOOM_GPU_* */
 };
+#define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
 /* A cached schedule (see enqueue.c). */
 struct loomSchedEntry {
@@ -97,6 +120,7 @@ struct loomComm {
     int timeoutSec;
     int localSize; /* ranks on this host */
     int spin;      /* busy-poll iterations before yielding */
+    int oversubscribed; /* more ranks on this host than CPUs this process may use */
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;
@@ -115,12 +139,16 @@ struct loomComm {
     struct loomStream *queue; /* runs the calls made with a NULL stream */
 
     struct loomPeerInfo *peers; /* [nranks] */
-    int *ring;                  /* [nranks] ring order */
+    int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
+    struct loomTopo *topo;      /* hosts and trees (topo.c) */
+    signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
+    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
     struct loomDoorbell localBell;
     void *shm; /* transport state */
+    void *net;
 
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];
@@ -133,6 +161,7 @@ struct loomComm {
     /* In-place AlltoAll stages the send buffer here. */
     void *scratch;
     size_t scratchBytes;
+    struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
 
     pthread_mutex_t errLock;
     char lastError[512];

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
@@ -123,10 +124,13 @@ static loomResult_t opCheck(const struct loomOp *op, const char *fn)
                             op->root, op->comm->nranks);
     if (op->stream)
         LOOMCHECK(streamCheck(op->stream, fn));
-    if (op->coll == LOOM_COLL_ALLTOALLV)
-        return checkAlltoAllv(op, fn);
-    LOOMCHECK(checkCounts(op, fn));
-    return checkBuffers(op, fn);
+    if (op->coll == LOOM_COLL_ALLTOALLV) {
+        LOOMCHECK(checkAlltoAllv(op, fn));
+    } else {
+        LOOMCHECK(checkCounts(op, fn));
+        LOOMCHECK(checkBuffers(op, fn));
+    }
+    return cudaOpCheck(op, fn);
 }
 
 /* ---- entry ---- */
@@ -426,6 +430,8 @@ static loomResult_t stageInPlace(struct loomOp *op, const void **send)
     *send = op->sendbuff;
     if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || bytes == 0)
         return loomSuccess;
+    if (cudaPlanActive())
+        return cudaStageInPlace(op, bytes, send);
     if (comm->scratchBytes < bytes) {
         void *p = realloc(comm->scratch, bytes);
         if (p == NULL)
@@ -483,9 +489,8 @@ static loomResult_t opLanes(struct loomOp *op, int *nlanes)
     return loomSuccess;
 }
 
-loomResult_t planExecute(struct loomOp *ops, int nops)
+static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
 {
-    int nlanes = 0;
     for (int i = 0; i < nops; i++) {
         ops[i].comm->planEpoch++;
         ops[i].comm->poolUsed = 0;
@@ -496,11 +501,23 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
             return loomSetError((loomResult_t)broken,
                                 "%s: the communicator is unusable after an earlier error (%s)",
                                 collNames[ops[i].coll], ops[i].comm->abortReason);
-        LOOMCHECK(opLanes(&ops[i], &nlanes));
+        LOOMCHECK(opLanes(&ops[i], nlanes));
     }
-    if (nlanes == 0)
-        return loomSuccess;
-    TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu", nops, nlanes,
-          collNames[ops[0].coll], ops[0].count);
-    return execRun(tlLanes, nlanes);
+    return loomSuccess;
+}
+
+loomResult_t planExecute(struct loomOp *ops, int nops)
+{
+    int nlanes = 0;
+    struct cudaExec *dev;
+    /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
+    LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    loomResult_t res = planLanes(ops, nops, &nlanes);
+    if (res == loomSuccess && nlanes > 0) {
+        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu%s", nops, nlanes,
+              collNames[ops[0].coll], ops[0].count, dev ? " (device)" : "");
+        res = execRun(tlLanes, nlanes, dev);
+    }
+    cudaPlanEnd(dev, res);
+    return res;
 }

@@ -18,7 +18,18 @@
  * it, while sched_yield hands it the core at once and costs well under a
  * microsecond when the peer runs elsewhere. Yielding goes on for a
  * millisecond, then the thread sleeps. With more ranks than cores the spin
- * stage is cut shorter still.
+ * stage is cut shorter still. A wait on a network connector skips the spin
+ * stage and polls the network itself between yields (pollNetwork), so no
+ * thread hand-off sits on the latency path.
+ *
+ * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
+ * step is handed to the GPU (src/cuda/cudaexec.c) instead of computed here,
+ * and its counters are published by cudaExecRetire once the GPU is done with
+ * it; the positions advance at issue, so later steps can be issued behind
+ * it. A plan is finished when every step is issued and retired. While the
+ * GPU has steps in flight the thread yields rather than sleeps, since the
+ * GPU rings no doorbell. The top bit of a FIFO's size word says whether the
+ * message sits in the connector's device slots (p2p) or its host slots.
  *
  * Failures. A rank that stops on an error it found itself (the peer it waits
  * for is dead, LOOM_TIMEOUT passed without progress, the peers disagree on
@@ -38,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
 #include "reduce.h"
@@ -66,7 +78,13 @@ void execRingBell(struct loomDoorbell *bell)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        if (bell->wakeFd > 0) {
+            uint64_t one = 1;
+            ssize_t ignored = write(bell->wakeFd, &one, sizeof(one)); /* full counter: awake */
+            (void)ignored;
+        } else {
+            syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        }
     }
 }
 
@@ -202,20 +220,66 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     }
 }
 
+/* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
+static inline void connectorPublished(struct loomConnector *c)
+{
+    if (c->progress)
+        c->progress(c->progressCtx);
+    else
+        execRingBell(c->peerBell);
+}
+
+static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received CUDA device memory from rank %d where it passed host "
+                        "buffers: every rank must pass the same kind of memory to one call",
+                        lane->comm->rank, s->recvPeer);
+}
+
+/* A slot of c: in its device slots for a device lane when the FIFO has them. */
+static char *slotAt(const struct loomConnector *c, int device)
+{
+    char *base = device && c->devSlots ? c->devSlots : c->slots;
+    return base + (c->pos % LOOM_STEPS) * c->slotBytes;
+}
+
+/* Makes a step's effect visible: bumps the counters (host lanes publish them at once). */
+static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector *sc, uint64_t bytes)
+{
+    if (sc) {
+        sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
+        sc->pos++;
+        if (!dev) {
+            atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
+            connectorPublished(sc);
+        }
+    }
+    if (rc) {
+        rc->pos++;
+        if (!dev) {
+            atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
+            connectorPublished(rc);
+        }
+    }
+}
+
 /* Runs as many steps of lane `i` as can run now. Returns steps done, or -1 on error. */
-static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t *err)
+static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaExec *gpu,
+                        loomResult_t *err)
 {
     struct loomLane *l = &lanes[i];
     struct loomChannel *ch = &l->comm->channels[l->channel];
-    int shared = nlanes > 1;
+    int shared = nlanes > 1, dev = gpu != NULL;
     long done = 0;
 
-    while (l->cur < l->nsteps) {
+    while (l->cur < l->nsteps && !(dev && cudaExecFull(gpu))) {
         const struct loomStep *s = &l->steps[l->cur];
         struct loomConnector *rc = NULL, *sc = NULL;
         const char *in = NULL;
         char *out = NULL;
         size_t bytes = s->count * l->elemSize;
+        uint64_t sent = bytes;
 
         if (s->recvPeer >= 0) {
             rc = &ch->recv[s->recvPeer];
@@ -224,11 +288,16 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
             if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
                 break;
             uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
-            if (got != bytes) {
-                *err = sizeMismatch(l, s, got, bytes);
+            int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
+            if ((got & ~LOOM_FIFO_DEVICE_DATA) != bytes) {
+                *err = sizeMismatch(l, s, got & ~LOOM_FIFO_DEVICE_DATA, bytes);
                 return -1;
             }
-            in = rc->slots + (rc->pos % LOOM_STEPS) * rc->slotBytes;
+            if (onDevice && (!dev || rc->devSlots == NULL)) {
+                *err = kindMismatch(l, s);
+                return -1;
+            }
+            in = slotAt(rc, onDevice);
         }
         if (s->sendPeer >= 0) {
             sc = &ch->send[s->sendPeer];
@@ -236,20 +305,18 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
                 break;
             if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
                 break;
-            out = sc->slots + (sc->pos % LOOM_STEPS) * sc->slotBytes;
+            out = slotAt(sc, dev);
+            if (dev && sc->devSlots)
+                sent |= LOOM_FIFO_DEVICE_DATA;
         }
-        stepCompute(l, s, in, out);
-        if (sc) {
-            sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
-            sc->pos++;
-            atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
-            execRingBell(sc->peerBell);
+        if (dev) {
+            *err = cudaExecStep(gpu, l, s, in, out, rc, sc);
+            if (*err != loomSuccess)
+                return -1;
+        } else {
+            stepCompute(l, s, in, out);
         }
-        if (rc) {
-            rc->pos++;
-            atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
-            execRingBell(rc->peerBell);
-        }
+        stepPublish(dev, rc, sc, sent);
         l->cur++;
         done++;
     }
@@ -265,7 +332,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, loomResult_t 
 
 struct execWait {
     int spins;
-    int heard; /* the failure came from an abort or a peer's notice: do not post it */
+    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
+    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
 };
@@ -293,6 +361,8 @@ static int isLocalPeer(const struct loomComm *comm, int p)
 /* A killed rank whose parent has not reaped it yet is a zombie: gone, though kill() finds it. */
 static int peerGone(const struct loomComm *comm, int p)
 {
+    if (comm->lost && atomic_load_explicit(&comm->lost[p], memory_order_acquire))
+        return 1;
     if (!isLocalPeer(comm, p))
         return 0;
     if (kill(comm->peers[p].pid, 0) != 0)
@@ -400,31 +470,83 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             struct loomComm *comm = lanes[i].comm;
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             if (dead >= 0)
-                return loomSetError(
-                    loomRemoteError, "rank %d (pid %d on %s) exited while rank %d waited for it",
-                    dead, comm->peers[dead].pid, comm->peers[dead].hostname, comm->rank);
+                return loomSetError(loomRemoteError,
+                                    "rank %d (pid %d on %s) %s while rank %d waited for it", dead,
+                                    comm->peers[dead].pid, comm->peers[dead].hostname,
+                                    comm->lost && atomic_load(&comm->lost[dead])
+                                        ? "closed its connection (it exited or the network failed)"
+                                        : "exited",
+                                    comm->rank);
         }
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
-    if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL)
+    if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
+        if (b->cur == b->nsteps)
+            return loomSetError(loomTimeout,
+                                "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting for "
+                                "the GPU to finish its steps",
+                                b->comm->rank, b->comm->timeoutSec);
         return timedOut(b);
+    }
     return loomSuccess;
 }
 
-static int sweep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err)
+/*
+ * One pass over the lanes; returns how many are unfinished (a device plan
+ * is unfinished while the GPU still has steps in flight), -1 on error.
+ */
+static int sweep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
+                 loomResult_t *err)
 {
     int left = 0;
     *progress = 0;
+    if (dev) {
+        long r = cudaExecRetire(dev, err);
+        if (r < 0)
+            return -1;
+        *progress += r;
+    }
     for (int i = 0; i < nlanes; i++) {
         if (lanes[i].done)
             continue;
-        long d = laneAdvance(lanes, nlanes, i, err);
+        long d = laneAdvance(lanes, nlanes, i, dev, err);
         if (d < 0)
             return -1;
         *progress += d;
         left += !lanes[i].done;
     }
-    return left;
+    /* Counted after the lanes, which may just have issued their last steps. */
+    return left + (dev && cudaExecPending(dev) > 0);
+}
+
+/*
+ * Moves the network links the blocked lanes wait on, from this thread, and
+ * returns 1 if there were any. Such a wait polls its sockets and yields
+ * between polls, from the start and for EXEC_YIELD_NS, then sleeps (the
+ * proxy moves the links meanwhile and rings): measured on a busy host, a
+ * busy spin over system calls only starves the peer and the proxy of CPU.
+ */
+static int pollNetwork(const struct loomLane *lanes, int nlanes)
+{
+    int any = 0;
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomLane *l = &lanes[i];
+        if (l->done)
+            continue;
+        const struct loomStep *s = &l->steps[l->cur];
+        struct loomChannel *ch = &l->comm->channels[l->channel];
+        struct loomConnector *rc = s->recvPeer >= 0 ? &ch->recv[s->recvPeer] : NULL;
+        struct loomConnector *sc = s->sendPeer >= 0 ? &ch->send[s->sendPeer] : NULL;
+        if (rc && rc->progress) {
+            rc->progress(rc->progressCtx);
+            any = 1;
+        }
+        if (sc && sc->progress) {
+            sc->progress(sc->progressCtx);
+            any = 1;
+        }
+    }
+    return any;
 }
 
 /* An abort or a peer's notice is waiting to be reported: do not go to sleep. */
@@ -444,8 +566,8 @@ static int failurePending(const struct loomLane *lanes, int nlanes)
  * so a wake-up, an abort or a notice that arrives from then on is not slept
  * through.
  */
-static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomResult_t *err,
-                      int *left)
+static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
+                      loomResult_t *err, int *left)
 {
     struct loomDoorbell *bell = lanes[0].comm->bell;
     int multi = 0;
@@ -453,7 +575,7 @@ static void execSleep(struct loomLane *lanes, int nlanes, long *progress, loomRe
         multi |= lanes[i].comm != lanes[0].comm;
     uint32_t seq = atomic_load_explicit(&bell->seq, memory_order_seq_cst);
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
-    *left = sweep(lanes, nlanes, progress, err);
+    *left = sweep(lanes, nlanes, dev, progress, err);
     if (*left > 0 && *progress == 0 && !failurePending(lanes, nlanes))
         futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS);
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
@@ -467,7 +589,10 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
     for (int p = 0; ch->send && p < comm->nranks; p++) {
         struct loomDoorbell *bell = ch->send[p].peerBell;
         uint32_t free = 0;
+        /* Only peers on this host: a network connector's bell is a local one (issue 8 will
+         * forward notices across hosts). */
         if (p == comm->rank || !ch->send[p].connected || bell == NULL ||
+            comm->peers[p].hostHash != comm->peers[comm->rank].hostHash ||
             !atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
             continue;
         bell->noticeCode = (int32_t)res;
@@ -503,9 +628,9 @@ static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int
     }
 }
 
-loomResult_t execRun(struct loomLane *lanes, int nlanes)
+loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
-    struct execWait w = {0, 0, 0, 0};
+    struct execWait w = {0};
     loomResult_t err = loomSuccess;
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
@@ -519,28 +644,37 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
     for (;;) {
-        left = sweep(lanes, nlanes, &progress, &err);
+        left = sweep(lanes, nlanes, dev, &progress, &err);
         if (left <= 0)
             break;
         if (progress) {
             w.spins = 0;
             continue;
         }
-        if (w.spins == 0)
+        if (w.spins == 0) {
             w.idleSince = loomClockNs();
+            w.network = pollNetwork(lanes, nlanes);
+        }
         w.spins++;
-        if (w.spins < spinLimit) {
+        if (!w.network && w.spins < spinLimit) {
             cpuRelax();
             if ((w.spins & 1023) == 0 &&
                 atomic_load_explicit(&lanes[0].comm->abortFlag, memory_order_relaxed))
                 w.spins = spinLimit; /* go and notice it below */
             continue;
         }
-        if ((w.spins & 63) != 0 || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
+        /* Nobody rings the doorbell when the GPU finishes a step: never sleep on it then. */
+        int gpuBusy = dev && cudaExecPending(dev) > 0;
+        if ((w.spins & 63) != 0 || gpuBusy || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
+            if (w.network)
+                pollNetwork(lanes, nlanes);
             sched_yield();
+            if (gpuBusy && (w.spins & 63) == 0 &&
+                (err = waitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
+                break;
             continue;
         }
-        execSleep(lanes, nlanes, &progress, &err, &left);
+        execSleep(lanes, nlanes, dev, &progress, &err, &left);
         if (left <= 0)
             break;
         if (progress) {

@@ -27,13 +27,16 @@ struct loomLane {
     int done;
 };
 
+struct cudaExec;
+
 /*
  * Runs every lane to completion. Returns loomSuccess, loomTimeout (no progress
  * for the comm's timeout), loomRemoteError (abort, or a peer died), or
  * loomInvalidUsage (the peers disagree on a message size). On an error the
- * communicators involved are marked broken.
+ * communicators involved are marked broken. `dev` is NULL for host buffers,
+ * else the CUDA executor that computes the steps (src/cuda/cudacore.h).
  */
-loomResult_t execRun(struct loomLane *lanes, int nlanes);
+loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 
 /* Rings a doorbell: wakes its owner if it sleeps. */
 void execRingBell(struct loomDoorbell *bell);

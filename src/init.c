@@ -3,16 +3,19 @@
  * destroy, abort, and the handle checks every API entry makes.
  *
  * Init, in order: bootstrap ring (bootstrap.c) -> allgather of each rank's
- * host identity and pid -> ring order -> transports connect the connectors
- * (shm inside a host) -> barrier. Every step is bounded by the timeout; on
- * failure everything built so far is released and *comm is left untouched.
+ * host identity, pid, NUMA node, GPU and usable transports -> hosts, ring
+ * order and trees (topo.c) -> a transport for every peer pair (the first
+ * usable on both ends that accepts the pair: shm inside a host, net across
+ * hosts) -> those transports connect the connectors -> p2p slots in GPU
+ * memory for ranks bound to a GPU (transports/p2p.c) -> barrier. Every step
+ * is bounded by the timeout; on failure everything built so far is released
+ * and *comm is left untouched.
  *
  * Handles: a struct loomComm is never freed. Destroy releases what it owns
  * and marks it dead, and every communicator ever created is listed in a
  * registry, so a NULL, foreign or destroyed handle gives a one-line error
  * instead of a crash.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,14 +25,16 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
 #include "param.h"
 #include "reduce.h"
+#include "topo.h"
 #include "transport.h"
 
-const struct loomTransport *const loomTransports[] = {&shmTransport, NULL};
+const struct loomTransport *const loomTransports[] = {&shmTransport, &netTransport, NULL};
 
 /* ---- registry of communicators ---- */
 
@@ -177,6 +182,46 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
     return loomSuccess;
 }
 
+loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *info)
+{
+    LOOMCHECK(commCheck(comm, "loomCommPeerInfo"));
+    if (info == NULL || peer < 0 || peer >= comm->nranks)
+        return loomSetError(loomInvalidArgument, "loomCommPeerInfo: %s",
+                            info == NULL ? "info is NULL" : "peer is not a rank of comm");
+    int t = comm->linkTransport[peer];
+    info->host = comm->topo->hostOf[peer];
+    info->hostname = comm->peers[peer].hostname;
+    info->transport = t < 0                         ? NULL
+                      : loomTransports[t]->linkName ? loomTransports[t]->linkName(comm, peer)
+                                                    : loomTransports[t]->name;
+    return loomSuccess;
+}
+
+loomResult_t loomCommRing(const loomComm_t comm, int *ring)
+{
+    LOOMCHECK(commCheck(comm, "loomCommRing"));
+    if (ring == NULL)
+        return loomSetError(loomInvalidArgument, "loomCommRing: ring is NULL");
+    memcpy(ring, comm->ring, (size_t)comm->nranks * sizeof(*ring));
+    return loomSuccess;
+}
+
+loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
+                          int down[LOOM_TREE_MAX_DOWN], int *ndown)
+{
+    struct loomTreeLinks l;
+    LOOMCHECK(commCheck(comm, "loomCommTree"));
+    if ((tree != 0 && tree != 1) || rank < 0 || rank >= comm->nranks || !up || !down || !ndown)
+        return loomSetError(loomInvalidArgument,
+                            "loomCommTree: tree must be 0 or 1, rank a rank of comm, and the "
+                            "outputs not NULL");
+    topoTreeLinks(comm->topo, tree, rank, &l);
+    *up = l.up;
+    *ndown = l.ndown;
+    memcpy(down, l.down, (size_t)l.ndown * sizeof(*down));
+    return loomSuccess;
+}
+
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
 {
     LOOMCHECK(commCheck(comm, "loomCommGetAsyncError"));
@@ -248,6 +293,19 @@ static void hostIdentity(struct loomPeerInfo *me)
     me->hostHash = fnv1a(h, boot, strlen(boot));
 }
 
+static uint32_t usableTransports(void)
+{
+    uint32_t mask = 0;
+    for (int t = 0; loomTransports[t]; t++) {
+        const char *why;
+        if (loomTransports[t]->usable(&why))
+            mask |= 1u << t;
+        else
+            INFO(LOOM_INIT, "transport %s not usable: %s", loomTransports[t]->name, why);
+    }
+    return mask;
+}
+
 static loomResult_t commExchangePeers(struct loomComm *comm)
 {
     comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
@@ -256,19 +314,21 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     struct loomPeerInfo *me = &comm->peers[comm->rank];
     hostIdentity(me);
     me->pid = (int32_t)getpid();
+    p2pPeerInfo(me);
+    me->numaNode = topoNumaNode();
+    me->usable = usableTransports();
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {
         comm->peers[p].hostname[LOOM_HOSTNAME_BYTES - 1] = '\0';
+        comm->peers[p].localRank = -1;
         if (comm->peers[p].hostHash == me->hostHash)
             comm->peers[p].localRank = comm->localSize++;
-        else
-            return loomSetError(loomInvalidUsage,
-                                "rank %d is on host %s and rank %d on host %s: ranks on several "
-                                "hosts need a network transport, which this build of Loom does "
-                                "not have yet",
-                                comm->rank, me->hostname, p, comm->peers[p].hostname);
     }
+    LOOMCHECK(topoBuild(comm->peers, comm->nranks, &comm->topo));
+    if (comm->topo->nHosts > 1)
+        INFO(LOOM_INIT, "%d ranks on %d hosts, %d on this one (%s)", comm->nranks,
+             comm->topo->nHosts, comm->localSize, me->hostname);
     return loomSuccess;
 }
 
@@ -286,25 +346,44 @@ static int configInt(int value, int fallback)
     return value == LOOM_CONFIG_UNDEF_INT ? fallback : value;
 }
 
-/* Sizes that depend on the parameters and on how many ranks share the host. */
+/*
+ * Sizes that depend on the parameters and on how many ranks share a host.
+ * The slot size decides how schedules cut messages, so it must be the same
+ * on every rank: it follows what every rank knows alike (the number of
+ * hosts, ranks and channels, the most crowded host). Across hosts each
+ * message pays a proxy hand-off and system calls, so larger slots (4 MiB
+ * FIFOs) pay off, as long as the network FIFOs (two per peer and channel,
+ * all connected at init) stay within NET_FIFO_BUDGET per rank.
+ */
+#define NET_BUFFSIZE (4 << 20)
+#define NET_FIFO_BUDGET (256ULL << 20)
+
 static void commSizes(struct loomComm *comm)
 {
     const int oneMiB = 1 << 20;
     int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
     size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
-    if (!setBuff && comm->localSize > 8) /* keep /dev/shm use near 8 MiB per rank */
-        buff = (size_t)(8 * oneMiB / comm->localSize) < 64 * 1024 ? 64 * 1024
-                                                                  : 8 * oneMiB / comm->localSize;
+    int crowd = 0;
+    comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    if (comm->nChannels > LOOM_MAX_CHANNELS)
+        comm->nChannels = LOOM_MAX_CHANNELS;
+    for (int h = 0; h < comm->topo->nHosts; h++) {
+        int size = comm->topo->hostStart[h + 1] - comm->topo->hostStart[h];
+        crowd = size > crowd ? size : crowd;
+    }
+    if (!setBuff && comm->topo->nHosts > 1 &&
+        2ULL * (uint64_t)comm->nranks * (uint64_t)comm->nChannels * NET_BUFFSIZE <= NET_FIFO_BUDGET)
+        buff = NET_BUFFSIZE;
+    if (!setBuff && crowd > 8) /* keep /dev/shm use near 8 MiB per rank */
+        buff = (size_t)(8 * oneMiB / crowd) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / crowd;
     comm->slotBytes = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
     if (comm->slotBytes < LOOM_CACHELINE)
         comm->slotBytes = LOOM_CACHELINE;
     comm->buffBytes = comm->slotBytes * LOOM_STEPS;
-    comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
-    if (comm->nChannels > LOOM_MAX_CHANNELS)
-        comm->nChannels = LOOM_MAX_CHANNELS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
-    if (comm->localSize > onlineCpus())
-        comm->spin = comm->spin < 32 ? comm->spin : 32; /* oversubscribed: yield early */
+    comm->oversubscribed = comm->localSize > onlineCpus();
+    if (comm->oversubscribed)
+        comm->spin = comm->spin < 32 ? comm->spin : 32; /* yield early */
 }
 
 static loomResult_t commAllocChannels(struct loomComm *comm)
@@ -316,8 +395,11 @@ static loomResult_t commAllocChannels(struct loomComm *comm)
         return loomSetError(loomSystemError, "out of memory for a communicator of %zu ranks", n);
     for (size_t i = 0; i < 2 * (size_t)comm->nChannels * n; i++)
         comm->owner[i] = -1;
-    for (size_t i = 0; i < n; i++)
-        comm->ring[i] = (int)i;
+    topoRing(comm->topo, comm->ring);
+    comm->linkTransport = malloc(n * sizeof(*comm->linkTransport));
+    comm->lost = calloc(n, sizeof(*comm->lost));
+    if (comm->linkTransport == NULL || comm->lost == NULL)
+        return loomSetError(loomSystemError, "out of memory for a communicator of %zu ranks", n);
     for (int c = 0; c < comm->nChannels; c++) {
         comm->channels[c].send = calloc(n, sizeof(struct loomConnector));
         comm->channels[c].recv = calloc(n, sizeof(struct loomConnector));
@@ -327,31 +409,85 @@ static loomResult_t commAllocChannels(struct loomComm *comm)
     return loomSuccess;
 }
 
+int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
+{
+    for (int i = 0; loomTransports[i]; i++)
+        if (loomTransports[i] == t)
+            return (comm->peers[rank].usable >> i) & 1;
+    return 0;
+}
+
+int transportServes(const struct loomComm *comm, const struct loomTransport *t, int peer)
+{
+    int i = comm->linkTransport[peer];
+    return i >= 0 && loomTransports[i] == t;
+}
+
+/* The first transport usable on both ends that accepts the pair, for every peer. */
+static uint32_t commChooseLinks(struct loomComm *comm, int *unreachable)
+{
+    uint32_t used = 0;
+    *unreachable = -1;
+    for (int p = 0; p < comm->nranks; p++) {
+        uint32_t both = comm->peers[comm->rank].usable & comm->peers[p].usable;
+        comm->linkTransport[p] = -1;
+        for (int t = 0; loomTransports[t] && comm->linkTransport[p] < 0; t++)
+            if (((both >> t) & 1) && loomTransports[t]->canConnect(comm, p))
+                comm->linkTransport[p] = (signed char)t;
+        if (comm->linkTransport[p] >= 0)
+            used |= 1u << comm->linkTransport[p];
+        else if (*unreachable < 0)
+            *unreachable = p;
+    }
+    return used;
+}
+
+#define LINKS_UNREACHABLE 0x80000000u
+
 static loomResult_t commConnect(struct loomComm *comm)
 {
-    int served = 0;
-    for (int t = 0; loomTransports[t]; t++) {
-        const char *why;
-        if (!loomTransports[t]->usable(&why)) {
-            INFO(LOOM_INIT, "transport %s not used: %s", loomTransports[t]->name, why);
-            continue;
-        }
-        LOOMCHECK(loomTransports[t]->setup(comm));
-        served = 1;
-        break;
+    int unreachable;
+    uint32_t *used = calloc((size_t)comm->nranks, sizeof(*used));
+    if (used == NULL)
+        return loomSetError(loomSystemError, "out of memory choosing transports");
+    used[comm->rank] = commChooseLinks(comm, &unreachable);
+    if (unreachable >= 0)
+        used[comm->rank] |= LINKS_UNREACHABLE;
+    /* Everyone learns which transports anyone needs, and whether anyone is stuck. */
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, used, sizeof(*used));
+    uint32_t needed = 0;
+    int stuck = -1;
+    for (int p = 0; res == loomSuccess && p < comm->nranks; p++) {
+        needed |= used[p];
+        if ((used[p] & LINKS_UNREACHABLE) && stuck < 0)
+            stuck = p;
     }
-    if (!served)
+    free(used);
+    LOOMCHECK(res);
+    if (unreachable >= 0)
         return loomSetError(loomInvalidUsage,
-                            "no transport can connect the ranks of this host (shared memory is "
-                            "disabled by LOOM_SHM_DISABLE=1 or /dev/shm is not writable, and no "
-                            "other transport is built yet)");
+                            "rank %d on %s has no transport to rank %d on %s (shared memory "
+                            "needs one host and no LOOM_SHM_DISABLE=1; the network needs an "
+                            "interface that is up: see loom-info on both hosts)",
+                            comm->rank, comm->peers[comm->rank].hostname, unreachable,
+                            comm->peers[unreachable].hostname);
+    if (stuck >= 0)
+        return loomSetError(loomInvalidUsage,
+                            "rank %d on %s has no transport to one of its peers (its log says "
+                            "which); this rank gives up too",
+                            stuck, comm->peers[stuck].hostname);
+    for (int t = 0; loomTransports[t]; t++)
+        if ((needed >> t) & 1)
+            LOOMCHECK(loomTransports[t]->setup(comm));
     return loomSuccess;
 }
 
 /* Releases what the communicator owns (not the struct itself). */
 static void commFree(struct loomComm *comm)
 {
-    for (int t = 0; loomTransports[t]; t++)
+    p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
+    /* In reverse: the network proxy rings the doorbell shm may own. */
+    for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
     comm->bootstrap = NULL;
@@ -366,11 +502,15 @@ static void commFree(struct loomComm *comm)
         scheduleFree(&comm->pool[i]);
     free(comm->pool);
     free(comm->peers);
+    topoFree(comm->topo);
+    free(comm->linkTransport);
+    free((void *)comm->lost);
     free(comm->ring);
     free(comm->owner);
     free(comm->scratch);
     comm->pool = NULL, comm->poolSize = 0;
     comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
+    comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
 }
 
 static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
@@ -386,6 +526,11 @@ static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomCo
     if (config && (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t)))
         return loomSetError(loomInvalidArgument,
                             "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
+    if (config && config->netName && strcmp(config->netName, "socket") != 0 &&
+        strcmp(config->netName, "ib") != 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: config->netName \"%s\" is neither \"socket\" nor \"ib\"", fn,
+                            config->netName);
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
         return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
                             config->timeoutSec);
@@ -404,6 +549,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     commSizes(comm);
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
+    LOOMCHECK(p2pSetup(comm));
     return bootstrapBarrier(comm->bootstrap);
 }
 
@@ -524,60 +670,6 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
 {
     return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
-}
-
-static int hexValue(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static loomResult_t envInt(const char *name, int *out)
-{
-    /* Launcher variables (job identity), not tunables: read here, not in param.c. */
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0')
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: %s is not set; start the program with loomrun "
-                            "(loomrun -n 4 prog)",
-                            name);
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > 1 << 24)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: %s=%s is not a rank count",
-                            name, v);
-    *out = (int)x;
-    return loomSuccess;
-}
-
-loomResult_t loomCommInitFromEnv(loomComm_t *comm)
-{
-    int rank, nranks;
-    loomUniqueId id;
-    debugInit();
-    if (comm == NULL)
-        return loomSetError(loomInvalidArgument, "loomCommInitFromEnv: comm is NULL");
-    LOOMCHECK(envInt("LOOM_RANK", &rank));
-    LOOMCHECK(envInt("LOOM_NRANKS", &nranks));
-    const char *hex = getenv("LOOM_UNIQUE_ID");
-    if (hex == NULL || strlen(hex) != 2 * sizeof(id.internal))
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: LOOM_UNIQUE_ID is %s; expected %zu hex digits "
-                            "as loomrun sets it",
-                            hex ? "malformed" : "not set", 2 * sizeof(id.internal));
-    for (size_t i = 0; i < sizeof(id.internal); i++) {
-        int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return loomSetError(loomInvalidArgument,
-                                "loomCommInitFromEnv: LOOM_UNIQUE_ID has a non-hex character at "
-                                "%zu",
-                                2 * i + (hi < 0 ? 0 : 1));
-        id.internal[i] = (char)(hi << 4 | lo);
-    }
-    return loomCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 /* ---- split ---- */

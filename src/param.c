@@ -81,10 +81,12 @@ static const struct paramRow paramTable[] = {
                         "network transport between hosts: socket or ib; unset: ib if a "
                         "device is usable, else socket"},
     [LOOM_PARAM_SOCKET_IFNAME] = {"LOOM_SOCKET_IFNAME", PARAM_STR, "", 0, 0, NULL, NULL,
-                                  "network interface(s) for TCP traffic, e.g. eth0; unset: "
-                                  "chosen automatically"},
+                                  "interfaces for TCP and the bootstrap, NCCL syntax (eth,ib; "
+                                  "^docker,lo excludes; =eth0 exact); unset: the first one up "
+                                  "that is not loopback"},
     [LOOM_PARAM_IB_HCA] = {"LOOM_IB_HCA", PARAM_STR, "", 0, 0, NULL, NULL,
-                           "InfiniBand device(s) to use, e.g. mlx5_0; unset: all"},
+                           "InfiniBand devices and ports, NCCL syntax (mlx5_0:1,mlx5_1; ^ "
+                           "excludes; = exact); unset: all, the first active port is used"},
     [LOOM_PARAM_HOSTID] = {"LOOM_HOSTID", PARAM_STR, "", 0, 0, NULL, NULL,
                            "overrides this host's identity (ranks with equal ids share "
                            "memory); unset: hash of hostname and boot id"},
@@ -93,6 +95,25 @@ static const struct paramRow paramTable[] = {
                          "busy-poll iterations (pause instructions) of a wait before it "
                          "yields the CPU, "
                          "0..10000000"},
+    [LOOM_PARAM_CUDA_LIB] = {"LOOM_CUDA_LIB", PARAM_STR, "libcuda.so.1", 0, 0, NULL, NULL,
+                             "the CUDA driver library loaded at run time for device buffers "
+                             "(a name or a path); tests point it at a stand-in"},
+    [LOOM_PARAM_IB_DISABLE] = {"LOOM_IB_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
+                               "1: do not use InfiniBand verbs; hosts talk over TCP"},
+    [LOOM_PARAM_IB_GID_INDEX] = {"LOOM_IB_GID_INDEX", PARAM_INT, "0", 0, 255, "a GID index", NULL,
+                                 "GID table index of the InfiniBand port used on RoCE (Ethernet "
+                                 "link layer), 0..255"},
+    [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "2", 1, 16,
+                                  "a socket count", NULL,
+                                  "TCP sockets per connection; a large message is cut into "
+                                  "that many parts sent side by side, 1..16"},
+    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "0", 0, 16,
+                                    "a thread count", NULL,
+                                    "helper threads per communicator that move the parts of "
+                                    "large TCP messages; 0: the proxy thread moves all, 0..16"},
+    [LOOM_PARAM_ROOT_ADDR] = {"LOOM_ROOT_ADDR", PARAM_STR, "", 0, 0, NULL, NULL,
+                              "host:port where rank 0 listens for the others when "
+                              "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

@@ -26,6 +26,12 @@ typedef enum {
     LOOM_PARAM_IB_HCA,      /* string */
     LOOM_PARAM_HOSTID,      /* string */
     LOOM_PARAM_SPIN,        /* int: spin iterations before yielding */
+    LOOM_PARAM_CUDA_LIB,    /* string: the CUDA driver library to load */
+    LOOM_PARAM_IB_DISABLE,  /* int 0/1 */
+    LOOM_PARAM_IB_GID_INDEX, /* int */
+    LOOM_PARAM_SOCKET_NSOCKS, /* int: TCP sockets per connection */
+    LOOM_PARAM_SOCKET_NTHREADS, /* int: helper threads moving large TCP messages */
+    LOOM_PARAM_ROOT_ADDR,   /* string: host:port of the rendezvous (loomCommInitFromEnv) */
     LOOM_PARAM_NUM
 } loomParamId_t;
 

@@ -10,6 +10,13 @@
  * communicators, and every one ever created is on a list, so a destroyed
  * stream is reported, not dereferenced freed, and a pointer that is no
  * stream at all is reported without being dereferenced.
+ *
+ * A CUDA stream (loomStreamCreateCuda) is a host stream whose units are
+ * also ordered on the application's cudaStream_t (src/cuda/cudastream.c):
+ * at enqueue the CUDA stream is marked and made to wait for the unit; the
+ * progress thread waits for the mark (the work queued before the call),
+ * runs the unit, and then lets the CUDA stream go on. So a call returns at
+ * once and acts as if it were a kernel on the caller's stream.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 
@@ -27,7 +35,9 @@
 struct streamUnit {
     struct streamUnit *next;
     int nops;
-    int cap; /* ops the allocation holds */
+    int cap;      /* ops the allocation holds */
+    void *event;  /* CUDA streams: marks the work queued before the unit */
+    uint32_t seq; /* CUDA streams: the value that releases the CUDA stream */
     struct loomOp ops[];
 };
 
@@ -44,10 +54,16 @@ struct loomStream {
     int sleeping; /* the thread waits on `cond`: enqueue must signal */
     int waiters;  /* threads in Synchronize/Destroy wait on `idle` */
     int stop;
-    loomResult_t error;         /* the first error, under `lock` */
-    char errorLine[256];        /* and its line */
-    struct loomStream *allNext; /* the registry: every stream ever created */
+    loomResult_t error;          /* the first error, under `lock` */
+    char errorLine[256];         /* and its line */
+    struct loomStream *allNext;  /* the registry: every stream ever created */
+    struct cudaStreamSync *cuda; /* the wrapped cudaStream_t, or NULL for a host stream */
 };
+
+int streamIsCuda(const struct loomStream *s)
+{
+    return s->cuda != NULL;
+}
 
 static pthread_mutex_t streamsLock = PTHREAD_MUTEX_INITIALIZER;
 static struct loomStream *_Atomic streams;
@@ -85,7 +101,11 @@ loomResult_t streamCheck(struct loomStream *s, const char *fn)
 
 static void unitRun(struct loomStream *s, struct streamUnit *u)
 {
-    loomResult_t res = planExecute(u->ops, u->nops);
+    loomResult_t res = s->cuda ? cudaStreamUnitBegin(s->cuda, u->event) : loomSuccess;
+    if (res == loomSuccess)
+        res = planExecute(u->ops, u->nops);
+    if (s->cuda)
+        cudaStreamUnitEnd(s->cuda, u->seq);
     for (int i = 0; i < u->nops; i++) {
         struct loomComm *comm = u->ops[i].comm;
         if (res != loomSuccess) {
@@ -147,6 +167,8 @@ static void *streamMain(void *arg)
     while (s->free) {
         struct streamUnit *u = s->free;
         s->free = u->next;
+        if (u->event)
+            cudaStreamEventFree(s->cuda, u->event);
         free(u);
     }
     pthread_mutex_unlock(&s->lock);
@@ -167,9 +189,18 @@ static struct streamUnit *unitTake(struct loomStream *s, int nops)
     }
     int cap = nops < 4 ? 4 : nops;
     u = malloc(sizeof(*u) + (size_t)cap * sizeof(struct loomOp));
-    if (u)
+    if (u) {
         u->cap = cap;
+        u->event = NULL;
+    }
     return u;
+}
+
+/* Puts a unit that was taken but not queued back on the free list. Lock held. */
+static void unitReturn(struct loomStream *s, struct streamUnit *u)
+{
+    u->next = s->free;
+    s->free = u;
 }
 
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
@@ -184,6 +215,14 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
     }
     u->next = NULL;
     u->nops = nops;
+    if (s->cuda) {
+        loomResult_t res = cudaStreamFence(s->cuda, &u->event, &u->seq);
+        if (res != loomSuccess) {
+            unitReturn(s, u);
+            pthread_mutex_unlock(&s->lock);
+            return res;
+        }
+    }
     memcpy(u->ops, ops, (size_t)nops * sizeof(*ops));
     for (int i = 0; i < nops; i++) {
         ops[i].v = NULL;
@@ -200,36 +239,48 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
     return loomSuccess;
 }
 
-loomResult_t loomStreamCreate(loomStream_t *stream)
+/* A new stream with its progress thread; cuda (owned from here on) makes it a CUDA stream. */
+static loomResult_t streamStart(struct cudaStreamSync *cuda, const char *fn, loomStream_t *stream)
 {
-    if (stream == NULL)
-        return loomSetError(loomInvalidArgument, "loomStreamCreate: stream is NULL");
     struct loomStream *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return loomSetError(loomSystemError, "loomStreamCreate: out of memory");
+    if (s == NULL) {
+        if (cuda)
+            cudaStreamDetach(cuda);
+        return loomSetError(loomSystemError, "%s: out of memory", fn);
+    }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     pthread_cond_init(&s->idle, NULL);
     s->magic = STREAM_MAGIC;
+    s->cuda = cuda;
     streamRegister(s);
     int e = pthread_create(&s->thread, NULL, streamMain, s);
     if (e != 0) {
         s->magic = STREAM_DEAD;
+        if (cuda)
+            cudaStreamDetach(cuda);
         return loomSetError(
-            loomSystemError, "loomStreamCreate: cannot start a thread: %s%s", strerror(e),
+            loomSystemError, "%s: cannot start a thread: %s%s", fn, strerror(e),
             e == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
     }
     *stream = s;
     return loomSuccess;
 }
 
-loomResult_t loomStreamCreateCuda(loomStream_t *stream, void *cudaStream)
+loomResult_t loomStreamCreate(loomStream_t *stream)
 {
     if (stream == NULL)
+        return loomSetError(loomInvalidArgument, "loomStreamCreate: stream is NULL");
+    return streamStart(NULL, "loomStreamCreate", stream);
+}
+
+loomResult_t loomStreamCreateCuda(loomStream_t *stream, void *cudaStream)
+{
+    struct cudaStreamSync *cuda;
+    if (stream == NULL)
         return loomSetError(loomInvalidArgument, "loomStreamCreateCuda: stream is NULL");
-    return loomSetError(loomInvalidUsage,
-                        "loomStreamCreateCuda: CUDA streams are not implemented in this build "
-                        "of Loom; use loomStreamCreate for host buffers");
+    LOOMCHECK(cudaStreamAttach(cudaStream, &cuda));
+    return streamStart(cuda, "loomStreamCreateCuda", stream);
 }
 
 loomResult_t loomStreamSynchronize(loomStream_t s)
@@ -246,6 +297,8 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
     char line[sizeof(s->errorLine)];
     memcpy(line, s->errorLine, sizeof(line));
     pthread_mutex_unlock(&s->lock);
+    if (res == loomSuccess && s->cuda)
+        return cudaStreamSync(s->cuda);
     if (res != loomSuccess)
         loomSetError(res, "loomStreamSynchronize: an operation on the stream failed: %s", line);
     return res;
@@ -261,6 +314,8 @@ loomResult_t loomStreamQuery(loomStream_t s)
                        : (s->head || s->running) ? loomInProgress
                                                  : loomSuccess;
     pthread_mutex_unlock(&s->lock);
+    if (res == loomSuccess && s->cuda)
+        return cudaStreamIdle(s->cuda);
     return res;
 }
 
@@ -274,6 +329,9 @@ loomResult_t loomStreamDestroy(loomStream_t s)
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    if (s->cuda)
+        cudaStreamDetach(s->cuda);
+    s->cuda = NULL;
     s->magic = STREAM_DEAD;
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);

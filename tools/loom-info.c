@@ -7,7 +7,10 @@
  * caches, GPUs and network devices), and whether each transport compiled in
  * can be used here and, if not, why. With -c it prints every LOOM_*
  * parameter: the value in force, the built-in default, where the value came
- * from, and a line of help.
+ * from, and a line of help. With --comm, run as every rank of a job (under
+ * loomrun, mpirun or srun), it joins the job's communicator and rank 0
+ * prints its hosts, its ring and its two trees, with the transport of every
+ * link as the rank at its start sees it.
  *
  * It reads the library only through include/loom.h; the topology is hwloc's
  * own view, printed directly, so a report from this tool shows what Loom's
@@ -24,15 +27,19 @@
 #include <hwloc.h>
 
 #include "loom.h"
+#include "toolcomm.h"
 
 #define EXIT_USAGE 2
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: loom-info [-c] [-h]\n"
+    fprintf(out, "Usage: loom-info [-c] [--comm] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
+                 "  -C, --comm     run as every rank of a job (loomrun, mpirun, srun): print\n"
+                 "                 the communicator's hosts, ring and trees, and the transport\n"
+                 "                 of every link\n"
                  "  -h, --help     print this help\n");
 }
 
@@ -64,6 +71,11 @@ static int printVersion(void)
     }
     printf("Loom %d.%d.%d\n", code / 10000, code / 100 % 100, code % 100);
     printf("Build: %s\n", loomBuildFeatures());
+#ifdef LOOM_TOOLS_MPI
+    printf("Tools: join by MPI_Bcast under mpirun: yes\n");
+#else
+    printf("Tools: join by MPI_Bcast under mpirun: no (use LOOM_ROOT_ADDR)\n");
+#endif
     return 0;
 }
 
@@ -259,20 +271,156 @@ static int printParams(void)
     return 0;
 }
 
+/* ---- --comm: the communicator of the job ---- */
+
+#define NAME_BYTES 16
+
+struct linkView {
+    int peer;
+    char transport[NAME_BYTES];
+};
+
+/* One rank's own links: its ring successor and its tree neighbours. */
+struct rankView {
+    struct linkView next;
+    struct linkView up[2];
+    struct linkView down[2][LOOM_TREE_MAX_DOWN];
+    int ndown[2];
+};
+
+static void linkOf(loomComm_t comm, int peer, struct linkView *out)
+{
+    loomPeerInfo_t info;
+    out->peer = peer;
+    snprintf(out->transport, sizeof(out->transport), "-");
+    if (peer >= 0 && loomCommPeerInfo(comm, peer, &info) == loomSuccess && info.transport)
+        snprintf(out->transport, sizeof(out->transport), "%s", info.transport);
+}
+
+static int viewMine(loomComm_t comm, int rank, int nranks, struct rankView *v)
+{
+    int *ring = calloc((size_t)nranks, sizeof(*ring));
+    if (ring == NULL || loomCommRing(comm, ring) != loomSuccess) {
+        free(ring);
+        return -1;
+    }
+    for (int i = 0; i < nranks; i++)
+        if (ring[i] == rank)
+            linkOf(comm, ring[(i + 1) % nranks], &v->next);
+    free(ring);
+    for (int t = 0; t < 2; t++) {
+        int up, down[LOOM_TREE_MAX_DOWN];
+        if (loomCommTree(comm, t, rank, &up, down, &v->ndown[t]) != loomSuccess)
+            return -1;
+        linkOf(comm, up, &v->up[t]);
+        for (int d = 0; d < v->ndown[t]; d++)
+            linkOf(comm, down[d], &v->down[t][d]);
+    }
+    return 0;
+}
+
+static void printHosts(loomComm_t comm, int nranks)
+{
+    int printed = 0;
+    for (int h = 0; printed < nranks; h++) {
+        loomPeerInfo_t info;
+        int first = 1;
+        for (int r = 0; r < nranks; r++) {
+            if (loomCommPeerInfo(comm, r, &info) != loomSuccess || info.host != h)
+                continue;
+            if (first)
+                printf("  host %d  %-16s ranks", h, info.hostname);
+            printf(" %d", r);
+            first = 0;
+            printed++;
+        }
+        printf("\n");
+    }
+}
+
+static void printLinks(const struct rankView *all, int nranks, const int *ring)
+{
+    printf("Ring:");
+    for (int i = 0; i < nranks; i++)
+        printf(" %d", ring[i]);
+    printf("\n");
+    for (int i = 0; i < nranks; i++)
+        printf("  %d -> %d  %s\n", ring[i], all[ring[i]].next.peer, all[ring[i]].next.transport);
+    for (int t = 0; t < 2; t++) {
+        printf("Tree %d:\n", t);
+        for (int r = 0; r < nranks; r++) {
+            const struct rankView *v = &all[r];
+            if (v->up[t].peer < 0)
+                printf("  %d  root      ", r);
+            else
+                printf("  %d  up %d (%s)", r, v->up[t].peer, v->up[t].transport);
+            printf("  down");
+            for (int d = 0; d < v->ndown[t]; d++)
+                printf(" %d (%s)", v->down[t][d].peer, v->down[t][d].transport);
+            printf("%s\n", v->ndown[t] ? "" : " -");
+        }
+    }
+}
+
+static int printComm(int *argc, char ***argv)
+{
+    loomComm_t comm;
+    int rank, nranks, rc = EXIT_FAILURE;
+    if (toolCommInit(argc, argv, "loom-info", &comm) != loomSuccess) {
+        toolCommFinalize();
+        return EXIT_FAILURE;
+    }
+    loomCommUserRank(comm, &rank);
+    loomCommCount(comm, &nranks);
+    struct rankView *all = calloc((size_t)nranks, sizeof(*all));
+    int *ring = calloc((size_t)nranks, sizeof(*ring));
+    if (all == NULL || ring == NULL || viewMine(comm, rank, nranks, &all[rank]) != 0 ||
+        loomCommRing(comm, ring) != loomSuccess) {
+        fprintf(stderr, "loom-info: rank %d: cannot describe the communicator: %s\n", rank,
+                loomGetLastError(comm));
+        goto out;
+    }
+    if (loomAllGather(&all[rank], all, sizeof(*all), loomUint8, comm, NULL) != loomSuccess) {
+        fprintf(stderr, "loom-info: rank %d: loomAllGather failed: %s\n", rank,
+                loomGetLastError(comm));
+        goto out;
+    }
+    if (rank == 0) {
+        loomPeerInfo_t last;
+        loomCommPeerInfo(comm, ring[nranks - 1], &last);
+        printf("Communicator: %d ranks on %d host(s), joined through %s\n", nranks, last.host + 1,
+               toolCommHow());
+        printf("Hosts:\n");
+        printHosts(comm, nranks);
+        printLinks(all, nranks, ring);
+    }
+    rc = EXIT_SUCCESS;
+out:
+    free(all);
+    free(ring);
+    loomCommDestroy(comm);
+    toolCommFinalize();
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longOptions[] = {
         {"config", no_argument, NULL, 'c'},
+        {"comm", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int config = 0;
+    int config = 0, comm = 0;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "ch", longOptions, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "cCh", longOptions, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config = 1;
+            break;
+        case 'C':
+            comm = 1;
             break;
         case 'h':
             usage(stdout);
@@ -290,6 +438,8 @@ int main(int argc, char **argv)
 
     if (config)
         return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    if (comm)
+        return printComm(&argc, &argv);
 
     if (printVersion() != 0)
         return EXIT_FAILURE;

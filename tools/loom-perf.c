@@ -2,7 +2,8 @@
  * loom-perf — bandwidth and correctness of Loom's collectives, nccl-tests style.
  *
  * One binary serves every collective (-C); each rank is a process started by
- * loomrun (or another launcher) and joins with loomCommInitFromEnv. Options,
+ * loomrun, mpirun or srun and joins as toolcomm.c says (MPI_Bcast of the
+ * unique id under mpirun when built with MPI, else loomCommInitFromEnv). Options,
  * columns and bandwidth figures follow nccl-tests so numbers can be compared
  * with theirs, and bench/mpi-coll prints the same table for Open MPI.
  *
@@ -30,7 +31,16 @@
  *
  * SendRecv has no in-place form in loom.h (a buffer both sent and received
  * in one group is a race), so its in-place columns read N/A.
+ *
+ * With -G 1 (the default where a GPU is usable) the buffers are CUDA device
+ * memory, each rank on GPU LOOM_LOCAL_RANK modulo the GPUs it sees (several
+ * ranks may share one), and -z 0 issues the calls on a CUDA stream wrapped
+ * by loomStreamCreateCuda. The check fills host copies of the buffers and
+ * their guards, copies them to the device, runs the call, and copies them
+ * back. The tool loads the CUDA driver itself (dlopen, the library Loom
+ * loads: LOOM_CUDA_LIB), so it needs no CUDA to build or to run with -G 0.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -42,6 +52,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "toolcomm.h"
 
 #define GUARD_BYTES 256
 #define SENTINEL_BYTE 0xa5
@@ -98,7 +109,25 @@ struct options {
     uint64_t minBytes, maxBytes, stepBytes;
     double stepFactor; /* <= 1: add stepBytes instead */
     int iters, warmup, check, agg, blocking;
+    int gpu; /* -G: 1 device buffers, 0 host, -1 not given (device if a GPU is usable) */
     size_t offset;
+};
+
+/* The few CUDA driver functions loom-perf needs for device buffers (loaded at run time). */
+struct gpu {
+    int (*init)(unsigned int);
+    int (*deviceGetCount)(int *);
+    int (*deviceGet)(int *, int);
+    int (*primaryCtxRetain)(void **, int);
+    int (*ctxSetCurrent)(void *);
+    int (*memAlloc)(uint64_t *, size_t);
+    int (*memFree)(uint64_t);
+    int (*memcpyHtoD)(uint64_t, const void *, size_t);
+    int (*memcpyDtoH)(void *, uint64_t, size_t);
+    int (*streamCreate)(void **, unsigned int);
+    int (*streamDestroy)(void *);
+    int device;
+    void *stream; /* CUstream behind the Loom stream with -z 0 */
 };
 
 /* One line of the table: a collective at one size. */
@@ -119,6 +148,9 @@ struct perf {
     int rank, nranks;
     char *sendBase, *recvBase; /* allocations: guard, offset, data, guard */
     char *send, *recv;         /* aligned start + offset */
+    size_t allocBytes;         /* of each allocation */
+    struct gpu *gpu;           /* device buffers (-G 1), else NULL */
+    uint64_t devSend, devRecv; /* device mirrors of sendBase and recvBase */
     uint64_t *sizes;
     size_t nSizes;
     int64_t totalWrong, totalOob;
@@ -490,9 +522,37 @@ static loomResult_t issueOp(struct perf *p, const struct test *t, const void *se
     }
 }
 
+/* The device address that mirrors host address h of one of the two allocations. */
+static char *onDevice(const struct perf *p, const void *h)
+{
+    const char *c = h;
+    if (c >= p->sendBase && c < p->sendBase + p->allocBytes) {
+        return (char *)(uintptr_t)(p->devSend + (uint64_t)(c - p->sendBase));
+    }
+    return (char *)(uintptr_t)(p->devRecv + (uint64_t)(c - p->recvBase));
+}
+
+/* Runs one call; with -G 1 on the device mirrors of the host buffers given. */
 static void runOp(struct perf *p, const struct test *t, const void *sendbuff, void *recvbuff)
 {
+    if (p->gpu != NULL) {
+        sendbuff = onDevice(p, sendbuff);
+        recvbuff = onDevice(p, recvbuff);
+    }
     perfCheck(p, issueOp(p, t, sendbuff, recvbuff), collNames[t->coll]);
+}
+
+/* Copies the host allocation that holds region k of a layout to the device, or back. */
+static void mirror(struct perf *p, char *base, int toDevice)
+{
+    uint64_t dev = base == p->sendBase ? p->devSend : p->devRecv;
+    int r = toDevice ? p->gpu->memcpyHtoD(dev, base, p->allocBytes)
+                     : p->gpu->memcpyDtoH(base, dev, p->allocBytes);
+    if (r != 0) {
+        fprintf(stderr, "loom-perf: rank %d: copying a buffer %s the GPU failed: CUDA error %d\n",
+                p->rank, toDevice ? "to" : "from", r);
+        exit(EXIT_WRONG);
+    }
 }
 
 static void syncStream(struct perf *p)
@@ -641,8 +701,14 @@ static int64_t checkOnce(struct perf *p, const struct test *t, int inPlace, int6
     for (size_t i = 0; i < t->sendElems; i++) {
         encodeValue(t->type, inputValue(p, t, p->rank, i), l.sendbuff + i * ts);
     }
+    for (int k = 0; p->gpu != NULL && k < l.nRegions; k++) {
+        mirror(p, l.bases[k], 1);
+    }
     runOp(p, t, l.sendbuff, l.recvbuff);
     syncStream(p);
+    for (int k = 0; p->gpu != NULL && k < l.nRegions; k++) {
+        mirror(p, l.bases[k], 0);
+    }
 
     int64_t wrong = 0;
     int isRootless = t->coll == COLL_REDUCE && p->rank != t->root;
@@ -829,7 +895,9 @@ static void usage(FILE *f)
             "             double|float64|bfloat16|all (float)\n"
             "  -r root    root of broadcast and reduce, or all (0)\n"
             "  -a 0..3    time across ranks: 0 rank 0, 1 average, 2 min, 3 max (1)\n"
-            "  -z 0|1     1: blocking calls (NULL stream); 0: calls on a host stream (0)\n"
+            "  -z 0|1     1: blocking calls (NULL stream); 0: calls on a stream, a CUDA stream\n"
+            "             with -G 1 (0)\n"
+            "  -G 0|1     1: CUDA device buffers; 0: host buffers (1 where a GPU is usable)\n"
             "  -O bytes   misalign both buffers by this many bytes (0)\n"
             "  -h         this help\n");
 }
@@ -957,11 +1025,12 @@ static int parseOptions(int argc, char **argv, struct options *o)
                           .check = 1,
                           .agg = 1,
                           .blocking = 0,
+                          .gpu = -1,
                           .offset = 0};
     int c, v;
     char *end;
     opterr = 0;
-    while ((c = getopt(argc, argv, "C:b:e:f:i:n:w:c:o:d:r:a:z:O:h")) != -1) {
+    while ((c = getopt(argc, argv, "C:b:e:f:i:n:w:c:o:d:r:a:z:G:O:h")) != -1) {
         switch (c) {
         case 'C':
             if (parseColl(optarg, o) != 0) {
@@ -1027,6 +1096,11 @@ static int parseOptions(int argc, char **argv, struct options *o)
                 return usageError("-z wants 0 or 1, not", optarg);
             }
             break;
+        case 'G':
+            if (parseInt(optarg, 0, 1, &o->gpu) != 0) {
+                return usageError("-G wants 0 or 1, not", optarg);
+            }
+            break;
         case 'O':
             if (parseInt(optarg, 0, MAX_OFFSET, &v) != 0) {
                 return usageError("-O wants a byte offset from 0 to 4096, not", optarg);
@@ -1052,6 +1126,97 @@ static int parseOptions(int argc, char **argv, struct options *o)
         return usageError("-i 0 never reaches -e; give -i > 0 or -f", NULL);
     }
     return 0;
+}
+
+/* ---- device buffers ------------------------------------------------------------ */
+
+/* The CUDA driver Loom loads (its LOOM_CUDA_LIB parameter), so both agree on the driver. */
+static const char *cudaLibName(void)
+{
+    for (int i = 0; i < loomParamCount(); i++) {
+        loomParamInfo_t info;
+        if (loomParamGet(i, &info) == loomSuccess && strcmp(info.name, "LOOM_CUDA_LIB") == 0) {
+            return info.value;
+        }
+    }
+    return "libcuda.so.1";
+}
+
+/* This rank's GPU among those it sees: its rank on the host, as the launcher says. */
+static int localRank(void)
+{
+    static const char *const vars[] = {"LOOM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && *v != '\0') {
+            return atoi(v);
+        }
+    }
+    return 0;
+}
+
+/*
+ * Loads the driver and makes this rank's GPU current (before the communicator
+ * is created, so that Loom binds it to that GPU). NULL, with *why, when no
+ * GPU is usable.
+ */
+static struct gpu *gpuOpen(const char **why)
+{
+    static struct gpu g;
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+        {"cuInit", offsetof(struct gpu, init)},
+        {"cuDeviceGetCount", offsetof(struct gpu, deviceGetCount)},
+        {"cuDeviceGet", offsetof(struct gpu, deviceGet)},
+        {"cuDevicePrimaryCtxRetain", offsetof(struct gpu, primaryCtxRetain)},
+        {"cuCtxSetCurrent", offsetof(struct gpu, ctxSetCurrent)},
+        {"cuMemAlloc_v2", offsetof(struct gpu, memAlloc)},
+        {"cuMemFree_v2", offsetof(struct gpu, memFree)},
+        {"cuMemcpyHtoD_v2", offsetof(struct gpu, memcpyHtoD)},
+        {"cuMemcpyDtoH_v2", offsetof(struct gpu, memcpyDtoH)},
+        {"cuStreamCreate", offsetof(struct gpu, streamCreate)},
+        {"cuStreamDestroy_v2", offsetof(struct gpu, streamDestroy)},
+    };
+    void *h = dlopen(cudaLibName(), RTLD_NOW | RTLD_LOCAL);
+    int n = 0, dev, ctxDev;
+    void *ctx;
+    if (h == NULL) {
+        *why = "the CUDA driver cannot be loaded (no NVIDIA driver here?)";
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        void *f = dlsym(h, syms[i].name);
+        if (f == NULL) {
+            *why = "the CUDA driver is too old";
+            return NULL;
+        }
+        memcpy((char *)&g + syms[i].offset, &f, sizeof(f));
+    }
+    if (g.init(0) != 0 || g.deviceGetCount(&n) != 0 || n < 1) {
+        *why = "the CUDA driver finds no GPU";
+        return NULL;
+    }
+    dev = localRank() % n;
+    if (g.deviceGet(&ctxDev, dev) != 0 || g.primaryCtxRetain(&ctx, ctxDev) != 0 ||
+        g.ctxSetCurrent(ctx) != 0) {
+        *why = "the GPU cannot be used (cuDevicePrimaryCtxRetain failed)";
+        return NULL;
+    }
+    g.device = dev;
+    return &g;
+}
+
+/* Device mirrors of the two host allocations. */
+static int gpuBuffers(struct perf *p)
+{
+    p->devSend = p->devRecv = 0;
+    return p->gpu->memAlloc(&p->devSend, p->allocBytes) != 0 ||
+                   p->gpu->memAlloc(&p->devRecv, p->allocBytes) != 0
+               ? -1
+               : 0;
 }
 
 /* ---- setup and output -------------------------------------------------------- */
@@ -1086,11 +1251,12 @@ static int makeSizes(struct perf *p)
 }
 
 /* Room for the front guard, the offset, the largest size and the back guard. */
-static char *allocBuffer(const struct perf *p, char **start)
+static char *allocBuffer(struct perf *p, char **start)
 {
     void *base = NULL;
     size_t front = 64;
     size_t total = front + p->opt.offset + (size_t)p->opt.maxBytes + GUARD_BYTES;
+    p->allocBytes = total;
     if (posix_memalign(&base, 4096, total) != 0) {
         return NULL;
     }
@@ -1102,13 +1268,15 @@ static char *allocBuffer(const struct perf *p, char **start)
 struct rankInfo {
     int32_t rank;
     int32_t pid;
-    char host[56];
+    int32_t gpu; /* -1: host buffers */
+    char host[52];
 };
 
 static void printHeader(struct perf *p)
 {
     const struct options *o = &p->opt;
-    struct rankInfo me = {.rank = p->rank, .pid = (int32_t)getpid()};
+    struct rankInfo me = {
+        .rank = p->rank, .pid = (int32_t)getpid(), .gpu = p->gpu ? p->gpu->device : -1};
     gethostname(me.host, sizeof(me.host) - 1);
     struct rankInfo *all = calloc((size_t)p->nranks, sizeof(*all));
     if (all == NULL) {
@@ -1130,14 +1298,18 @@ static void printHeader(struct perf *p)
                o->nTypes > 1 ? "all" : typeTable[o->types[0]].name,
                o->nOps > 1 ? "all" : opNames[o->ops[0]], root);
         printf("# minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %g(%s) warmup iters: %d "
-               "iters: %d validation: %d blocking: %d offset: %zu time: %s\n",
+               "iters: %d validation: %d blocking: %d offset: %zu time: %s buffers: %s\n",
                o->minBytes, o->maxBytes, o->stepFactor > 1 ? o->stepFactor : (double)o->stepBytes,
                o->stepFactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check, o->blocking,
-               o->offset, aggNames[o->agg]);
+               o->offset, aggNames[o->agg], p->gpu ? "device" : "host");
         printf("#\n");
         for (int r = 0; r < p->nranks; r++) {
             all[r].host[sizeof(all[r].host) - 1] = '\0';
-            printf("#  Rank %2d Pid %6d on %s\n", all[r].rank, all[r].pid, all[r].host);
+            printf("#  Rank %2d Pid %6d on %s", all[r].rank, all[r].pid, all[r].host);
+            if (all[r].gpu >= 0) {
+                printf(" GPU %d", all[r].gpu);
+            }
+            printf("\n");
         }
         printf("#\n");
         printf("%-52s  %37s  %37s\n", "#", "out-of-place            ", "in-place            ");
@@ -1180,13 +1352,16 @@ int main(int argc, char **argv)
 {
     struct perf p = {.reportsLeft = MISMATCH_REPORTS};
     int rc = parseOptions(argc, argv, &p.opt);
+    const char *why = NULL;
     if (rc != 0) {
         return rc;
     }
-    loomResult_t r = loomCommInitFromEnv(&p.comm);
-    if (r != loomSuccess) {
-        fprintf(stderr, "loom-perf: cannot join the communicator: %s: %s\n", loomGetErrorString(r),
-                loomGetLastError(NULL));
+    if (p.opt.gpu != 0 && (p.gpu = gpuOpen(&why)) == NULL && p.opt.gpu == 1) {
+        fprintf(stderr, "loom-perf: -G 1: %s\n", why);
+        return EXIT_USAGE;
+    }
+    if (toolCommInit(&argc, &argv, "loom-perf", &p.comm) != loomSuccess) {
+        toolCommFinalize();
         return EXIT_WRONG;
     }
     perfCheck(&p, loomCommCount(p.comm, &p.nranks), "loomCommCount");
@@ -1195,6 +1370,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "loom-perf: rank %d: -r %d is not a rank of this %d-rank job\n", p.rank,
                 p.opt.root, p.nranks);
         loomCommDestroy(p.comm);
+        toolCommFinalize();
         return EXIT_USAGE;
     }
     if (makeSizes(&p) != 0 || (p.sendBase = allocBuffer(&p, &p.send)) == NULL ||
@@ -1203,7 +1379,18 @@ int main(int argc, char **argv)
                 p.rank, p.opt.maxBytes);
         return EXIT_WRONG;
     }
-    if (!p.opt.blocking) {
+    if (p.gpu != NULL && gpuBuffers(&p) != 0) {
+        fprintf(stderr, "loom-perf: rank %d: cannot allocate 2 buffers of %zu bytes on GPU %d\n",
+                p.rank, p.allocBytes, p.gpu->device);
+        return EXIT_WRONG;
+    }
+    if (!p.opt.blocking && p.gpu != NULL) {
+        if (p.gpu->streamCreate(&p.gpu->stream, 1 /* CU_STREAM_NON_BLOCKING */) != 0) {
+            fprintf(stderr, "loom-perf: rank %d: cannot create a CUDA stream\n", p.rank);
+            return EXIT_WRONG;
+        }
+        perfCheck(&p, loomStreamCreateCuda(&p.stream, p.gpu->stream), "loomStreamCreateCuda");
+    } else if (!p.opt.blocking) {
         perfCheck(&p, loomStreamCreate(&p.stream), "loomStreamCreate");
     }
     printHeader(&p);
@@ -1223,6 +1410,14 @@ int main(int argc, char **argv)
     }
     perfCheck(&p, loomCommFinalize(p.comm), "loomCommFinalize");
     perfCheck(&p, loomCommDestroy(p.comm), "loomCommDestroy");
+    if (p.gpu != NULL) {
+        if (p.gpu->stream != NULL) {
+            p.gpu->streamDestroy(p.gpu->stream);
+        }
+        p.gpu->memFree(p.devSend);
+        p.gpu->memFree(p.devRecv);
+    }
+    toolCommFinalize();
     free(p.sendBase);
     free(p.recvBase);
     free(p.sizes);

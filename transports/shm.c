@@ -189,14 +189,20 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        NULL,
+                                        NULL,
+                                        NULL};
             *s = (struct loomConnector){(struct loomFifo *)sf,
                                         sf + sizeof(struct loomFifo),
                                         comm->slotBytes,
                                         0,
                                         peerBell,
                                         p,
-                                        1};
+                                        1,
+                                        NULL,
+                                        NULL,
+                                        NULL};
         }
     }
 }
@@ -250,9 +256,26 @@ static void shmTeardown(struct loomComm *comm)
     comm->shm = NULL;
 }
 
+/*
+ * Ranks that cannot use shm (LOOM_SHM_DISABLE=1 there) still take part in
+ * the exchange and the barrier, which are collective, with an empty name.
+ */
+static loomResult_t shmSetupAbsent(struct loomComm *comm)
+{
+    char *names = calloc((size_t)comm->nranks, SHM_NAME_BYTES);
+    if (names == NULL)
+        return loomSetError(loomSystemError, "out of memory exchanging shm names");
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, names, SHM_NAME_BYTES);
+    free(names);
+    LOOMCHECK(res);
+    return bootstrapBarrier(comm->bootstrap);
+}
+
 static loomResult_t shmSetup(struct loomComm *comm)
 {
     loomResult_t res = loomSystemError;
+    if (!transportUsableOn(comm, &shmTransport, comm->rank))
+        return shmSetupAbsent(comm);
     struct shmState *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return loomSetError(loomSystemError, "out of memory in shm setup");
@@ -263,8 +286,10 @@ static loomResult_t shmSetup(struct loomComm *comm)
         loomSetError(res, "out of memory in shm setup");
         goto fail;
     }
+    /* Computed alike on every rank: same host, and shm usable there. */
     for (int p = 0, l = 0; p < comm->nranks; p++)
-        st->localIndex[p] = shmCanConnect(comm, p) ? l++ : -1;
+        st->localIndex[p] =
+            shmCanConnect(comm, p) && transportUsableOn(comm, &shmTransport, p) ? l++ : -1;
 
     res = shmCreate(comm, &st->own);
     if (res != loomSuccess)

@@ -22,6 +22,16 @@
 #   run_logged LOG CMD...     as run, with stdout and stderr going to LOG
 #   run_to OUT ERR CMD...     as run, with stdout to OUT and stderr to ERR
 #   show_log LOG              print LOG indented (the tail if long), for a failure
+#   perf_case N OPTIONS...    loomrun -n N loom-perf -c 1 -n 1 -w 0 OPTIONS as a
+#                             correctness case: a failure unless it exits 0, prints
+#                             rows, every #wrong is 0 (or N/A) and bounds are OK;
+#                             PERF_ENV ("VAR=value ...") is its extra environment
+#   perf_check LOG STATUS CASE  judge a loom-perf -c 1 run: record a failure naming CASE
+#                             unless STATUS is 0, every #wrong reads 0 or N/A, there are
+#                             result rows and the out-of-bounds footer says OK
+#   comm_check LOG STATUS CASE NRANKS PATTERN...  judge loom-info --comm run with
+#                             LOOM_DEBUG=INFO: STATUS 0, every PATTERN (grep) in LOG, and
+#                             one "NET/IB: not used" line per rank
 
 TEST_NAME=$(basename "$0")
 if [ -z "${top_builddir:-}" ]; then
@@ -133,4 +143,73 @@ show_log() {
     else
         sed 's/^/    /' "$1"
     fi
+}
+
+perf_check() {
+    _plog=$1
+    _pstatus=$2
+    _pcase=$3
+    if [ "$_pstatus" -ne 0 ]; then
+        record_failure "$_pcase: exit status $_pstatus"
+        show_log "$_plog"
+        return 1
+    fi
+    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
+    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
+        "$_plog")
+    _rows=$(awk '!/^#/ && NF == 13' "$_plog" | wc -l)
+    if [ -n "$_bad" ]; then
+        record_failure "$_pcase: rows with wrong values:"
+        echo "$_bad" | head -n 20 | sed 's/^/    /'
+    elif [ "$_rows" -eq 0 ]; then
+        record_failure "$_pcase: no result rows"
+        show_log "$_plog"
+    elif ! grep -q '^# Out of bounds values : 0 OK' "$_plog"; then
+        record_failure "$_pcase: no '# Out of bounds values : 0 OK' footer"
+        show_log "$_plog"
+    else
+        note "ok: $_rows rows, 0 wrong"
+        return 0
+    fi
+    return 1
+}
+
+comm_check() {
+    _clog=$1
+    _cstatus=$2
+    _ccase=$3
+    _cranks=$4
+    shift 4
+    if [ "$_cstatus" -ne 0 ]; then
+        record_failure "loom-info --comm, $_ccase: exit status $_cstatus"
+        show_log "$_clog"
+        return 1
+    fi
+    _cfail=0
+    for _want in "$@"; do
+        grep -q "$_want" "$_clog" || { record_failure "$_ccase: no line matches '$_want'"; _cfail=1; }
+    done
+    _nib=$(grep -c "NET/IB: not used" "$_clog")
+    if [ "$_nib" -ne "$_cranks" ]; then
+        record_failure "$_ccase: $_nib 'NET/IB: not used' lines for $_cranks ranks"
+        _cfail=1
+    fi
+    [ $_cfail -eq 0 ] || show_log "$_clog"
+    return $_cfail
+}
+
+_perf_cases=0
+# Extra environment for the next cases ("VAR=value ..."), empty for none.
+PERF_ENV=
+
+# perf_case NRANKS LOOM-PERF-OPTIONS...
+perf_case() {
+    _n=$1
+    shift
+    _perf_cases=$((_perf_cases + 1))
+    _log=$TEST_TMPDIR/case$_perf_cases.log
+    # shellcheck disable=SC2086 # PERF_ENV is a word list
+    run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
+        -w 0 "$@"
+    perf_check "$_log" $? "n=$_n${PERF_ENV:+ $PERF_ENV} $*"
 }

@@ -27,47 +27,11 @@ require_tools loomrun loom-perf
 LOOM_TIMEOUT=${LOOM_TIMEOUT:-60}
 export LOOM_TIMEOUT
 
-ALL="-C all -d all -o all -r all"
+# Host buffers (-G 0) even where a GPU is present: tests/gpu/run covers device buffers.
+ALL="-G 0 -C all -d all -o all -r all"
 # Sizes 4, 28, 196, 1372 and 9604 bytes: counts such as 7, 49, 343 and 2401
 # that fill no vector evenly.
 SIZES="-b 4 -e 40000 -f 7"
-cases=0
-# Extra environment for the next cases ("VAR=value ..."), empty for none.
-PERF_ENV=
-
-# perf_case NRANKS LOOM-PERF-OPTIONS...
-perf_case() {
-    _n=$1
-    shift
-    cases=$((cases + 1))
-    _log=$TEST_TMPDIR/case$cases.log
-    run_logged "$_log" env $PERF_ENV "$LOOMRUN" -n "$_n" --timeout 240 "$LOOM_PERF" -c 1 -n 1 \
-        -w 0 "$@"
-    _status=$?
-    _case="n=$_n${PERF_ENV:+ $PERF_ENV} $*"
-    if [ $_status -ne 0 ]; then
-        record_failure "$_case: exit status $_status"
-        show_log "$_log"
-        return
-    fi
-    # Data rows have 13 fields; #wrong is the 9th (out of place) and 13th (in place).
-    _bad=$(awk '!/^#/ && NF == 13 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "N/A"))' \
-        "$_log")
-    _rows=$(awk '!/^#/ && NF == 13' "$_log" | wc -l)
-    if [ -n "$_bad" ]; then
-        record_failure "$_case: rows with wrong values:"
-        echo "$_bad" | head -n 20 | sed 's/^/    /'
-    elif [ "$_rows" -eq 0 ]; then
-        record_failure "$_case: no result rows"
-        show_log "$_log"
-    elif ! grep -q '^# Out of bounds values : 0 OK' "$_log"; then
-        record_failure "$_case: no '# Out of bounds values : 0 OK' footer"
-        show_log "$_log"
-    else
-        note "ok: $_rows rows, 0 wrong"
-    fi
-}
-
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
     note "LOOM_TEST_QUICK=1: a reduced matrix"
     for n in 1 2 4; do

@@ -27,7 +27,7 @@ ranks_seen() {
     sed -n 's/^[^:]*:\([0-9][0-9]*\):[0-9-]* \[LOOM\] INFO.*/\1/p' "$1" | sort -u | wc -l
 }
 
-run_logged "$TEST_TMPDIR/clean.log" "$LOOMRUN" -n 4 "$LOOM_PERF" -C allreduce -b 1M -e 1M -n 2 -w 1 ||
+run_logged "$TEST_TMPDIR/clean.log" "$LOOMRUN" -n 4 "$LOOM_PERF" -G 0 -C allreduce -b 1M -e 1M -n 2 -w 1 ||
     { show_log "$TEST_TMPDIR/clean.log"; record_failure "a clean 4-rank run failed"; }
 [ "$(ranks_seen "$TEST_TMPDIR/clean.log")" -ge 4 ] || record_failure "the log names fewer than 4 rank pids"
 [ "$(segments "$TEST_TMPDIR/clean.log")" -eq 0 ] || record_failure "segments left in /dev/shm after a clean run"
@@ -38,7 +38,7 @@ cat >"$TEST_TMPDIR/victim.sh" <<EOS
 if [ "\$LOOM_RANK" = 2 ]; then
     ( sleep 1; kill -9 \$\$ ) &
 fi
-exec "$LOOM_PERF" -C allreduce -b 8M -e 8M -n 100000 -w 0 -c 0
+exec "$LOOM_PERF" -G 0 -C allreduce -b 8M -e 8M -n 100000 -w 0 -c 0
 EOS
 chmod +x "$TEST_TMPDIR/victim.sh"
 LOOM_TIMEOUT=20 run_logged "$TEST_TMPDIR/kill.log" "$LOOMRUN" -n 4 "$TEST_TMPDIR/victim.sh"
@@ -53,7 +53,7 @@ else
     cat >"$TEST_TMPDIR/small.sh" <<EOS
 #!/bin/sh
 mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 77
-LOOM_BUFFSIZE=4M exec "$LOOMRUN" -n 2 "$LOOM_PERF" -C allreduce -b 8 -e 8 -n 1 -w 0
+LOOM_BUFFSIZE=4M exec "$LOOMRUN" -n 2 "$LOOM_PERF" -G 0 -C allreduce -b 8 -e 8 -n 1 -w 0
 EOS
     chmod +x "$TEST_TMPDIR/small.sh"
     run_logged "$TEST_TMPDIR/small.log" unshare -m "$TEST_TMPDIR/small.sh"

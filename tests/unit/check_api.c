@@ -15,26 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comms.h"
 #include "loom.h"
 #include "testranks.h"
-
-static loomComm_t soloComm(void)
-{
-    loomUniqueId id;
-    loomComm_t comm = NULL;
-    ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
-    ck_assert_int_eq(loomCommInitRank(&comm, 1, id, 0), loomSuccess);
-    ck_assert_ptr_nonnull(comm);
-    return comm;
-}
-
-/* Asserts `call` returns `res` and the last error line contains `word`. */
-#define ck_error(call, res, word)                                                               \
-    do {                                                                                        \
-        ck_assert_int_eq((call), (res));                                                        \
-        ck_assert_msg(strstr(loomGetLastError(NULL), (word)) != NULL,                          \
-                      "last error \"%s\" does not name \"%s\"", loomGetLastError(NULL), (word)); \
-    } while (0)
 
 START_TEST(test_version_and_strings)
 {
@@ -96,6 +79,10 @@ START_TEST(test_bad_arguments)
     loomComm_t c2;
     ck_error(loomCommInitRank(&c2, 2, (loomUniqueId){{0}}, 5), loomInvalidArgument, "rank");
     ck_error(loomCommInitRank(&c2, 0, (loomUniqueId){{0}}, 0), loomInvalidArgument, "nranks");
+    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+    cfg.netName = "udp";
+    ck_error(loomCommInitRankConfig(&c2, 1, (loomUniqueId){{0}}, 0, &cfg), loomInvalidArgument,
+             "netName");
     ck_error(loomMemFree(buf), loomInvalidArgument, "loomMemAlloc");
     /* The communicator still works, and the comm's last error is the latest. */
     float out[4];
@@ -162,44 +149,36 @@ START_TEST(test_stream_and_memory)
     ck_assert_int_eq(loomStreamDestroy(s), loomSuccess);
     ck_assert_int_eq(loomMemFree(buf), loomSuccess);
     ck_error(loomMemFree(buf), loomInvalidArgument, "loomMemAlloc");
-    ck_error(loomStreamCreateCuda(&s, NULL), loomInvalidUsage, "CUDA");
+    ck_error(loomStreamCreateCuda(NULL, NULL), loomInvalidArgument, "stream");
     loomCommDestroy(comm);
 }
 END_TEST
 
-/* ---- several ranks: forked children of the test process ---- */
-
-typedef int (*rankFn)(int rank, int nranks, loomComm_t comm);
-
-struct rankWork {
-    rankFn fn;
-};
-
-static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
+START_TEST(test_layout_solo)
 {
-    const struct rankWork *work = arg;
-    loomComm_t comm;
-    if (loomCommInitRank(&comm, nranks, *id, rank) != loomSuccess)
-        return 100;
-    int rc = work->fn(rank, nranks, comm);
+    loomComm_t comm = soloComm();
+    loomPeerInfo_t info;
+    int ring[1] = {-1}, up = 7, down[LOOM_TREE_MAX_DOWN], ndown = 7;
+    ck_assert_int_eq(loomCommRing(comm, ring), loomSuccess);
+    ck_assert_int_eq(ring[0], 0);
+    ck_assert_int_eq(loomCommTree(comm, 1, 0, &up, down, &ndown), loomSuccess);
+    ck_assert_int_eq(up, -1);
+    ck_assert_int_eq(ndown, 0);
+    ck_assert_int_eq(loomCommPeerInfo(comm, 0, &info), loomSuccess);
+    ck_assert_int_eq(info.host, 0);
+    ck_assert_str_eq(info.transport, "shm");
+    ck_assert(info.hostname[0] != '\0');
+    ck_error(loomCommTree(comm, 2, 0, &up, down, &ndown), loomInvalidArgument, "tree");
+    ck_error(loomCommTree(comm, 0, 1, &up, down, &ndown), loomInvalidArgument, "rank");
+    ck_error(loomCommPeerInfo(comm, 1, &info), loomInvalidArgument, "peer");
+    ck_error(loomCommPeerInfo(comm, 0, NULL), loomInvalidArgument, "info");
+    ck_error(loomCommRing(comm, NULL), loomInvalidArgument, "ring");
     loomCommDestroy(comm);
-    return rc;
+    ck_error(loomCommRing(comm, ring), loomInvalidUsage, "destroyed");
 }
+END_TEST
 
-static void runRanks(int nranks, rankFn fn)
-{
-    struct rankWork work = {fn};
-    struct testRanks t;
-    loomUniqueId id;
-    ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, &work), 0);
-    ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
-    ck_assert_int_eq(testRanksGo(&t, &id), 0);
-    for (int r = 0; r < nranks; r++) {
-        int st;
-        ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
-    }
-}
+/* ---- several ranks: forked children of the test process ---- */
 
 /* Everyone sends first around a ring, with messages much larger than a FIFO. */
 static int ringSendFirst(int rank, int n, loomComm_t comm)
@@ -299,6 +278,33 @@ START_TEST(test_mismatch)
 }
 END_TEST
 
+/* With shared memory off, every link (to itself too) is on the network, and works. */
+static int overTcp(int rank, int n, loomComm_t comm)
+{
+    loomPeerInfo_t info;
+    int sum = rank + 1, want = n * (n + 1) / 2;
+    for (int p = 0; p < n; p++) {
+        if (loomCommPeerInfo(comm, p, &info) != loomSuccess)
+            return 1;
+        if (strcmp(info.transport, p == rank ? "net/self" : "net/socket") != 0)
+            return 2;
+    }
+    if (loomAllReduce(&sum, &sum, 1, loomInt32, loomSum, comm, NULL) != loomSuccess || sum != want)
+        return 3;
+    int mine = 40 + rank, got = -1;
+    loomGroupStart();
+    loomSend(&mine, 1, loomInt32, rank, comm, NULL);
+    loomRecv(&got, 1, loomInt32, rank, comm, NULL);
+    return loomGroupEnd() != loomSuccess || got != mine ? 4 : 0;
+}
+
+START_TEST(test_shm_disabled_uses_tcp)
+{
+    setenv("LOOM_SHM_DISABLE", "1", 1);
+    runRanks(3, overTcp);
+}
+END_TEST
+
 static Suite *apiSuite(void)
 {
     Suite *s = suite_create("api");
@@ -309,6 +315,7 @@ static Suite *apiSuite(void)
     tcase_add_test(tc, test_use_after_destroy);
     tcase_add_test(tc, test_group_errors);
     tcase_add_test(tc, test_stream_and_memory);
+    tcase_add_test(tc, test_layout_solo);
     suite_add_tcase(s, tc);
     TCase *multi = tcase_create("ranks");
     tcase_set_timeout(multi, 60);
@@ -316,6 +323,7 @@ static Suite *apiSuite(void)
     tcase_add_test(multi, test_error_keeps_comm);
     tcase_add_test(multi, test_split);
     tcase_add_test(multi, test_mismatch);
+    tcase_add_test(multi, test_shm_disabled_uses_tcp);
     suite_add_tcase(s, multi);
     return s;
 }

@@ -1,0 +1,113 @@
+/*
+ * cudacore.h — what the core calls in the CUDA parts; each hook is one line at
+ * its call site, so the core reads the same with or without a GPU.
+ *
+ *   enqueue.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
+ *              planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun
+ *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
+ *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,
+ *                              cudaExecRetire publishes the counters of finished steps
+ *   stream.c   loomStreamCreateCuda, enqueue, run, sync, destroy -> cudaStream*
+ *   init.c     peer exchange, connect, free -> p2pPeerInfo, p2pSetup, p2pFree
+ *
+ * Every hook is cheap for host buffers: a plan on host memory never touches
+ * the driver, and a process that never loaded the driver never loads it.
+ */
+#ifndef LOOM_CUDACORE_H_
+#define LOOM_CUDACORE_H_
+
+#include <stdint.h>
+
+#include "core.h"
+#include "enqueue.h"
+#include "exec.h"
+
+struct cudaExec;
+struct cudaStreamSync;
+
+/* ---- operations (cudaexec.c) ---- */
+
+/*
+ * The buffer checks of a call: host and device buffers mixed in one call,
+ * buffers of two devices, a device other than the communicator's, or device
+ * memory in a build without CUDA give an error with a line naming fn and
+ * the buffer. Device or host is found again when the plan runs.
+ */
+loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn);
+/*
+ * Before the lanes of a plan are built: NULL in *ex for host plans (nothing
+ * else happens); for device plans, makes the buffers' context current,
+ * prepares this thread's executor (stream, events, kernels) and the
+ * communicators' host slots for the GPU, and unless `ordered` (a CUDA
+ * stream already ordered the plan) waits for the work already queued on
+ * the device. A plan may not mix host and device operations.
+ */
+loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **ex);
+/* After execRun: waits out anything still in flight after an error, restores the context. */
+void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
+/* 1 between cudaPlanBegin and cudaPlanEnd of a device plan on this thread. */
+int cudaPlanActive(void);
+/* Copies an in-place AlltoAll's send buffer to device scratch space; *send is the copy. */
+loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send);
+/* Queues on `stream` (of context ctx) a kernel that waits until *flag >= value (cyclic). */
+loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value);
+
+/* ---- the executor's step hooks (cudaexec.c) ---- */
+
+/* 1 if no more steps can be issued until some finish. */
+int cudaExecFull(const struct cudaExec *ex);
+/*
+ * Issues step s of lane l on the GPU: `in` is the received slot (NULL if
+ * none), `out` the slot to send into (NULL if none). The connectors'
+ * counters are published when the work has finished (cudaExecRetire), sc
+ * for the sent slot and rc for the consumed one, either may be NULL.
+ */
+loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,
+                          const char *in, char *out, struct loomConnector *rc,
+                          struct loomConnector *sc);
+/* Publishes the counters of every step the GPU has finished; returns how many, -1 on error. */
+long cudaExecRetire(struct cudaExec *ex, loomResult_t *err);
+/* Steps issued and not yet retired. */
+int cudaExecPending(const struct cudaExec *ex);
+
+/* ---- CUDA streams (cudastream.c) ---- */
+
+/* Wraps the application's cudaStream_t: loads the driver, checks the stream. */
+loomResult_t cudaStreamAttach(void *cudaStream, struct cudaStreamSync **out);
+/*
+ * At enqueue, on the application's thread: marks the CUDA stream's current
+ * position (for the progress thread to wait on) and makes the stream wait
+ * for unit *seq to finish. *event belongs to the unit and is created the
+ * first time.
+ */
+loomResult_t cudaStreamFence(struct cudaStreamSync *cs, void **event, uint32_t *seq);
+/* On the progress thread, before a unit runs: waits until the work before it is done. */
+loomResult_t cudaStreamUnitBegin(struct cudaStreamSync *cs, void *event);
+/* After the unit, whatever its result: lets the CUDA stream go on past it. */
+void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
+/* Waits for the CUDA stream itself (after every unit ran). */
+loomResult_t cudaStreamSync(struct cudaStreamSync *cs);
+/* loomSuccess if the CUDA stream is idle, loomInProgress if not. */
+loomResult_t cudaStreamIdle(struct cudaStreamSync *cs);
+/* Frees a unit's event. */
+void cudaStreamEventFree(struct cudaStreamSync *cs, void *event);
+/* Waits for the CUDA stream, then frees what Attach made. */
+void cudaStreamDetach(struct cudaStreamSync *cs);
+
+/* stream.c: 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
+int streamIsCuda(const struct loomStream *s);
+
+/* ---- device binding and p2p (transports/p2p.c) ---- */
+
+/* Fills this rank's GPU fields of its peer info before the exchange at init. */
+void p2pPeerInfo(struct loomPeerInfo *me);
+/* Collective, after the host transports: binds comm to its device and opens p2p slots. */
+loomResult_t p2pSetup(struct loomComm *comm);
+/* Makes the host slots of comm's connectors accessible to kernels (once per comm). */
+loomResult_t p2pMapHostSlots(struct loomComm *comm);
+/* The context comm is bound to, or NULL; *device its ordinal. */
+void *p2pContext(const struct loomComm *comm, int *device);
+/* Releases p2p slots and host registrations; runs before the transports tear down. */
+void p2pFree(struct loomComm *comm);
+
+#endif /* LOOM_CUDACORE_H_ */

@@ -1,0 +1,576 @@
+/*
+ * cudaexec.c — the CUDA executor: schedules run over connectors, with the
+ * data moved and reduced by the GPU.
+ *
+ * exec.c walks the lanes of a plan exactly as for host buffers: a step may
+ * go when its receive FIFO holds a message and its send FIFO has a free
+ * slot, both read from the counters in host memory. For a device plan the
+ * step's work is not done by the CPU but issued here, on this thread's own
+ * CUDA stream: a copy (cuMemcpyAsync) or a reduction kernel (kernels.cu)
+ * between the user's device buffers and the slots, followed by an event.
+ * The counters that let the peer go on (tail of the sent slot, head of the
+ * consumed one) are published only when that event has completed
+ * (cudaExecRetire), so a peer never sees a slot before the GPU has filled
+ * or drained it. Steps are issued as soon as they are ready, up to
+ * CUDA_EXEC_RING of them in flight, so the GPU works through a pipeline of
+ * chunks while the host waits on the FIFOs.
+ *
+ *   host: wait for FIFO -> issue copy/kernel + event ---------> event done?
+ *                                                                 -> publish tail/head
+ *   GPU:                   [ step k ][ step k+1 ][ step k+2 ] ...
+ *
+ * Why the host drives the steps rather than one kernel that waits on the
+ * counters itself (NCCL's way): a kernel spinning on a counter that another
+ * process must advance holds the GPU, and processes sharing one GPU take
+ * turns on it only by time slices, so several ranks on one GPU — which Loom
+ * supports, and which is how its multi-rank GPU paths are tested on a
+ * one-GPU machine — would advance one hop per time slice. Host-driven
+ * steps keep every kernel short and free of waits, whatever shares the GPU,
+ * and let one executor serve every transport (p2p slots in GPU memory, host
+ * slots in /dev/shm that the GPU reads and writes directly once registered).
+ * The price is a few microseconds of launch per chunk; larger slots
+ * (LOOM_BUFFSIZE) amortise it. A device-resident executor for GPUs that
+ * each run one rank is the natural next step.
+ *
+ * Kernels are loaded once per CUDA context from the embedded fatbin. Each
+ * thread that runs device plans keeps an executor (stream, events, scratch)
+ * for the context it last used.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudacore.h"
+#include "cudalib.h"
+#include "debug.h"
+#include "kernels.h"
+#include "reduce.h"
+
+#define CUDA_EXEC_RING 64 /* steps in flight per executor */
+#define CUDA_SCRATCH_GROWTHS 48
+#define CUDA_MAX_CONTEXTS 32
+
+/* ---- kernels, once per context ---- */
+
+struct cudaKernels {
+    cuContext_t ctx;
+    cuFunction_t reduce[loomNumTypes][loomNumOps];
+    cuFunction_t wait;
+    unsigned int maxBlocks;
+};
+
+static pthread_mutex_t kernelsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct cudaKernels kernelsTable[CUDA_MAX_CONTEXTS];
+static int kernelsCount;
+
+#define KERNEL_TYPE_NAME(E, t, T) #t,
+#define KERNEL_OP_NAME(unused, E, o) #o,
+static const char *const kernelTypeNames[loomNumTypes] = {LOOM_KERNEL_TYPES(KERNEL_TYPE_NAME)};
+static const char *const kernelOpNames[loomNumOps] = {LOOM_KERNEL_OPS(KERNEL_OP_NAME, 0)};
+
+static loomResult_t kernelsLoad(const struct cudaLib *lib, cuContext_t ctx, struct cudaKernels *k)
+{
+    size_t bytes;
+    const void *image = cudaFatbin(&bytes);
+    cuModule_t mod;
+    cuDevice_t dev;
+    int sms = 0;
+    if (image == NULL)
+        return loomSetError(loomInvalidUsage, "this Loom was built without CUDA kernels "
+                                              "(configure --with-cuda)");
+    cuResult_t r = lib->moduleLoadData(&mod, image);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r,
+                            "loading Loom's kernels (built for sm_80, sm_90 and PTX) on this GPU");
+    for (int t = 0; t < loomNumTypes; t++) {
+        for (int o = 0; o < loomNumOps; o++) {
+            char name[64];
+            snprintf(name, sizeof(name), LOOM_KERNEL_PREFIX "%s_%s", kernelTypeNames[t],
+                     kernelOpNames[o]);
+            r = lib->moduleGetFunction(&k->reduce[t][o], mod, name);
+            if (r != CUL_SUCCESS)
+                return cudaLibError(lib, r, "finding a kernel of Loom's fatbin");
+        }
+    }
+    r = lib->moduleGetFunction(&k->wait, mod, LOOM_KERNEL_WAIT);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "finding the kernel " LOOM_KERNEL_WAIT);
+    if (lib->ctxGetDevice(&dev) != CUL_SUCCESS ||
+        lib->deviceGetAttribute(&sms, CUL_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
+            CUL_SUCCESS ||
+        sms < 1)
+        sms = 32;
+    k->maxBlocks = 4 * (unsigned int)sms;
+    k->ctx = ctx;
+    return loomSuccess;
+}
+
+/* The kernels of ctx, which must be current on this thread. */
+static loomResult_t kernelsGet(const struct cudaLib *lib, cuContext_t ctx,
+                               const struct cudaKernels **out)
+{
+    loomResult_t res = loomSuccess;
+    pthread_mutex_lock(&kernelsLock);
+    int i = 0;
+    while (i < kernelsCount && kernelsTable[i].ctx != ctx)
+        i++;
+    if (i == kernelsCount) {
+        if (i == CUDA_MAX_CONTEXTS)
+            res = loomSetError(loomInvalidUsage, "device buffers from more than %d CUDA contexts",
+                               CUDA_MAX_CONTEXTS);
+        else if ((res = kernelsLoad(lib, ctx, &kernelsTable[i])) == loomSuccess)
+            kernelsCount++;
+    }
+    pthread_mutex_unlock(&kernelsLock);
+    if (res == loomSuccess)
+        *out = &kernelsTable[i];
+    return res;
+}
+
+loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value)
+{
+    const struct cudaLib *lib;
+    const struct cudaKernels *k;
+    LOOMCHECK(cudaLibGet(&lib));
+    LOOMCHECK(kernelsGet(lib, ctx, &k));
+    struct loomWaitArgs args = {(const volatile uint32_t *)(uintptr_t)flagDev, value};
+    void *params[] = {&args};
+    cuResult_t r = lib->launchKernel(k->wait, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL);
+    return r == CUL_SUCCESS ? loomSuccess : cudaLibError(lib, r, "launching loomWaitFlag");
+}
+
+/* ---- one executor per thread ---- */
+
+/* A step in flight: the counters to publish once its event has completed. */
+struct cudaRecord {
+    cuEvent_t event;
+    struct loomConnector *sc, *rc;
+    uint64_t sendPos, recvPos;
+};
+
+struct cudaExec {
+    const struct cudaLib *lib;
+    const struct cudaKernels *kernels;
+    cuContext_t ctx;
+    cuContext_t saved; /* the thread's context before the plan */
+    cuStream_t stream;
+    struct cudaRecord rec[CUDA_EXEC_RING];
+    unsigned int head, tail; /* retired, issued */
+    cuDevPtr_t scratch;      /* in-place AlltoAll staging */
+    size_t scratchBytes;
+    cuDevPtr_t retired[CUDA_SCRATCH_GROWTHS]; /* outgrown scratch, freed with the executor */
+    int nRetired;
+};
+
+static pthread_key_t execKey;
+static pthread_once_t execKeyOnce = PTHREAD_ONCE_INIT;
+static __thread struct cudaExec *tlExec;
+
+static void execFree(void *arg)
+{
+    struct cudaExec *ex = arg;
+    if (ex == NULL)
+        return;
+    const struct cudaLib *lib = ex->lib;
+    cuContext_t cur = NULL;
+    lib->ctxGetCurrent(&cur);
+    lib->ctxSetCurrent(ex->ctx);
+    for (int i = 0; i < CUDA_EXEC_RING; i++)
+        if (ex->rec[i].event)
+            lib->eventDestroy(ex->rec[i].event);
+    if (ex->stream)
+        lib->streamDestroy(ex->stream);
+    if (ex->scratch)
+        lib->memFree(ex->scratch);
+    for (int i = 0; i < ex->nRetired; i++)
+        lib->memFree(ex->retired[i]);
+    lib->ctxSetCurrent(cur);
+    free(ex);
+}
+
+static void execKeyCreate(void)
+{
+    pthread_key_create(&execKey, execFree);
+}
+
+/* A new executor for ctx (current on this thread). */
+static loomResult_t execCreate(const struct cudaLib *lib, cuContext_t ctx, struct cudaExec **out)
+{
+    struct cudaExec *ex = calloc(1, sizeof(*ex));
+    int least = 0, greatest = 0;
+    cuResult_t r;
+    if (ex == NULL)
+        return loomSetError(loomSystemError, "out of memory for a CUDA executor");
+    ex->lib = lib;
+    ex->ctx = ctx;
+    loomResult_t res = kernelsGet(lib, ctx, &ex->kernels);
+    if (res != loomSuccess)
+        goto fail;
+    /* The highest priority: a chunk that peers wait for should not queue behind compute. */
+    lib->ctxGetStreamPriorityRange(&least, &greatest);
+    r = lib->streamCreateWithPriority(&ex->stream, CUL_STREAM_NON_BLOCKING, greatest);
+    if (r != CUL_SUCCESS) {
+        res = cudaLibError(lib, r, "creating Loom's CUDA stream");
+        goto fail;
+    }
+    for (int i = 0; i < CUDA_EXEC_RING; i++) {
+        r = lib->eventCreate(&ex->rec[i].event, CUL_EVENT_DISABLE_TIMING);
+        if (r != CUL_SUCCESS) {
+            res = cudaLibError(lib, r, "creating CUDA events");
+            goto fail;
+        }
+    }
+    *out = ex;
+    return loomSuccess;
+
+fail:
+    execFree(ex);
+    return res;
+}
+
+/* This thread's executor for ctx, made current. */
+static loomResult_t execGet(const struct cudaLib *lib, cuContext_t ctx, struct cudaExec **out)
+{
+    pthread_once(&execKeyOnce, execKeyCreate);
+    if (tlExec != NULL && tlExec->ctx == ctx) {
+        *out = tlExec;
+        return loomSuccess;
+    }
+    if (tlExec != NULL) {
+        execFree(tlExec);
+        tlExec = NULL;
+        pthread_setspecific(execKey, NULL);
+    }
+    LOOMCHECK(execCreate(lib, ctx, &tlExec));
+    pthread_setspecific(execKey, tlExec);
+    *out = tlExec;
+    return loomSuccess;
+}
+
+/* ---- classifying an operation's buffers ---- */
+
+struct bufferKind {
+    const char *name;
+    enum cudaMemKind kind;
+    cuContext_t ctx;
+    int device;
+};
+
+static void classify(const void *p, const char *name, struct bufferKind *b)
+{
+    b->name = name;
+    b->ctx = NULL;
+    b->device = -1;
+    b->kind = cudaLibPointerKind(p, &b->ctx, &b->device);
+}
+
+static loomResult_t checkDevice(const struct loomOp *op, const struct bufferKind *b, const char *fn)
+{
+    size_t bytes;
+    int bound = -1;
+    if (cudaFatbin(&bytes) == NULL)
+        return loomSetError(loomInvalidUsage,
+                            "%s: %s is CUDA device memory (device %d), but this Loom was built "
+                            "without CUDA (configure --with-cuda)",
+                            fn, b->name, b->device);
+    void *ctx = p2pContext(op->comm, &bound);
+    if (ctx != NULL && ctx != (void *)b->ctx)
+        return loomSetError(loomInvalidUsage,
+                            "%s: %s is on CUDA device %d, but the communicator was created with "
+                            "device %d current; use buffers of that device (or a communicator "
+                            "created on this one)",
+                            fn, b->name, b->device, bound);
+    return loomSuccess;
+}
+
+/*
+ * The kind of op's buffers: 1 device (with their context), 0 host, -1 none
+ * (nothing to move); or an error naming fn when the call mixes them.
+ */
+static loomResult_t opKind(const struct loomOp *op, const char *fn, int *kind, void **ctx)
+{
+    int me = op->comm->rank;
+    int useSend = op->sendbuff != NULL && op->coll != LOOM_COLL_RECV &&
+                  (op->coll != LOOM_COLL_BROADCAST || op->root == me);
+    int useRecv = op->recvbuff != NULL && op->coll != LOOM_COLL_SEND &&
+                  (op->coll != LOOM_COLL_REDUCE || op->root == me);
+    struct bufferKind b[2];
+    int n = 0;
+    *kind = -1;
+    *ctx = NULL;
+    if (op->count == 0 && op->coll != LOOM_COLL_ALLTOALLV)
+        return loomSuccess;
+    if (useSend)
+        classify(op->sendbuff, "sendbuff", &b[n++]);
+    if (useRecv)
+        classify(op->recvbuff, "recvbuff", &b[n++]);
+    if (n == 0)
+        return loomSuccess;
+    if (n == 2 && b[0].kind != b[1].kind) {
+        const struct bufferKind *d = b[0].kind == CUDA_MEM_DEVICE ? &b[0] : &b[1];
+        const struct bufferKind *h = d == &b[0] ? &b[1] : &b[0];
+        return loomSetError(loomInvalidArgument,
+                            "%s: %s is CUDA device memory (device %d) and %s is host memory; "
+                            "pass both buffers in the same kind of memory",
+                            fn, d->name, d->device, h->name);
+    }
+    if (n == 2 && b[0].kind == CUDA_MEM_DEVICE && b[0].ctx != b[1].ctx)
+        return loomSetError(loomInvalidArgument,
+                            "%s: sendbuff is on CUDA device %d and recvbuff on device %d; both "
+                            "must be on the same device",
+                            fn, b[0].device, b[1].device);
+    *kind = b[0].kind == CUDA_MEM_DEVICE;
+    if (*kind) {
+        LOOMCHECK(checkDevice(op, &b[0], fn));
+        *ctx = b[0].ctx;
+    }
+    return loomSuccess;
+}
+
+loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn)
+{
+    int kind;
+    void *ctx;
+    return opKind(op, fn, &kind, &ctx);
+}
+
+/* ---- plans ---- */
+
+static __thread struct cudaExec *tlActive; /* the executor of the plan being built */
+
+/*
+ * The kind of memory of a plan (1 device, with its context; 0 host or no
+ * buffer at all); a plan takes one kind, and device buffers of one context.
+ */
+static loomResult_t planKind(const struct loomOp *ops, int nops, int *device, void **ctx)
+{
+    static const char *const kindNames[] = {"host", "device"};
+    int first = -1, firstKind = -1;
+    *ctx = NULL;
+    *device = 0;
+    for (int i = 0; i < nops; i++) {
+        int kind;
+        void *c;
+        LOOMCHECK(opKind(&ops[i], "loomGroupEnd", &kind, &c));
+        if (kind < 0)
+            continue;
+        if (first < 0) {
+            first = i, firstKind = kind, *ctx = c;
+            continue;
+        }
+        if (kind != firstKind)
+            return loomSetError(loomInvalidUsage,
+                                "loomGroupEnd: operation %d of the group uses %s buffers and "
+                                "operation %d %s buffers; a group takes one kind of memory",
+                                first, kindNames[firstKind], i, kindNames[kind]);
+        if (c != *ctx)
+            return loomSetError(loomInvalidUsage,
+                                "loomGroupEnd: operations %d and %d of the group use buffers of "
+                                "different CUDA devices",
+                                first, i);
+    }
+    *device = firstKind == 1;
+    if (*device && *ctx == NULL)
+        return loomSetError(loomUnhandledCudaError,
+                            "the CUDA driver names no context for the device buffers");
+    return loomSuccess;
+}
+
+loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **out)
+{
+    const struct cudaLib *lib;
+    struct cudaExec *ex;
+    cuContext_t saved = NULL;
+    void *ctx;
+    int device;
+    *out = NULL;
+    LOOMCHECK(planKind(ops, nops, &device, &ctx));
+    if (!device)
+        return loomSuccess;
+    LOOMCHECK(cudaLibGet(&lib));
+    lib->ctxGetCurrent(&saved);
+    cuResult_t r = lib->ctxSetCurrent(ctx);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "making the buffers' CUDA context current");
+    loomResult_t res = execGet(lib, ctx, &ex);
+    for (int i = 0; res == loomSuccess && i < nops; i++)
+        res = p2pMapHostSlots(ops[i].comm);
+    /* Without a CUDA stream to order it, the call comes after all work queued so far. */
+    if (res == loomSuccess && !ordered && (r = lib->ctxSynchronize()) != CUL_SUCCESS)
+        res = cudaLibError(lib, r, "waiting for the work queued on the device");
+    if (res != loomSuccess) {
+        lib->ctxSetCurrent(saved);
+        return res;
+    }
+    ex->saved = saved;
+    ex->head = ex->tail = 0;
+    tlActive = ex;
+    *out = ex;
+    return loomSuccess;
+}
+
+int cudaPlanActive(void)
+{
+    return tlActive != NULL;
+}
+
+void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
+{
+    if (ex == NULL)
+        return;
+    /* Wait out what is still running (after an error, it is dropped unpublished). */
+    cuResult_t r = ex->lib->streamSynchronize(ex->stream);
+    if (r != CUL_SUCCESS && res == loomSuccess)
+        cudaLibError(ex->lib, r, "finishing a collective on the GPU");
+    loomResult_t ignored;
+    if (r == CUL_SUCCESS && res == loomSuccess)
+        cudaExecRetire(ex, &ignored); /* execRun retired everything; this only makes sure */
+    ex->head = ex->tail = 0;
+    ex->lib->ctxSetCurrent(ex->saved);
+    tlActive = NULL;
+}
+
+loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send)
+{
+    struct cudaExec *ex = tlActive;
+    if (ex == NULL)
+        return loomSetError(loomInternalError, "device staging outside a device plan");
+    const struct cudaLib *lib = ex->lib;
+    cuResult_t r;
+    /*
+     * Outgrown scratch is kept until the executor goes: cuMemFree may wait for the whole
+     * device, including an application stream that waits for this very plan. Sizes at
+     * least double, so few are kept.
+     */
+    if (ex->scratchBytes < bytes) {
+        size_t want = bytes > 2 * ex->scratchBytes ? bytes : 2 * ex->scratchBytes;
+        cuDevPtr_t p = 0;
+        if (ex->nRetired == CUDA_SCRATCH_GROWTHS)
+            return loomSetError(loomSystemError, "the AlltoAll staging buffer grew too often");
+        if ((r = lib->memAlloc(&p, want)) != CUL_SUCCESS)
+            return cudaLibError(lib, r, "allocating device memory to stage an in-place AlltoAll");
+        if (ex->scratch)
+            ex->retired[ex->nRetired++] = ex->scratch;
+        ex->scratch = p;
+        ex->scratchBytes = want;
+    }
+    r = lib->memcpyAsync(ex->scratch, (cuDevPtr_t)(uintptr_t)op->sendbuff, bytes, ex->stream);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "staging an in-place AlltoAll");
+    *send = (const void *)(uintptr_t)ex->scratch;
+    return loomSuccess;
+}
+
+/* ---- steps ---- */
+
+int cudaExecFull(const struct cudaExec *ex)
+{
+    return ex->tail - ex->head >= CUDA_EXEC_RING;
+}
+
+int cudaExecPending(const struct cudaExec *ex)
+{
+    return (int)(ex->tail - ex->head);
+}
+
+static loomResult_t copyAsync(struct cudaExec *ex, void *dst, const void *src, size_t bytes)
+{
+    if (dst == src)
+        return loomSuccess;
+    cuResult_t r = ex->lib->memcpyAsync((cuDevPtr_t)(uintptr_t)dst, (cuDevPtr_t)(uintptr_t)src,
+                                        bytes, ex->stream);
+    return r == CUL_SUCCESS ? loomSuccess : cudaLibError(ex->lib, r, "cuMemcpyAsync of a chunk");
+}
+
+/* out0 (and out1) = post(a op b), or post(a) when b is NULL; see kernels.h. */
+static loomResult_t reduceAsync(struct cudaExec *ex, const struct loomLane *l, void *out0,
+                                void *out1, const void *a, const void *b, size_t count, int final)
+{
+    struct loomReduceArgs args = {out0, out1, a, b, count, l->comm->nranks, final};
+    void *params[] = {&args};
+    size_t per = 16 / l->elemSize;
+    size_t units = count / per + count % per;
+    size_t blocks = (units + LOOM_KERNEL_THREADS - 1) / LOOM_KERNEL_THREADS;
+    if (blocks > ex->kernels->maxBlocks)
+        blocks = ex->kernels->maxBlocks;
+    cuResult_t r = ex->lib->launchKernel(ex->kernels->reduce[l->dt][l->op], (unsigned int)blocks, 1,
+                                         1, LOOM_KERNEL_THREADS, 1, 1, 0, ex->stream, params, NULL);
+    return r == CUL_SUCCESS ? loomSuccess : cudaLibError(ex->lib, r, "launching a reduction");
+}
+
+/* The device work of one step: stepCompute of exec.c, on the GPU. */
+static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
+                              const struct loomStep *s, const char *in, char *out)
+{
+    size_t es = l->elemSize, bytes = s->count * es;
+    const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
+    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
+    int final = (s->flags & LOOM_STEP_FINAL) != 0;
+
+    switch (s->op) {
+    case LOOM_STEP_SEND:
+        return copyAsync(ex, out, src, bytes);
+    case LOOM_STEP_RECV:
+        return copyAsync(ex, dst, in, bytes);
+    case LOOM_STEP_RECV_REDUCE_SEND:
+        return reduceAsync(ex, l, out, NULL, in, src, s->count, final);
+    case LOOM_STEP_RECV_REDUCE_COPY:
+    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
+        return reduceAsync(ex, l, dst, out, in, src, s->count, final);
+    case LOOM_STEP_RECV_COPY_SEND:
+        LOOMCHECK(copyAsync(ex, out, in, bytes));
+        return copyAsync(ex, dst, in, bytes);
+    case LOOM_STEP_COPY:
+        if (final && l->op == loomAvg)
+            return reduceAsync(ex, l, dst, NULL, src, NULL, s->count, 1);
+        return copyAsync(ex, dst, src, bytes);
+    default:
+        return loomSetError(loomInternalError, "step operation %d", s->op);
+    }
+}
+
+loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,
+                          const char *in, char *out, struct loomConnector *rc,
+                          struct loomConnector *sc)
+{
+    LOOMCHECK(stepIssue(ex, l, s, in, out));
+    if (rc == NULL && sc == NULL)
+        return loomSuccess; /* nothing to publish: cudaPlanEnd waits for it */
+    struct cudaRecord *rec = &ex->rec[ex->tail % CUDA_EXEC_RING];
+    cuResult_t r = ex->lib->eventRecord(rec->event, ex->stream);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(ex->lib, r, "cuEventRecord after a chunk");
+    rec->sc = sc;
+    rec->sendPos = sc ? sc->pos + 1 : 0;
+    rec->rc = rc;
+    rec->recvPos = rc ? rc->pos + 1 : 0;
+    ex->tail++;
+    return loomSuccess;
+}
+
+long cudaExecRetire(struct cudaExec *ex, loomResult_t *err)
+{
+    long n = 0;
+    while (ex->head != ex->tail) {
+        struct cudaRecord *rec = &ex->rec[ex->head % CUDA_EXEC_RING];
+        cuResult_t r = ex->lib->eventQuery(rec->event);
+        if (r == CUL_ERROR_NOT_READY)
+            break;
+        if (r != CUL_SUCCESS) {
+            *err = cudaLibError(ex->lib, r, "a chunk's work on the GPU");
+            return -1;
+        }
+        if (rec->sc) {
+            atomic_store_explicit(&rec->sc->fifo->tail, rec->sendPos, memory_order_release);
+            execRingBell(rec->sc->peerBell);
+        }
+        if (rec->rc) {
+            atomic_store_explicit(&rec->rc->fifo->head, rec->recvPos, memory_order_release);
+            execRingBell(rec->rc->peerBell);
+        }
+        ex->head++;
+        n++;
+    }
+    return n;
+}

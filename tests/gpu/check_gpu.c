@@ -1,0 +1,259 @@
+/*
+ * check_gpu.c — Loom's GPU unit tests: what only a GPU can tell.
+ *
+ * Run by tests/gpu/run (not by make check: it needs a GPU and exits 77
+ * without one). Each case runs in its own process, since a CUDA context does
+ * not survive fork; the parent never touches CUDA.
+ *   - every reduction kernel of the embedded fatbin, every datatype x
+ *     operation, one and two outputs, with and without the local input and
+ *     the post-processing, aligned and not, against reduce.c bit for bit;
+ *   - every collective on one rank with device buffers, blocking;
+ *   - a call on a CUDA stream runs after the copy queued before it and
+ *     before the copy queued after it, and returns before it is done;
+ *   - host and device buffers mixed in one call are refused.
+ * Several ranks on one GPU are exercised by loom-perf in tests/gpu/run.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comms.h"
+#include "cudalib.h"
+#include "kernels.h"
+#include "loom.h"
+#include "reduce.h"
+
+#define COUNT 100003 /* a prime: tails in every pack size */
+
+static const struct cudaLib *lib;
+
+/* The driver with device 0's primary context current (as cudaSetDevice(0) leaves it). */
+static void gpuUp(void)
+{
+    cuContext_t ctx;
+    cuDevice_t dev;
+    ck_assert_msg(cudaLibGet(&lib) == loomSuccess, "%s", loomGetLastError(NULL));
+    ck_assert_int_eq(lib->deviceGet(&dev, 0), CUL_SUCCESS);
+    ck_assert_int_eq(lib->devicePrimaryCtxRetain(&ctx, dev), CUL_SUCCESS);
+    ck_assert_int_eq(lib->ctxSetCurrent(ctx), CUL_SUCCESS);
+}
+
+static char *devAlloc(size_t bytes)
+{
+    cuDevPtr_t p = 0;
+    ck_assert_int_eq(lib->memAlloc(&p, bytes), CUL_SUCCESS);
+    return (char *)(uintptr_t)p;
+}
+
+static void toDevice(void *dst, const void *src, size_t bytes)
+{
+    ck_assert_int_eq(
+        lib->memcpyAsync((cuDevPtr_t)(uintptr_t)dst, (cuDevPtr_t)(uintptr_t)src, bytes, NULL),
+        CUL_SUCCESS);
+    ck_assert_int_eq(lib->streamSynchronize(NULL), CUL_SUCCESS);
+}
+
+#define toHost toDevice /* cuMemcpyAsync is unified: the same call both ways */
+
+/* Random finite values (no NaN or infinity, whose encodings the GPU may choose). */
+static void fill(unsigned char *p, size_t count, loomDataType_t dt, unsigned int seed)
+{
+    size_t es = reduceTypeSize(dt);
+    srand(seed);
+    for (size_t i = 0; i < count; i++) {
+        unsigned char *e = p + i * es;
+        for (size_t k = 0; k < es; k++)
+            e[k] = (unsigned char)rand();
+        if (dt == loomFloat16)
+            e[1] = (unsigned char)((e[1] & 0x83) | ((rand() % 29) << 2));
+        if (dt == loomBfloat16)
+            e[1] = (unsigned char)((e[1] & 0x80) | (0x30 + rand() % 30));
+        if (dt == loomFloat32) {
+            float f = (float)(rand() % 20001 - 10000) / 7.0f;
+            memcpy(e, &f, sizeof(f));
+        }
+        if (dt == loomFloat64) {
+            double d = (double)(rand() % 200001 - 100000) / 3.0;
+            memcpy(e, &d, sizeof(d));
+        }
+    }
+}
+
+/* ---- the kernels of the fatbin ---- */
+
+#define TYPE_NAME(E, t, T) #t,
+#define OP_NAME(unused, E, o) #o,
+static const char *const typeNames[loomNumTypes] = {LOOM_KERNEL_TYPES(TYPE_NAME)};
+static const char *const opNames[loomNumOps] = {LOOM_KERNEL_OPS(OP_NAME, 0)};
+
+START_TEST(test_kernels)
+{
+    loomDataType_t dt = (loomDataType_t)_i;
+    size_t es = reduceTypeSize(dt), bytes = COUNT * es, fatbinBytes;
+    cuModule_t mod;
+    gpuUp();
+    ck_assert_int_eq(lib->moduleLoadData(&mod, cudaFatbin(&fatbinBytes)), CUL_SUCCESS);
+    unsigned char *a = malloc(bytes + 16), *b = malloc(bytes + 16), *want = malloc(bytes);
+    unsigned char *got0 = malloc(bytes), *got1 = malloc(bytes);
+    char *da = devAlloc(bytes + 16), *db = devAlloc(bytes + 16);
+    char *d0 = devAlloc(bytes + 16), *d1 = devAlloc(bytes + 16);
+    for (int op = 0; op < loomNumOps; op++) {
+        char name[64];
+        cuFunction_t f;
+        snprintf(name, sizeof(name), LOOM_KERNEL_PREFIX "%s_%s", typeNames[dt], opNames[op]);
+        ck_assert_msg(lib->moduleGetFunction(&f, mod, name) == CUL_SUCCESS, "no kernel %s", name);
+        for (int bits = 0; bits < 16; bits++) {
+            int withB = bits & 1, final = bits >> 1 & 1, two = bits >> 2 & 1, skew = bits >> 3 & 1;
+            size_t off = skew ? es : 0; /* misaligned: the element-wise path */
+            fill(a, COUNT, dt, 17 * bits + op);
+            fill(b, COUNT, dt, 31 * bits + op + 1);
+            toDevice(da + off, a, bytes);
+            toDevice(db + off, b, bytes);
+            struct loomReduceArgs args = {
+                d0 + off, two ? d1 + off : NULL, da + off, withB ? db + off : NULL, COUNT, 3,
+                final};
+            void *params[] = {&args};
+            ck_assert_int_eq(
+                lib->launchKernel(f, 64, 1, 1, LOOM_KERNEL_THREADS, 1, 1, 0, NULL, params, NULL),
+                CUL_SUCCESS);
+            ck_assert_int_eq(lib->ctxSynchronize(), CUL_SUCCESS);
+            toHost(got0, d0 + off, bytes);
+            if (!withB) {
+                memcpy(want, a, bytes);
+                if (final)
+                    reducePostOp(want, COUNT, dt, (loomRedOp_t)op, 3);
+            } else if (final) {
+                reduceApplyFinal(want, a, b, COUNT, dt, (loomRedOp_t)op, 3);
+            } else {
+                reduceApply(want, a, b, COUNT, dt, (loomRedOp_t)op);
+            }
+            ck_assert_msg(memcmp(got0, want, bytes) == 0, "%s: b %d final %d skew %d: wrong", name,
+                          withB, final, skew);
+            if (two) {
+                toHost(got1, d1 + off, bytes);
+                ck_assert_msg(memcmp(got1, want, bytes) == 0, "%s: second output wrong", name);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ---- collectives on one rank ---- */
+
+START_TEST(test_solo_collectives)
+{
+    gpuUp();
+    loomComm_t comm = soloComm();
+    static int32_t in[COUNT];
+    int32_t *out = malloc(sizeof(in));
+    char *d = devAlloc(sizeof(in)), *e = devAlloc(sizeof(in));
+    for (int i = 0; i < COUNT; i++)
+        in[i] = i * 7 - 3;
+    toDevice(d, in, sizeof(in));
+    ck_assert_int_eq(loomAllReduce(d, e, COUNT, loomInt32, loomAvg, comm, NULL), loomSuccess);
+    toHost(out, e, sizeof(in));
+    ck_assert(memcmp(in, out, sizeof(in)) == 0);
+    ck_assert_int_eq(loomBroadcast(d, e, COUNT, loomInt32, 0, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomReduce(d, e, COUNT, loomInt32, loomMax, 0, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomAllGather(d, e, COUNT, loomInt32, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomReduceScatter(d, e, COUNT, loomInt32, loomSum, comm, NULL), loomSuccess);
+    ck_assert_int_eq(loomAlltoAll(e, e, COUNT, loomInt32, comm, NULL), loomSuccess);
+    toHost(out, e, sizeof(in));
+    ck_assert(memcmp(in, out, sizeof(in)) == 0);
+    loomGroupStart();
+    loomSend(d, COUNT, loomInt32, 0, comm, NULL);
+    loomRecv(e, COUNT, loomInt32, 0, comm, NULL);
+    ck_assert_int_eq(loomGroupEnd(), loomSuccess);
+    toHost(out, e, sizeof(in));
+    ck_assert(memcmp(in, out, sizeof(in)) == 0);
+    free(out);
+    loomCommDestroy(comm);
+}
+END_TEST
+
+START_TEST(test_mixed_buffers)
+{
+    gpuUp();
+    loomComm_t comm = soloComm();
+    float host[16];
+    char *d = devAlloc(sizeof(host));
+    ck_error(loomAllReduce(d, host, 16, loomFloat32, loomSum, comm, NULL), loomInvalidArgument,
+             "host memory");
+    ck_assert_int_eq(loomAllReduce(d, d, 16, loomFloat32, loomSum, comm, NULL), loomSuccess);
+    loomCommDestroy(comm);
+}
+END_TEST
+
+/* ---- CUDA streams ---- */
+
+START_TEST(test_stream_order)
+{
+    size_t n = 16 << 20; /* 64 MiB of int32: the copy before the call takes a while */
+    cuStream_t cs;
+    loomStream_t s;
+    void *pinned;
+    gpuUp();
+    loomComm_t comm = soloComm();
+    ck_assert_int_eq(lib->memHostAlloc(&pinned, n * 4, 0), CUL_SUCCESS);
+    int32_t *h = pinned, *back = malloc(n * 4);
+    char *d = devAlloc(n * 4), *e = devAlloc(n * 4);
+    ck_assert_int_eq(lib->streamCreateWithPriority(&cs, CUL_STREAM_NON_BLOCKING, 0), CUL_SUCCESS);
+    ck_assert_int_eq(loomStreamCreateCuda(&s, cs), loomSuccess);
+    for (int round = 1; round <= 3; round++) {
+        for (size_t i = 0; i < n; i++)
+            h[i] = (int32_t)(i * round);
+        ck_assert_int_eq(
+            lib->memcpyAsync((cuDevPtr_t)(uintptr_t)d, (cuDevPtr_t)(uintptr_t)h, n * 4, cs),
+            CUL_SUCCESS);
+        ck_assert_int_eq(loomAllReduce(d, e, n, loomInt32, loomSum, comm, s), loomSuccess);
+        ck_assert_int_eq(
+            lib->memcpyAsync((cuDevPtr_t)(uintptr_t)h, (cuDevPtr_t)(uintptr_t)e, n * 4, cs),
+            CUL_SUCCESS);
+        ck_assert_int_eq(lib->streamSynchronize(cs), CUL_SUCCESS);
+        for (size_t i = 0; i < n; i += 4099)
+            ck_assert_msg(h[i] == (int32_t)(i * round), "round %d: element %zu is %d", round, i,
+                          h[i]);
+    }
+    ck_assert_int_eq(loomStreamSynchronize(s), loomSuccess);
+    ck_assert_int_eq(loomStreamQuery(s), loomSuccess);
+    ck_assert_int_eq(loomStreamDestroy(s), loomSuccess);
+    ck_assert_int_eq(lib->streamDestroy(cs), CUL_SUCCESS);
+    free(back);
+    loomCommDestroy(comm);
+}
+END_TEST
+
+int main(void)
+{
+    const struct cudaLib *probe;
+    int n = 0;
+    setenv("LOOM_SOCKET_IFNAME", "lo", 0);
+    /* Probe in a child: a CUDA context must not exist in the parent of the forked cases. */
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(cudaLibGet(&probe) == loomSuccess && probe->deviceGetCount(&n) == CUL_SUCCESS && n > 0
+                  ? 0
+                  : 77);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        printf("SKIP: check_gpu: no usable GPU (the CUDA driver is missing or finds no device)\n");
+        return 77;
+    }
+    Suite *s = suite_create("gpu");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_kernels, 0, loomNumTypes);
+    tcase_add_test(tc, test_solo_collectives);
+    tcase_add_test(tc, test_mixed_buffers);
+    tcase_add_test(tc, test_stream_order);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

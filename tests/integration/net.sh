@@ -1,0 +1,112 @@
+#!/bin/sh
+# net.sh — the network transport on one machine, without root.
+#
+# LOOM_HOSTID, set per rank by a wrapper, makes ranks of one machine
+# believe they are on different hosts, so links between those "hosts" go
+# over TCP while ranks of one "host" use shared memory; LOOM_SHM_DISABLE=1
+# puts every link, a rank's link to itself included, on the network.
+#
+# 1. loom-info --comm on 2 fake hosts x 2 ranks names shm and net/socket
+#    links where they belong; LOOM_DEBUG=INFO says once per rank that
+#    InfiniBand is not used and why.
+# 2. loom-perf's exact checks of every collective over mixed shm/TCP links
+#    (2 x 2, 2 channels, small FIFOs), over TCP only (3 ranks), and with
+#    large messages cut over 4 sockets moved by 2 helper threads.
+# 3. Errors say what to do: LOOM_SOCKET_IFNAME matching nothing lists the
+#    interfaces; LOOM_NET=ib without a device names the rank; a rank killed
+#    mid-run is reported by its peers as a closed connection, not a hang.
+# shellcheck disable=SC2086 # ALL, SIZES are word lists, split on purpose
+set -u
+. "$(dirname "$0")/common.sh"
+require_tools loomrun loom-perf loom-info
+
+LOOM_TIMEOUT=${LOOM_TIMEOUT:-60}
+# Every rank shares this machine's few CPUs: busy polling would only slow the others.
+LOOM_SPIN=0
+export LOOM_TIMEOUT LOOM_SPIN
+ALL="-C all -d all -o all -r all"
+SIZES="-b 4 -e 70000 -f 7"
+
+# fakehost PER_HOST PROG ARGS...: LOOM_HOSTID from the rank, PER_HOST ranks a host.
+cat >"$TEST_TMPDIR/fakehost" <<'EOS'
+#!/bin/sh
+per=$1
+shift
+LOOM_HOSTID=fake$((LOOM_RANK / per)) exec "$@"
+EOS
+chmod +x "$TEST_TMPDIR/fakehost"
+FAKE=$TEST_TMPDIR/fakehost
+
+# 1. Links and the INFO lines.
+log=$TEST_TMPDIR/comm.log
+LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET run_logged "$log" "$LOOMRUN" -n 4 "$FAKE" 2 "$LOOM_INFO" --comm
+comm_check "$log" $? "2 fake hosts x 2 ranks" 4 "Communicator: 4 ranks on 2 host" \
+    "  0 -> 1  shm$" "  1 -> 2  net/socket$" "  3 -> 0  net/socket$" "NET: rank 0 -> rank 2 (.*): TCP"
+
+# 2. Exact results.
+log=$TEST_TMPDIR/mixed.log
+LOOM_NCHANNELS=2 LOOM_BUFFSIZE=16K run_logged "$log" "$LOOMRUN" -n 4 --timeout 240 "$FAKE" 2 \
+    "$LOOM_PERF" -c 1 -n 1 -w 0 $ALL $SIZES
+perf_check "$log" $? "2 fake hosts x 2 ranks, 2 channels, 16K FIFOs"
+
+log=$TEST_TMPDIR/tcponly.log
+LOOM_SHM_DISABLE=1 run_logged "$log" "$LOOMRUN" -n 3 --timeout 240 "$LOOM_PERF" -c 1 -n 1 -w 0 \
+    -C all -d float -o all -r all $SIZES
+perf_check "$log" $? "3 ranks, LOOM_SHM_DISABLE=1 (every link on TCP)"
+
+log=$TEST_TMPDIR/split.log
+LOOM_SOCKET_NSOCKS=4 LOOM_SOCKET_NTHREADS=2 LOOM_BUFFSIZE=4M run_logged "$log" "$LOOMRUN" -n 3 \
+    --timeout 240 "$FAKE" 1 "$LOOM_PERF" -c 1 -n 2 -w 1 -C all -d float -b 1M -e 4M -f 4
+perf_check "$log" $? "3 fake hosts, 4 sockets and 2 helper threads, 1-4 MiB"
+
+# 3. Errors.
+log=$TEST_TMPDIR/ifname.log
+LOOM_SOCKET_IFNAME==nosuchif0 run_logged "$log" "$LOOMRUN" -n 2 "$LOOM_PERF" -b 8 -e 8
+if [ $? -eq 0 ]; then
+    record_failure "LOOM_SOCKET_IFNAME=nosuchif0 did not fail"
+elif ! grep -q "LOOM_SOCKET_IFNAME==nosuchif0 matches no interface .*this host has: .*lo" "$log"; then
+    record_failure "no clear message for a LOOM_SOCKET_IFNAME that matches nothing"
+    show_log "$log"
+fi
+
+log=$TEST_TMPDIR/ib.log
+LOOM_NET=ib run_logged "$log" "$LOOMRUN" -n 2 "$FAKE" 1 "$LOOM_PERF" -b 8 -e 8
+if [ $? -eq 0 ]; then
+    note "LOOM_NET=ib worked: this machine has an InfiniBand device"
+elif ! grep -q "asks for InfiniBand (LOOM_NET=ib).*unset LOOM_NET" "$log"; then
+    record_failure "no clear message for LOOM_NET=ib without a device"
+    show_log "$log"
+fi
+
+# Ranks started by hand (as a launcher would, through LOOM_ROOT_ADDR), so that
+# nobody stops the survivors when rank 1 is killed: they must say who left.
+port=$((20000 + $$ % 20000))
+pids=""
+for r in 0 1 2; do
+    OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=3 LOOM_ROOT_ADDR=127.0.0.1:$port LOOM_HOSTID=fake$r \
+        LOOM_TIMEOUT=30 "$LOOM_PERF" -C allreduce -b 4M -e 4M -n 100000 -w 0 -c 0 -z 1 \
+        >"$TEST_TMPDIR/kill$r.log" 2>&1 &
+    pids="$pids $!"
+done
+# LOOM_TIMEOUT ends a hang; the watchdog ends these three should that fail too.
+(
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep 120 &
+    sleeper=$!
+    wait "$sleeper" && kill -9 $pids
+) >/dev/null 2>&1 &
+watchdog=$!
+sleep 3
+kill -9 "$(echo $pids | cut -d' ' -f2)"
+for pid in $pids; do
+    wait "$pid"
+done
+kill "$watchdog" 2>/dev/null
+if ! grep -q "rank 1 (pid [0-9]* on .*) closed its connection" "$TEST_TMPDIR/kill0.log" \
+    "$TEST_TMPDIR/kill2.log"; then
+    record_failure "neither survivor reported rank 1's closed connection"
+    show_log "$TEST_TMPDIR/kill0.log"
+    show_log "$TEST_TMPDIR/kill2.log"
+fi
+
+finish

@@ -1,0 +1,875 @@
+/*
+ * fakecuda.c — a stand-in for the CUDA driver (libcuda.so.1), so that the
+ * host side of Loom's GPU support runs under `make check` on machines
+ * without a GPU. Tests load it with LOOM_CUDA_LIB=.../libfakecuda.so.
+ *
+ * It models what Loom relies on, strictly enough to catch the mistakes a
+ * GPU would punish:
+ *   - device memory is a memfd mapped twice: the address handed out (the
+ *     "device pointer") is PROT_NONE, so any CPU access to it by the library
+ *     crashes the test, and a private read-write view that only the fake
+ *     touches; IPC handles carry (pid, fd), and another process opens them
+ *     through /proc, so p2p between ranks works as on one GPU;
+ *   - kernels may only touch device memory and registered host memory;
+ *   - streams are asynchronous and in order: each has a worker thread, and
+ *     FAKECUDA_DELAY_US=N makes every command wait up to N us first, so work
+ *     that is used before its event completed shows up as wrong data;
+ *   - events, stream waits on events and on 32-bit memory values (cyclic),
+ *     stream and context synchronisation behave as documented;
+ *   - the module image must be a fatbin that contains the names looked up,
+ *     and a kernel is run by its name on the CPU with reduce.c (the real
+ *     kernels are device code and never run here);
+ *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
+ *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit.
+ * Only the functions Loom and its tools call exist; the types are those of
+ * src/cuda/cudalib.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cudalib.h"
+#include "kernels.h"
+#include "reduce.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define FAKE_MAX_DEVICES 8
+#define FAKE_ERROR_INVALID_CONTEXT 201
+#define FAKE_ERROR_NOT_FOUND 500
+#define FAKE_ERROR_ILLEGAL_ADDRESS 700
+#define FAKE_ERROR_NOT_SUPPORTED 801
+#define FAKE_FATBIN_MAGIC 0xba55ed50u
+
+/* ---- memory ---- */
+
+enum rangeKind { RANGE_DEVICE, RANGE_IPC, RANGE_HOST };
+
+struct range {
+    struct range *next;
+    enum rangeKind kind;
+    char *addr;   /* what the library sees */
+    char *shadow; /* where the fake reads and writes (== addr for host ranges) */
+    size_t bytes;
+    int fd;
+    int device;
+    int ownsHost; /* cuMemHostAlloc'ed */
+};
+
+struct ipcHandle {
+    int32_t pid;
+    int32_t fd;
+    uint64_t bytes;
+};
+
+static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
+static struct range *ranges;
+
+static struct range *rangeFind(const void *p)
+{
+    for (struct range *r = ranges; r; r = r->next)
+        if ((const char *)p >= r->addr && (const char *)p < r->addr + r->bytes)
+            return r;
+    return NULL;
+}
+
+/* Where the fake may access [p, p+bytes): NULL if not allowed (kernel: device or registered). */
+static char *translate(const void *p, size_t bytes, int kernel)
+{
+    if (p == NULL)
+        return NULL;
+    pthread_mutex_lock(&memLock);
+    struct range *r = rangeFind(p);
+    char *out = NULL;
+    if (r && (const char *)p + bytes <= r->addr + r->bytes)
+        out = r->shadow + ((const char *)p - r->addr);
+    else if (r == NULL && !kernel)
+        out = (char *)p; /* pageable host memory: copies may use it */
+    pthread_mutex_unlock(&memLock);
+    return out;
+}
+
+static void rangeAdd(struct range *r)
+{
+    pthread_mutex_lock(&memLock);
+    r->next = ranges;
+    ranges = r;
+    pthread_mutex_unlock(&memLock);
+}
+
+static struct range *rangeRemove(const void *addr)
+{
+    pthread_mutex_lock(&memLock);
+    struct range **pp = &ranges;
+    while (*pp && (*pp)->addr != addr)
+        pp = &(*pp)->next;
+    struct range *r = *pp;
+    if (r)
+        *pp = r->next;
+    pthread_mutex_unlock(&memLock);
+    return r;
+}
+
+/* ---- contexts ---- */
+
+struct cuCtxOpaque {
+    int device;
+};
+
+static struct cuCtxOpaque contexts[FAKE_MAX_DEVICES];
+static __thread cuContext_t current;
+static int deviceCount = 1;
+static unsigned delayUs;
+static int noMemops;
+
+static int envInt(const char *name, int fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+
+EXPORT cuResult_t cuInit(unsigned int flags)
+{
+    (void)flags;
+    if (envInt("FAKECUDA_NO_DEVICE", 0))
+        return CUL_ERROR_NO_DEVICE;
+    deviceCount = envInt("FAKECUDA_DEVICES", 1);
+    if (deviceCount < 1 || deviceCount > FAKE_MAX_DEVICES)
+        deviceCount = 1;
+    delayUs = (unsigned)envInt("FAKECUDA_DELAY_US", 0);
+    noMemops = envInt("FAKECUDA_NO_MEMOPS", 0);
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+        contexts[i].device = i;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuGetErrorString(cuResult_t res, const char **str)
+{
+    *str = res == CUL_SUCCESS ? "no error" : "fake CUDA error";
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDeviceGetCount(int *count)
+{
+    *count = deviceCount;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDeviceGet(cuDevice_t *dev, int ordinal)
+{
+    if (ordinal < 0 || ordinal >= deviceCount)
+        return CUL_ERROR_INVALID_VALUE;
+    *dev = ordinal;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDeviceGetAttribute(int *value, int attr, cuDevice_t dev)
+{
+    (void)dev;
+    *value = attr == CUL_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 4 : 1;
+    if (attr == CUL_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        *value = 9;
+    if (attr == CUL_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        *value = 0;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDeviceGetUuid_v2(cuUuid_t *uuid, cuDevice_t dev)
+{
+    memset(uuid->bytes, 0x5a, sizeof(uuid->bytes));
+    uuid->bytes[0] = (char)dev;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDeviceCanAccessPeer(int *can, cuDevice_t dev, cuDevice_t peer)
+{
+    *can = dev != peer;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDevicePrimaryCtxRetain(cuContext_t *ctx, cuDevice_t dev)
+{
+    if (dev < 0 || dev >= deviceCount)
+        return CUL_ERROR_INVALID_VALUE;
+    *ctx = &contexts[dev];
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuDevicePrimaryCtxRelease_v2(cuDevice_t dev)
+{
+    (void)dev;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuCtxGetCurrent(cuContext_t *ctx)
+{
+    *ctx = current;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuCtxSetCurrent(cuContext_t ctx)
+{
+    current = ctx;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuCtxGetDevice(cuDevice_t *dev)
+{
+    if (current == NULL)
+        return FAKE_ERROR_INVALID_CONTEXT;
+    *dev = current->device;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -1;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuPointerGetAttribute(void *data, int attr, cuDevPtr_t ptr)
+{
+    pthread_mutex_lock(&memLock);
+    struct range *r = rangeFind((const void *)(uintptr_t)ptr);
+    enum rangeKind kind = r ? r->kind : RANGE_HOST;
+    int device = r ? r->device : 0;
+    pthread_mutex_unlock(&memLock);
+    if (r == NULL)
+        return CUL_ERROR_INVALID_VALUE; /* as the driver says of plain host memory */
+    switch (attr) {
+    case CUL_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = kind == RANGE_HOST ? CUL_MEMORYTYPE_HOST : CUL_MEMORYTYPE_DEVICE;
+        return CUL_SUCCESS;
+    case CUL_POINTER_ATTRIBUTE_CONTEXT:
+        *(cuContext_t *)data = &contexts[device];
+        return CUL_SUCCESS;
+    case CUL_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = device;
+        return CUL_SUCCESS;
+    default:
+        return CUL_ERROR_INVALID_VALUE;
+    }
+}
+
+/* Maps fd twice: inaccessible for the library, read-write for the fake. */
+static cuResult_t mapDevice(int fd, size_t bytes, enum rangeKind kind, cuDevPtr_t *out)
+{
+    struct range *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    r->addr = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    r->shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r->addr == MAP_FAILED || r->shadow == MAP_FAILED) {
+        free(r);
+        return CUL_ERROR_INVALID_VALUE;
+    }
+    r->bytes = bytes;
+    r->fd = fd;
+    r->kind = kind;
+    r->device = current ? current->device : 0;
+    rangeAdd(r);
+    *out = (cuDevPtr_t)(uintptr_t)r->addr;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuMemAlloc_v2(cuDevPtr_t *ptr, size_t bytes)
+{
+    if (current == NULL)
+        return FAKE_ERROR_INVALID_CONTEXT;
+    int fd = memfd_create("fakecuda", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
+        return CUL_ERROR_INVALID_VALUE;
+    return mapDevice(fd, bytes, RANGE_DEVICE, ptr);
+}
+
+static void rangeFree(struct range *r)
+{
+    if (r->kind != RANGE_HOST) {
+        munmap(r->addr, r->bytes);
+        munmap(r->shadow, r->bytes);
+        close(r->fd);
+    } else if (r->ownsHost) {
+        free(r->addr);
+    }
+    free(r);
+}
+
+EXPORT cuResult_t cuMemFree_v2(cuDevPtr_t ptr)
+{
+    struct range *r = rangeRemove((void *)(uintptr_t)ptr);
+    if (r == NULL || r->kind != RANGE_DEVICE)
+        return CUL_ERROR_INVALID_VALUE;
+    rangeFree(r);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&memLock);
+    for (struct range *r = ranges; r; r = r->next) {
+        if ((char *)p < r->addr + r->bytes && r->addr < (char *)p + bytes) {
+            pthread_mutex_unlock(&memLock);
+            return CUL_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    }
+    pthread_mutex_unlock(&memLock);
+    struct range *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    r->kind = RANGE_HOST;
+    r->addr = r->shadow = p;
+    r->bytes = bytes;
+    r->fd = -1;
+    rangeAdd(r);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuMemHostUnregister(void *p)
+{
+    struct range *r = rangeRemove(p);
+    if (r == NULL || r->kind != RANGE_HOST)
+        return CUL_ERROR_INVALID_VALUE;
+    rangeFree(r);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
+{
+    void *mem = NULL;
+    if (posix_memalign(&mem, 4096, bytes) != 0)
+        return CUL_ERROR_INVALID_VALUE;
+    memset(mem, 0, bytes);
+    cuResult_t r = cuMemHostRegister_v2(mem, bytes, flags);
+    if (r != CUL_SUCCESS) {
+        free(mem);
+        return r;
+    }
+    pthread_mutex_lock(&memLock);
+    rangeFind(mem)->ownsHost = 1;
+    pthread_mutex_unlock(&memLock);
+    *p = mem;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuMemFreeHost(void *p)
+{
+    return cuMemHostUnregister(p);
+}
+
+EXPORT cuResult_t cuMemHostGetDevicePointer_v2(cuDevPtr_t *d, void *p, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&memLock);
+    struct range *r = rangeFind(p);
+    int ok = r && r->kind == RANGE_HOST;
+    pthread_mutex_unlock(&memLock);
+    if (!ok)
+        return CUL_ERROR_INVALID_VALUE;
+    *d = (cuDevPtr_t)(uintptr_t)p;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuIpcGetMemHandle(cuIpcHandle_t *h, cuDevPtr_t ptr)
+{
+    pthread_mutex_lock(&memLock);
+    struct range *r = rangeFind((void *)(uintptr_t)ptr);
+    struct ipcHandle ih = {0, 0, 0};
+    int ok = r && r->kind == RANGE_DEVICE && r->addr == (char *)(uintptr_t)ptr;
+    if (ok)
+        ih = (struct ipcHandle){(int32_t)getpid(), r->fd, r->bytes};
+    pthread_mutex_unlock(&memLock);
+    if (!ok)
+        return CUL_ERROR_INVALID_VALUE;
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &ih, sizeof(ih));
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuIpcOpenMemHandle_v2(cuDevPtr_t *ptr, cuIpcHandle_t h, unsigned int flags)
+{
+    struct ipcHandle ih;
+    char path[64];
+    (void)flags;
+    memcpy(&ih, h.reserved, sizeof(ih));
+    if (ih.pid == getpid())
+        return FAKE_ERROR_INVALID_CONTEXT; /* the driver refuses the exporting process too */
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ih.pid, (int)ih.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return CUL_ERROR_INVALID_VALUE;
+    return mapDevice(fd, ih.bytes, RANGE_IPC, ptr);
+}
+
+EXPORT cuResult_t cuIpcCloseMemHandle(cuDevPtr_t ptr)
+{
+    struct range *r = rangeRemove((void *)(uintptr_t)ptr);
+    if (r == NULL || r->kind != RANGE_IPC)
+        return CUL_ERROR_INVALID_VALUE;
+    rangeFree(r);
+    return CUL_SUCCESS;
+}
+
+/* ---- streams, events, kernels ---- */
+
+enum cmdKind { CMD_COPY, CMD_REDUCE, CMD_WAIT_FLAG, CMD_WAIT_EVENT, CMD_WAIT_VALUE };
+
+struct cuStreamOpaque;
+
+struct cuEventOpaque {
+    struct cuStreamOpaque *stream; /* last recorded on, NULL if never */
+    uint64_t ticket;               /* complete when stream->done >= ticket */
+};
+
+struct cmd {
+    struct cmd *next;
+    enum cmdKind kind;
+    char *dst;
+    const char *src;
+    size_t bytes;
+    struct loomReduceArgs args; /* pointers already translated */
+    loomDataType_t dt;
+    loomRedOp_t op;
+    const volatile uint32_t *flag;
+    uint32_t value;
+    struct cuEventOpaque event; /* CMD_WAIT_EVENT: a copy taken at enqueue */
+};
+
+struct cuStreamOpaque {
+    cuContext_t ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct cmd *head, *tail;
+    uint64_t enqueued, done;
+    int stop;
+    pthread_t thread;
+    struct cuStreamOpaque *nextOfAll;
+};
+
+struct cuModuleOpaque {
+    const void *image;
+};
+
+struct cuFunctionOpaque {
+    int wait; /* loomWaitFlag */
+    loomDataType_t dt;
+    loomRedOp_t op;
+};
+
+static pthread_mutex_t streamsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuStreamOpaque *allStreams;
+static struct cuStreamOpaque *legacy[FAKE_MAX_DEVICES];
+
+static uint64_t streamDone(struct cuStreamOpaque *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t d = s->done;
+    pthread_mutex_unlock(&s->lock);
+    return d;
+}
+
+static void pause1us(void)
+{
+    struct timespec ts = {0, 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void cmdRun(struct cmd *c)
+{
+    if (delayUs)
+        usleep((useconds_t)(rand() % (delayUs + 1)));
+    switch (c->kind) {
+    case CMD_COPY:
+        memmove(c->dst, c->src, c->bytes);
+        break;
+    case CMD_REDUCE: {
+        const struct loomReduceArgs *a = &c->args;
+        size_t bytes = a->count * reduceTypeSize(c->dt);
+        if (a->b == NULL) {
+            memmove(a->out0, a->a, bytes);
+            if (a->final)
+                reducePostOp(a->out0, a->count, c->dt, c->op, a->nranks);
+        } else if (a->final) {
+            reduceApplyFinal(a->out0, a->a, a->b, a->count, c->dt, c->op, a->nranks);
+        } else {
+            reduceApply(a->out0, a->a, a->b, a->count, c->dt, c->op);
+        }
+        if (a->out1)
+            memcpy(a->out1, a->out0, bytes);
+        break;
+    }
+    case CMD_WAIT_FLAG:
+    case CMD_WAIT_VALUE:
+        while ((int32_t)(atomic_load((_Atomic uint32_t *)c->flag) - c->value) < 0)
+            pause1us();
+        break;
+    case CMD_WAIT_EVENT:
+        while (c->event.stream && streamDone(c->event.stream) < c->event.ticket)
+            pause1us();
+        break;
+    }
+}
+
+static void *streamWorker(void *arg)
+{
+    struct cuStreamOpaque *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->head == NULL)
+            break;
+        struct cmd *c = s->head;
+        pthread_mutex_unlock(&s->lock);
+        cmdRun(c);
+        pthread_mutex_lock(&s->lock);
+        s->head = c->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->done++;
+        free(c);
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static struct cuStreamOpaque *streamNew(cuContext_t ctx)
+{
+    struct cuStreamOpaque *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->ctx = ctx;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&streamsLock);
+    s->nextOfAll = allStreams;
+    allStreams = s;
+    pthread_mutex_unlock(&streamsLock);
+    return s;
+}
+
+/* NULL and the legacy / per-thread handles are one default stream per context. */
+static struct cuStreamOpaque *streamOf(cuStream_t h)
+{
+    if ((uintptr_t)h > 2)
+        return h;
+    int dev = current ? current->device : 0;
+    pthread_mutex_lock(&streamsLock);
+    struct cuStreamOpaque *s = legacy[dev];
+    pthread_mutex_unlock(&streamsLock);
+    if (s == NULL) {
+        s = streamNew(&contexts[dev]);
+        pthread_mutex_lock(&streamsLock);
+        if (legacy[dev] == NULL)
+            legacy[dev] = s;
+        s = legacy[dev];
+        pthread_mutex_unlock(&streamsLock);
+    }
+    return s;
+}
+
+static cuResult_t enqueue(cuStream_t h, struct cmd *c)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    if (s == NULL) {
+        free(c);
+        return CUL_ERROR_INVALID_VALUE;
+    }
+    c->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = c;
+    else
+        s->head = c;
+    s->tail = c;
+    s->enqueued++;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+static void streamDrain(struct cuStreamOpaque *s)
+{
+    pthread_mutex_lock(&s->lock);
+    while (s->done < s->enqueued)
+        pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+EXPORT cuResult_t cuStreamCreateWithPriority(cuStream_t *s, unsigned int flags, int priority)
+{
+    (void)flags, (void)priority;
+    if (current == NULL)
+        return FAKE_ERROR_INVALID_CONTEXT;
+    *s = streamNew(current);
+    return *s ? CUL_SUCCESS : CUL_ERROR_INVALID_VALUE;
+}
+
+EXPORT cuResult_t cuStreamCreate(cuStream_t *s, unsigned int flags)
+{
+    return cuStreamCreateWithPriority(s, flags, 0);
+}
+
+EXPORT cuResult_t cuStreamDestroy_v2(cuStream_t h)
+{
+    struct cuStreamOpaque *s = h;
+    streamDrain(s);
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&streamsLock);
+    struct cuStreamOpaque **pp = &allStreams;
+    while (*pp && *pp != s)
+        pp = &(*pp)->nextOfAll;
+    if (*pp)
+        *pp = s->nextOfAll;
+    pthread_mutex_unlock(&streamsLock);
+    free(s); /* a wait on one of its events that was already queued keeps only a copy */
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamSynchronize(cuStream_t h)
+{
+    streamDrain(streamOf(h));
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamQuery(cuStream_t h)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    pthread_mutex_lock(&s->lock);
+    int idle = s->done == s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return idle ? CUL_SUCCESS : CUL_ERROR_NOT_READY;
+}
+
+EXPORT cuResult_t cuStreamGetCtx(cuStream_t h, cuContext_t *ctx)
+{
+    if ((uintptr_t)h > 2 && h->ctx == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    *ctx = (uintptr_t)h > 2 ? h->ctx : current;
+    return *ctx ? CUL_SUCCESS : FAKE_ERROR_INVALID_CONTEXT;
+}
+
+EXPORT cuResult_t cuCtxSynchronize(void)
+{
+    pthread_mutex_lock(&streamsLock);
+    int n = 0;
+    struct cuStreamOpaque *list[256];
+    for (struct cuStreamOpaque *s = allStreams; s && n < 256; s = s->nextOfAll)
+        if (s->ctx == current)
+            list[n++] = s;
+    pthread_mutex_unlock(&streamsLock);
+    for (int i = 0; i < n; i++)
+        streamDrain(list[i]);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamWaitValue32_v2(cuStream_t h, cuDevPtr_t addr, uint32_t value,
+                                         unsigned int flags)
+{
+    if (noMemops)
+        return FAKE_ERROR_NOT_SUPPORTED;
+    if (flags != CUL_STREAM_WAIT_VALUE_GEQ)
+        return CUL_ERROR_INVALID_VALUE;
+    const char *flag = translate((const void *)(uintptr_t)addr, sizeof(uint32_t), 1);
+    if (flag == NULL)
+        return FAKE_ERROR_ILLEGAL_ADDRESS;
+    struct cmd *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    c->kind = CMD_WAIT_VALUE;
+    c->flag = (const volatile uint32_t *)flag;
+    c->value = value;
+    return enqueue(h, c);
+}
+
+EXPORT cuResult_t cuEventCreate(cuEvent_t *e, unsigned int flags)
+{
+    (void)flags;
+    *e = calloc(1, sizeof(**e));
+    return *e ? CUL_SUCCESS : CUL_ERROR_INVALID_VALUE;
+}
+
+EXPORT cuResult_t cuEventDestroy_v2(cuEvent_t e)
+{
+    free(e);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuEventRecord(cuEvent_t e, cuStream_t h)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    pthread_mutex_lock(&s->lock);
+    e->stream = s;
+    e->ticket = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuEventQuery(cuEvent_t e)
+{
+    if (e->stream == NULL || streamDone(e->stream) >= e->ticket)
+        return CUL_SUCCESS;
+    return CUL_ERROR_NOT_READY;
+}
+
+EXPORT cuResult_t cuEventSynchronize(cuEvent_t e)
+{
+    while (cuEventQuery(e) == CUL_ERROR_NOT_READY)
+        pause1us();
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamWaitEvent(cuStream_t h, cuEvent_t e, unsigned int flags)
+{
+    (void)flags;
+    struct cmd *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    c->kind = CMD_WAIT_EVENT;
+    c->event = *e;
+    return enqueue(h, c);
+}
+
+EXPORT cuResult_t cuMemcpyAsync(cuDevPtr_t dst, cuDevPtr_t src, size_t bytes, cuStream_t h)
+{
+    char *d = translate((void *)(uintptr_t)dst, bytes, 0);
+    const char *s = translate((void *)(uintptr_t)src, bytes, 0);
+    if (bytes > 0 && (d == NULL || s == NULL))
+        return FAKE_ERROR_ILLEGAL_ADDRESS;
+    struct cmd *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    *c = (struct cmd){.kind = CMD_COPY, .dst = d, .src = s, .bytes = bytes};
+    return enqueue(h, c);
+}
+
+/* The synchronous copies run on the default stream and wait for it (tools and tests use them). */
+EXPORT cuResult_t cuMemcpyHtoD_v2(cuDevPtr_t dst, const void *src, size_t bytes)
+{
+    cuResult_t r = cuMemcpyAsync(dst, (cuDevPtr_t)(uintptr_t)src, bytes, NULL);
+    return r == CUL_SUCCESS ? cuStreamSynchronize(NULL) : r;
+}
+
+EXPORT cuResult_t cuMemcpyDtoH_v2(void *dst, cuDevPtr_t src, size_t bytes)
+{
+    cuResult_t r = cuMemcpyAsync((cuDevPtr_t)(uintptr_t)dst, src, bytes, NULL);
+    return r == CUL_SUCCESS ? cuStreamSynchronize(NULL) : r;
+}
+
+EXPORT cuResult_t cuModuleLoadData(cuModule_t *m, const void *image)
+{
+    uint32_t magic = 0;
+    if (image == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    memcpy(&magic, image, sizeof(magic));
+    if (magic != FAKE_FATBIN_MAGIC)
+        return CUL_ERROR_INVALID_VALUE;
+    *m = calloc(1, sizeof(**m));
+    if (*m == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    (*m)->image = image;
+    return CUL_SUCCESS;
+}
+
+#define FAKE_TYPE_NAME(E, t, T) #t,
+#define FAKE_OP_NAME(unused, E, o) #o,
+static const char *const fakeTypes[loomNumTypes] = {LOOM_KERNEL_TYPES(FAKE_TYPE_NAME)};
+static const char *const fakeOps[loomNumOps] = {LOOM_KERNEL_OPS(FAKE_OP_NAME, 0)};
+
+/* 1 if the fatbin holds the name (uncompressed symbol tables: nvcc -no-compress). */
+static int imageHas(const struct cuModuleOpaque *m, const char *name)
+{
+    /* The fatbin header: magic, version, header size, then the size of what follows. */
+    uint64_t size;
+    uint16_t hdr;
+    memcpy(&hdr, (const char *)m->image + 6, sizeof(hdr));
+    memcpy(&size, (const char *)m->image + 8, sizeof(size));
+    return memmem(m->image, hdr + size, name, strlen(name) + 1) != NULL;
+}
+
+EXPORT cuResult_t cuModuleGetFunction(cuFunction_t *f, cuModule_t m, const char *name)
+{
+    struct cuFunctionOpaque fn = {0, loomInt8, loomSum};
+    if (!imageHas(m, name))
+        return FAKE_ERROR_NOT_FOUND;
+    if (strcmp(name, LOOM_KERNEL_WAIT) == 0) {
+        fn.wait = 1;
+    } else {
+        int found = 0;
+        for (int t = 0; t < loomNumTypes && !found; t++) {
+            for (int o = 0; o < loomNumOps && !found; o++) {
+                char want[64];
+                snprintf(want, sizeof(want), LOOM_KERNEL_PREFIX "%s_%s", fakeTypes[t], fakeOps[o]);
+                if (strcmp(want, name) == 0) {
+                    fn.dt = (loomDataType_t)t, fn.op = (loomRedOp_t)o;
+                    found = 1;
+                }
+            }
+        }
+        if (!found)
+            return FAKE_ERROR_NOT_FOUND;
+    }
+    *f = malloc(sizeof(**f));
+    if (*f == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    **f = fn;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuLaunchKernel(cuFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                 unsigned int bx, unsigned int by, unsigned int bz,
+                                 unsigned int sharedBytes, cuStream_t h, void **params,
+                                 void **extra)
+{
+    (void)gy, (void)gz, (void)by, (void)bz, (void)sharedBytes, (void)extra;
+    if (gx == 0 || bx == 0 || bx > 1024)
+        return CUL_ERROR_INVALID_VALUE;
+    struct cmd *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    if (f->wait) {
+        const struct loomWaitArgs *w = params[0];
+        c->kind = CMD_WAIT_FLAG;
+        c->flag = (const volatile uint32_t *)translate((const void *)w->flag, 4, 1);
+        c->value = w->value;
+        if (c->flag == NULL)
+            goto illegal;
+        return enqueue(h, c);
+    }
+    const struct loomReduceArgs *a = params[0];
+    size_t bytes = a->count * reduceTypeSize(f->dt);
+    c->kind = CMD_REDUCE;
+    c->dt = f->dt;
+    c->op = f->op;
+    c->args = *a;
+    c->args.out0 = translate(a->out0, bytes, 1);
+    c->args.out1 = translate(a->out1, bytes, 1);
+    c->args.a = translate(a->a, bytes, 1);
+    c->args.b = translate(a->b, bytes, 1);
+    if (c->args.out0 == NULL || c->args.a == NULL || (a->out1 && c->args.out1 == NULL) ||
+        (a->b && c->args.b == NULL))
+        goto illegal;
+    return enqueue(h, c);
+
+illegal:
+    free(c);
+    fprintf(stderr, "fakecuda: a kernel was given an address the GPU cannot reach\n");
+    return FAKE_ERROR_ILLEGAL_ADDRESS;
+}

@@ -1,0 +1,561 @@
+/*
+ * main.c — loom-train: options, the training loop, the per-step log, the
+ * memory ledger, and the verdict of --check.
+ *
+ * Each rank is a process started by loomrun (or mpirun) that joins with
+ * loomCommInitFromEnv. One step on every rank:
+ *
+ *   its batch (data.c) -> strategy step: forward, backward, gradient
+ *   communication, Adam (ddp.c, zero.c, moe.c) -> AllReduce of [loss,
+ *   squared gradient norm] -> log line (rank 0)
+ *
+ * Every --verify-every steps, and at the end, the ranks compare a hash of the
+ * state each must hold bit for bit (AllGather of the hashes). At the end
+ * rank 0 prints the timing, and the memory ledger: the largest figure over
+ * ranks of each kind of memory, as allocated, beside the model-state formula
+ * of the strategy. With --check the ranks gather their final weights, rank 0
+ * trains the single-process reference (check.c) and compares, and
+ * broadcasts the verdict, so every rank exits 0 only if the check holds.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "data.h"
+#include "optim.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: loomrun -n N loom-train [options]\n"
+               "  --mode ddp|zero1|zero2|zero3|moe   parallelism (ddp)\n"
+               "  --dtype fp32|bf16      parameters and gradients; bf16 keeps fp32 master weights "
+               "(fp32)\n"
+               "  --layers L --hidden D --ffn F --classes C   model size (4, 64, 4 D, 16)\n"
+               "  --batch B              tokens per rank per step (32)\n"
+               "  --steps S              training steps (20)\n"
+               "  --samples S            synthetic data set size (8192)\n"
+               "  --seed X               data, teacher and initial weights (1)\n"
+               "  --lr R                 Adam learning rate (0.001)\n"
+               "  --bucket-mb M          DDP bucket size in MiB (25)\n"
+               "  --no-overlap           DDP: AllReduce after backward instead of during it\n"
+               "  --compare-overlap      DDP: alternate the two step by step and compare times\n"
+               "  --experts E --top-k 1|2 --capacity-factor F --aux-weight A   MoE (8, 2, 1.25, "
+               "0.01)\n"
+               "  --check                also train a single-process reference and compare\n"
+               "  --log-every K          print every K-th step (1)\n"
+               "  --verify-every K       compare parameter hashes across ranks every K steps (10)\n"
+               "  -h, --help\n");
+}
+
+static int usageError(const char *what, const char *arg)
+{
+    fprintf(stderr, "loom-train: %s%s%s\n", what, arg ? " " : "", arg ? arg : "");
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
+static int parseLong(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parseDouble(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+enum {
+    OPT_MODE = 256,
+    OPT_DTYPE,
+    OPT_LAYERS,
+    OPT_HIDDEN,
+    OPT_FFN,
+    OPT_CLASSES,
+    OPT_BATCH,
+    OPT_STEPS,
+    OPT_SAMPLES,
+    OPT_SEED,
+    OPT_LR,
+    OPT_BUCKET,
+    OPT_NO_OVERLAP,
+    OPT_COMPARE,
+    OPT_EXPERTS,
+    OPT_TOPK,
+    OPT_CAPACITY,
+    OPT_AUX,
+    OPT_CHECK,
+    OPT_LOG,
+    OPT_VERIFY
+};
+
+static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_MODE},
+                                            {"dtype", required_argument, 0, OPT_DTYPE},
+                                            {"layers", required_argument, 0, OPT_LAYERS},
+                                            {"hidden", required_argument, 0, OPT_HIDDEN},
+                                            {"ffn", required_argument, 0, OPT_FFN},
+                                            {"classes", required_argument, 0, OPT_CLASSES},
+                                            {"batch", required_argument, 0, OPT_BATCH},
+                                            {"steps", required_argument, 0, OPT_STEPS},
+                                            {"samples", required_argument, 0, OPT_SAMPLES},
+                                            {"seed", required_argument, 0, OPT_SEED},
+                                            {"lr", required_argument, 0, OPT_LR},
+                                            {"bucket-mb", required_argument, 0, OPT_BUCKET},
+                                            {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
+                                            {"compare-overlap", no_argument, 0, OPT_COMPARE},
+                                            {"experts", required_argument, 0, OPT_EXPERTS},
+                                            {"top-k", required_argument, 0, OPT_TOPK},
+                                            {"capacity-factor", required_argument, 0, OPT_CAPACITY},
+                                            {"aux-weight", required_argument, 0, OPT_AUX},
+                                            {"check", no_argument, 0, OPT_CHECK},
+                                            {"log-every", required_argument, 0, OPT_LOG},
+                                            {"verify-every", required_argument, 0, OPT_VERIFY},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+
+static const char *const modeNames[] = {"ddp", "zero1", "zero2", "zero3", "moe"};
+
+/* Options with a numeric value: where each goes and its range. */
+static int setNumber(struct trainOptions *o, int c, const char *arg)
+{
+    const struct {
+        int code;
+        int *target;
+        long lo, hi;
+    } ints[] = {{OPT_LAYERS, &o->layers, 1, 1 << 12},     {OPT_HIDDEN, &o->hidden, 1, 1 << 16},
+                {OPT_FFN, &o->ffn, 1, 1 << 18},           {OPT_CLASSES, &o->classes, 2, 1 << 16},
+                {OPT_BATCH, &o->batch, 1, 1 << 20},       {OPT_STEPS, &o->steps, 1, 1 << 24},
+                {OPT_EXPERTS, &o->experts, 1, 1 << 12},   {OPT_LOG, &o->logEvery, 1, 1 << 30},
+                {OPT_VERIFY, &o->verifyEvery, 0, 1 << 30}};
+    const struct {
+        int code;
+        double *target, lo, hi;
+    } reals[] = {{OPT_LR, &o->lr, 1e-9, 1.0},
+                 {OPT_BUCKET, &o->bucketMb, 1e-6, 1e6},
+                 {OPT_CAPACITY, &o->capacity, 1e-3, 1e3},
+                 {OPT_AUX, &o->auxWeight, 0.0, 1e3}};
+    long v;
+    if (c == OPT_SAMPLES)
+        return parseLong(arg, 1, 1L << 40, &o->samples);
+    if (c == OPT_SEED) {
+        if (parseLong(arg, 0, LONG_MAX, &v) != 0)
+            return -1;
+        o->seed = (uint64_t)v;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+        if (reals[i].code == c)
+            return parseDouble(arg, reals[i].lo, reals[i].hi, reals[i].target);
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+        if (ints[i].code == c) {
+            if (parseLong(arg, ints[i].lo, ints[i].hi, &v) != 0)
+                return -1;
+            *ints[i].target = (int)v;
+            return 0;
+        }
+    return -1;
+}
+
+static int parseMode(const char *s, struct trainOptions *o)
+{
+    for (int m = 0; m < 5; m++)
+        if (strcmp(s, modeNames[m]) == 0) {
+            o->mode = (enum trainMode)m;
+            return 0;
+        }
+    return -1;
+}
+
+static int parseOptions(int argc, char **argv, struct trainOptions *o)
+{
+    int c, idx = 0;
+    char what[64];
+    *o = (struct trainOptions){.mode = MODE_DDP,
+                               .layers = 4,
+                               .hidden = 64,
+                               .classes = 16,
+                               .batch = 32,
+                               .steps = 20,
+                               .samples = 8192,
+                               .seed = 1,
+                               .lr = 1e-3,
+                               .bucketMb = 25,
+                               .overlap = OVERLAP_ALWAYS,
+                               .logEvery = 1,
+                               .verifyEvery = 10,
+                               .experts = 8,
+                               .topK = 2,
+                               .capacity = 1.25,
+                               .auxWeight = 0.01};
+    while ((c = getopt_long(argc, argv, "h", longOptions, &idx)) != -1) {
+        switch (c) {
+        case OPT_MODE:
+            if (parseMode(optarg, o) != 0)
+                return usageError("--mode wants ddp, zero1, zero2, zero3 or moe, not", optarg);
+            break;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                return usageError("--dtype wants fp32 or bf16, not", optarg);
+            o->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
+        case OPT_TOPK:
+            if (strcmp(optarg, "1") != 0 && strcmp(optarg, "2") != 0)
+                return usageError("--top-k wants 1 or 2, not", optarg);
+            o->topK = optarg[0] - '0';
+            break;
+        case OPT_NO_OVERLAP:
+            o->overlap = OVERLAP_NEVER;
+            break;
+        case OPT_COMPARE:
+            o->overlap = OVERLAP_ALTERNATE;
+            break;
+        case OPT_CHECK:
+            o->check = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case '?':
+            return usageError("unknown option or missing value", NULL);
+        default:
+            snprintf(what, sizeof(what), "--%s wants a number in its range, not",
+                     longOptions[idx].name);
+            if (setNumber(o, c, optarg) != 0)
+                return usageError(what, optarg);
+        }
+    }
+    if (optind < argc)
+        return usageError("unexpected argument", argv[optind]);
+    if (o->ffn == 0)
+        o->ffn = 4 * o->hidden;
+    if (o->mode == MODE_MOE && o->experts < o->topK)
+        return usageError("--experts must be at least --top-k", NULL);
+    return 0;
+}
+
+/* ---- reporting ---- */
+
+static int compareDouble(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double *s = malloc((size_t)n * sizeof(*s));
+    if (s == NULL || n == 0) {
+        free(s);
+        return 0.0;
+    }
+    memcpy(s, v, (size_t)n * sizeof(*s));
+    qsort(s, (size_t)n, sizeof(*s), compareDouble);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static void printBytes(const char *what, double bytes, const char *extra)
+{
+    printf("  %-22s %14.0f B  %10.3f MB%s\n", what, bytes, bytes / 1e6, extra);
+}
+
+/* The largest figure of each kind over ranks, beside the strategy's formula. */
+static loomResult_t printLedger(struct trainer *t, const struct strategy *s)
+{
+    uint64_t v[LEDGER_KINDS], mx[LEDGER_KINDS];
+    for (int k = 0; k < LEDGER_KINDS; k++)
+        v[k] = t->ledger.peak[k];
+    uint64_t t0 = nowNs();
+    LOOMCHECK(trainComm(t, "loomAllReduce",
+                        loomAllReduce(v, mx, LEDGER_KINDS, loomUint64, loomMax, t->comm, NULL),
+                        t0));
+    if (t->rank != 0)
+        return loomSuccess;
+    const struct trainOptions *o = t->opt;
+    double state = (double)(mx[LEDGER_PARAMS] + mx[LEDGER_GRADS] + mx[LEDGER_OPTIM]);
+    char extra[160];
+    printf("memory ledger, bytes per rank (largest over %d ranks), measured from the "
+           "allocations; Psi = %zu parameters, %s: %s\n",
+           t->nranks, s->psi, o->bf16 ? "bf16" : "fp32",
+           o->bf16 ? "2 + 2 + 12 bytes a parameter (bf16 weight and gradient; fp32 master, "
+                     "momentum, variance)"
+                   : "4 + 4 + 8 bytes a parameter (fp32 weight and gradient; momentum, "
+                     "variance)");
+    printBytes("parameters", (double)mx[LEDGER_PARAMS], "");
+    printBytes("gradients", (double)mx[LEDGER_GRADS], "");
+    printBytes("optimizer state", (double)mx[LEDGER_OPTIM], "");
+    snprintf(extra, sizeof(extra), "   formula %s = %.0f B, measured/formula %.4f", s->formula,
+             s->formulaBytes, state / s->formulaBytes);
+    printBytes("model state", state, extra);
+    printBytes("activations", (double)mx[LEDGER_ACTS], "");
+    printBytes("peak temporaries", (double)mx[LEDGER_TEMP],
+               "   (communication and gathered-unit buffers, fp32 views, backward work)");
+    return loomSuccess;
+}
+
+/* ---- the run ---- */
+
+struct run {
+    struct trainer t;
+    struct trainOptions o;
+    struct strategy s;
+    struct dataSet data;
+    float *x;
+    int *labels;
+    struct runRecord rec;
+    double *stepMs, *commShare;
+    int mismatches;
+};
+
+/* Collective: do all ranks hold the same hash? */
+static loomResult_t verifyHashes(struct run *r, uint64_t hash, int *same)
+{
+    uint64_t *all = calloc((size_t)r->t.nranks, sizeof(*all));
+    if (all == NULL)
+        return trainFail(&r->t, loomSystemError, "out of memory");
+    uint64_t t0 = nowNs();
+    loomResult_t res = trainComm(&r->t, "loomAllGather",
+                                 loomAllGather(&hash, all, 1, loomUint64, r->t.comm, NULL), t0);
+    *same = 1;
+    for (int i = 0; res == loomSuccess && i < r->t.nranks; i++)
+        *same &= all[i] == all[0];
+    free(all);
+    return res;
+}
+
+static loomResult_t trainStep(struct run *r, long step)
+{
+    struct trainer *t = &r->t;
+    struct stepStats st = {0, 0, 0};
+    uint64_t start = nowNs(), comm0 = t->commNs;
+    LOOMCHECK(dataBatch(&r->data, t->rank, step, r->x, r->labels));
+    LOOMCHECK(r->s.step(r->s.self, step + 1, r->x, r->labels, &st));
+    double local[3] = {st.loss / t->nranks, st.gradNormSq, st.dropped / t->nranks}, global[3];
+    uint64_t t0 = nowNs();
+    LOOMCHECK(trainComm(t, "loomAllReduce",
+                        loomAllReduce(local, global, 3, loomFloat64, loomSum, t->comm, NULL), t0));
+    double ms = (double)(nowNs() - start) / 1e6;
+    r->rec.loss[step] = global[0];
+    r->rec.gradNorm[step] = sqrt(global[1]);
+    r->stepMs[step] = ms;
+    r->commShare[step] = (double)(t->commNs - comm0) / 1e6 / ms;
+    if (t->rank == 0 && ((step + 1) % r->o.logEvery == 0 || step == 0 || step + 1 == r->o.steps)) {
+        char dropped[32] = "";
+        if (r->o.mode == MODE_MOE)
+            snprintf(dropped, sizeof(dropped), "  dropped %4.1f%%", 100.0 * global[2]);
+        printf("step %5ld  loss %.6f  tokens/s %10.0f  comm %5.1f%%  (%.3f ms)%s\n", step + 1,
+               global[0], (double)t->nranks * r->o.batch / (ms / 1e3), 100.0 * r->commShare[step],
+               ms, dropped);
+    }
+    if (r->s.fingerprint != NULL && r->o.verifyEvery > 0 && (step + 1) % r->o.verifyEvery == 0) {
+        int same;
+        LOOMCHECK(verifyHashes(r, r->s.fingerprint(r->s.self), &same));
+        if (!same) {
+            r->mismatches++;
+            if (t->rank == 0)
+                printf("verify: step %ld: the ranks' parameters DIFFER\n", step + 1);
+        }
+    }
+    return loomSuccess;
+}
+
+static void printHeader(const struct run *r)
+{
+    const struct trainOptions *o = &r->o;
+    if (r->t.rank != 0)
+        return;
+    printf("loom-train: mode %s, dtype %s, %d ranks; model: %d blocks, hidden %d, ffn %d, %d "
+           "classes; Psi = %zu parameters\n",
+           modeNames[o->mode], o->bf16 ? "bf16" : "fp32", r->t.nranks, o->layers, o->hidden, o->ffn,
+           o->classes, r->s.psi);
+    printf("data: %ld samples from a random teacher (seed %llu), DistributedSampler shards; "
+           "batch %d per rank, %d tokens a step; Adam lr %g\n",
+           o->samples, (unsigned long long)o->seed, o->batch, o->batch * r->t.nranks, o->lr);
+    printf("comm: the share of each step the training thread spent in or waiting for Loom "
+           "calls (exposed communication)\n");
+}
+
+/* Median and fastest time, and median communication share, of steps first, first + stride, ... */
+static void stepTimes(const struct run *r, int first, int stride, double *med, double *fastest,
+                      double *share)
+{
+    double *ms = calloc((size_t)r->o.steps, sizeof(*ms));
+    double *comm = calloc((size_t)r->o.steps, sizeof(*comm));
+    int n = 0;
+    *med = *fastest = *share = 0.0;
+    if (ms != NULL && comm != NULL) {
+        *fastest = r->stepMs[first];
+        for (int i = first; i < r->o.steps; i += stride, n++) {
+            ms[n] = r->stepMs[i];
+            comm[n] = r->commShare[i];
+            *fastest = ms[n] < *fastest ? ms[n] : *fastest;
+        }
+        *med = median(ms, n);
+        *share = median(comm, n);
+    }
+    free(ms);
+    free(comm);
+}
+
+static void printTiming(const struct run *r)
+{
+    int first = r->o.steps > 1 ? 1 : 0;
+    double ms, fastest, share, tokens = (double)r->t.nranks * r->o.batch;
+    if (r->t.rank != 0)
+        return;
+    if (r->o.mode == MODE_DDP && r->o.overlap == OVERLAP_ALTERNATE && r->o.steps >= 4) {
+        double noMs, noFastest, noShare;
+        stepTimes(r, 2, 2, &ms, &fastest, &share); /* steps 3, 5, ...: overlapped */
+        stepTimes(r, 3, 2, &noMs, &noFastest, &noShare);
+        printf("time: overlapped steps (3, 5, ...): median %.3f ms (fastest %.3f ms), "
+               "communication %.1f%%\n",
+               ms, fastest, 100.0 * share);
+        printf("time: --no-overlap steps (4, 6, ...): median %.3f ms (fastest %.3f ms), "
+               "communication %.1f%%\n",
+               noMs, noFastest, 100.0 * noShare);
+        printf("time: overlap %s %.1f%% of a --no-overlap step (medians)\n",
+               ms <= noMs ? "saves" : "costs", 100.0 * fabs(noMs - ms) / noMs);
+        return;
+    }
+    stepTimes(r, first, 1, &ms, &fastest, &share);
+    printf("time: median step %.3f ms (fastest %.3f ms) over steps %d..%d, %.0f tokens/s, "
+           "communication %.1f%% (rank 0)\n",
+           ms, fastest, first + 1, r->o.steps, tokens / (ms / 1e3), 100.0 * share);
+}
+
+/* Collective: final weights everywhere, identical on every rank; rank 0 compares. */
+static loomResult_t runCheck(struct run *r, int *ok)
+{
+    struct runRecord ref;
+    int same;
+    int32_t verdict = 0;
+    LOOMCHECK(r->s.collect(r->s.self, &r->rec.final));
+    uint64_t h = hashBytes(HASH_INIT, r->rec.final.weights, r->rec.final.nweights * 4);
+    LOOMCHECK(verifyHashes(r, h, &same));
+    if (r->t.rank == 0) {
+        printf("check: final weights gathered on every rank are %s\n",
+               same ? "bitwise identical across ranks" : "NOT identical across ranks");
+        if (referenceRun(&r->o, r->t.nranks, &ref) == loomSuccess) {
+            verdict = same && checkCompare(&r->o, r->t.nranks, &ref, &r->rec);
+            runRecordFree(&ref);
+        }
+        /* before the broadcast: a rank that exits first may make the launcher stop this one */
+        printf("check: %s\n", verdict && r->mismatches == 0 ? "PASSED" : "FAILED");
+    }
+    uint64_t t0 = nowNs();
+    LOOMCHECK(trainComm(&r->t, "loomBroadcast",
+                        loomBroadcast(&verdict, &verdict, 1, loomInt32, 0, r->t.comm, NULL), t0));
+    *ok = verdict;
+    return loomSuccess;
+}
+
+static loomResult_t runCreate(struct run *r)
+{
+    struct trainer *t = &r->t;
+    loomResult_t res = loomCommInitFromEnv(&t->comm);
+    if (res != loomSuccess) {
+        fprintf(stderr, "loom-train: loomCommInitFromEnv: %s: %s (start it with loomrun)\n",
+                loomGetErrorString(res), loomGetLastError(NULL));
+        return res;
+    }
+    loomCommUserRank(t->comm, &t->rank);
+    loomCommCount(t->comm, &t->nranks);
+    t->opt = &r->o;
+    LOOMCHECK(dataInit(&r->data, r->o.hidden, r->o.classes, r->o.samples, r->o.batch, t->nranks,
+                       r->o.seed));
+    r->x = calloc((size_t)r->o.batch * r->o.hidden, sizeof(float));
+    r->labels = calloc((size_t)r->o.batch, sizeof(int));
+    r->rec.loss = calloc((size_t)r->o.steps, sizeof(double));
+    r->rec.gradNorm = calloc((size_t)r->o.steps, sizeof(double));
+    r->stepMs = calloc((size_t)r->o.steps, sizeof(double));
+    r->commShare = calloc((size_t)r->o.steps, sizeof(double));
+    if (r->x == NULL || r->labels == NULL || r->rec.loss == NULL || r->rec.gradNorm == NULL ||
+        r->stepMs == NULL || r->commShare == NULL)
+        return trainFail(t, loomSystemError, "out of memory");
+    switch (r->o.mode) {
+    case MODE_DDP:
+        return ddpCreate(t, &r->s);
+    case MODE_MOE:
+        return moeCreate(t, &r->s);
+    default:
+        return zeroCreate(t, (int)r->o.mode - MODE_ZERO1 + 1, &r->s);
+    }
+}
+
+static void runDestroy(struct run *r)
+{
+    if (r->s.destroy != NULL)
+        r->s.destroy(r->s.self);
+    if (r->t.comm != NULL)
+        loomCommDestroy(r->t.comm);
+    dataFree(&r->data);
+    runRecordFree(&r->rec);
+    free(r->x);
+    free(r->labels);
+    free(r->stepMs);
+    free(r->commShare);
+}
+
+static loomResult_t runTrain(struct run *r, int *ok)
+{
+    printHeader(r);
+    for (long step = 0; step < r->o.steps; step++)
+        LOOMCHECK(trainStep(r, step));
+    int same;
+    if (r->s.fingerprint != NULL) {
+        LOOMCHECK(verifyHashes(r, r->s.fingerprint(r->s.self), &same));
+        r->mismatches += !same;
+        if (r->t.rank == 0)
+            printf("verify: the parameters every rank holds are %s after step %d\n",
+                   r->mismatches ? "NOT bitwise identical (see above)" : "bitwise identical",
+                   r->o.steps);
+    } else if (r->t.rank == 0) {
+        printf("verify: every parameter is sharded, none replicated; --check compares the "
+               "gathered weights across ranks\n");
+    }
+    printTiming(r);
+    LOOMCHECK(printLedger(&r->t, &r->s));
+    *ok = r->mismatches == 0;
+    if (r->o.check) {
+        int checked;
+        LOOMCHECK(runCheck(r, &checked));
+        *ok &= checked;
+    }
+    return loomSuccess;
+}
+
+int main(int argc, char **argv)
+{
+    struct run r;
+    int ok = 0, status;
+    memset(&r, 0, sizeof(r));
+    status = parseOptions(argc, argv, &r.o);
+    if (status != 0)
+        return status;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    loomResult_t res = runCreate(&r);
+    if (res == loomSuccess)
+        res = runTrain(&r, &ok);
+    if (res != loomSuccess && r.t.comm != NULL) {
+        loomCommAbort(r.t.comm);
+        r.t.comm = NULL;
+    }
+    runDestroy(&r);
+    return res == loomSuccess && ok ? 0 : EXIT_FAILED;
+}

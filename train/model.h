@@ -1,0 +1,155 @@
+/*
+ * model.h — the model of loom-train: its units of parameters, the kernels,
+ * and the forward and backward passes. See model.c.
+ */
+#ifndef LOOM_TRAIN_MODEL_H_
+#define LOOM_TRAIN_MODEL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "train.h"
+
+enum tensorInit { INIT_ONE, INIT_ZERO, INIT_NORMAL };
+
+struct tensorSpec {
+    size_t count;
+    enum tensorInit init;
+    int fanIn; /* INIT_NORMAL: values are N(0, 1/fanIn) */
+};
+
+#define UNIT_MAX_TENSORS 6
+
+/*
+ * A unit is the grain of the parameter bookkeeping: a dense block, the head,
+ * a router or one expert. Its tensors lie back to back; `id` names the unit
+ * in the model, so its initial values do not depend on which rank holds it.
+ */
+struct unitSpec {
+    uint64_t id;
+    int ntensors;
+    struct tensorSpec tensor[UNIT_MAX_TENSORS];
+    size_t count;
+};
+
+/* Unit ids: the kind in the high 32 bits. */
+#define UNIT_ID_BLOCK(l) ((1ULL << 32) | (uint64_t)(l))
+#define UNIT_ID_HEAD (2ULL << 32)
+#define UNIT_ID_ROUTER(l) ((3ULL << 32) | (uint64_t)(l))
+#define UNIT_ID_EXPERT(l, e) ((4ULL << 32) | ((uint64_t)(l) << 16) | (uint64_t)(e))
+
+void unitSpecAdd(struct unitSpec *u, size_t count, enum tensorInit init, int fanIn);
+/* Offset of tensor i in the unit. */
+size_t unitTensorOffset(const struct unitSpec *u, int i);
+/* Initial values of elements [lo, hi) of the unit (0 past its count, in padding). */
+void unitInitRange(const struct unitSpec *u, uint64_t seed, size_t lo, size_t hi, float *out);
+
+/*
+ * Where units lie in a flat buffer. Each unit is padded to a multiple of
+ * `pad` elements (the number of ranks for ZeRO, 1 otherwise); shard[u] =
+ * padded[u] / pad is one rank's part of it, and the rank's parts of all
+ * units lie back to back at shardOffset[u] in a shard buffer.
+ */
+struct unitLayout {
+    int nunits;
+    struct unitSpec *spec;
+    int pad;
+    size_t *offset, *padded, *shard, *shardOffset;
+    size_t total, shardTotal, maxPadded;
+    size_t params; /* parameters without padding */
+};
+
+loomResult_t layoutInit(struct unitLayout *lay, const struct unitSpec *specs, int nunits, int pad);
+void layoutFree(struct unitLayout *lay);
+
+/* ---- the dense model: `layers` blocks, then the head ---- */
+
+struct modelShape {
+    int layers, hidden, ffn, classes;
+};
+
+/*
+ * Block: y = x + W2 gelu(W1 LN(x) + b1) + b2, tensors LN gain, LN bias, W1
+ * (hidden x ffn), b1, W2 (ffn x hidden), b2. Head: LN, then logits = W
+ * LN(x) + b (hidden x classes), softmax cross-entropy.
+ */
+void modelBlockSpec(const struct modelShape *s, int layer, struct unitSpec *u);
+void modelHeadSpec(const struct modelShape *s, struct unitSpec *u);
+/* The layers + 1 unit specs of the dense model, in forward order. */
+loomResult_t modelSpecs(const struct modelShape *s, struct unitSpec **specs, int *nunits);
+
+/* ---- kernels (row-major; weights stored input-major: w[i * out + o]) ---- */
+
+void linearForward(const float *x, const float *w, const float *b, int rows, int in, int out,
+                   float *y);
+/* dx = dy W^T (skipped if dx is NULL), dw += x^T dy, db += column sums of dy (if db). */
+void linearBackward(const float *x, const float *w, const float *dy, int rows, int in, int out,
+                    float *dx, float *dw, float *db);
+void layerNormForward(const float *x, const float *g, const float *b, int rows, int d, float *y,
+                      float *mean, float *rstd);
+/* dx += the gradient through the norm; dg, db accumulated. */
+void layerNormBackward(const float *x, const float *g, const float *mean, const float *rstd,
+                       const float *dy, int rows, int d, float *dx, float *dg, float *db);
+/* The two-layer perceptron W1, b1, W2, b2 lying back to back at p (a block's or an expert's). */
+void mlpForward(const float *p, int d, int f, const float *x, int rows, float *a, float *h,
+                float *out);
+/* Gradients into g (laid out as p, accumulated); dx overwritten; dh is rows x f scratch. */
+void mlpBackward(const float *p, int d, int f, const float *x, const float *a, const float *h,
+                 const float *dout, int rows, float *g, float *dx, float *dh);
+
+/* ---- activations and the passes ---- */
+
+struct blockActs {
+    float *x; /* the block's input */
+    float *mean, *rstd, *u, *a, *h;
+};
+
+struct headActs {
+    float *x, *mean, *rstd, *u, *probs;
+};
+
+/* Head forward: returns the mean cross-entropy over `rows`; probabilities kept in a->probs. */
+double headForward(const struct modelShape *s, const float *p, const int *labels, int rows,
+                   struct headActs *a);
+/* Head backward of the mean loss times `scale`: gradients into g (zeroed first), dx overwritten. */
+void headBackward(const struct modelShape *s, const float *p, const int *labels, int rows,
+                  double scale, struct headActs *a, float *g, float *dx, float *du);
+
+loomResult_t headActsInit(struct headActs *a, const struct modelShape *s, int rows,
+                          struct ledger *l);
+void headActsFree(struct headActs *a, const struct modelShape *s, int rows, struct ledger *l);
+
+struct modelActs {
+    int rows;
+    struct blockActs *block;
+    struct headActs head;
+    float *dx, *dy, *du, *dh; /* backward work: rows x hidden (three) and rows x ffn */
+};
+
+loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int rows,
+                           struct ledger *l);
+void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledger *l);
+
+/*
+ * How a strategy lends the passes its parameters and takes their gradients,
+ * unit by unit (0..layers-1 the blocks, layers the head):
+ *   params   an fp32 view of the unit, valid until release
+ *   grads    an fp32 buffer of the unit's count, which the pass zeroes and fills
+ *   ready    the gradients of elements [lo, count) of the unit are final
+ */
+struct modelHooks {
+    void *ctx;
+    loomResult_t (*params)(void *ctx, int unit, const float **p);
+    loomResult_t (*release)(void *ctx, int unit);
+    loomResult_t (*grads)(void *ctx, int unit, float **g);
+    loomResult_t (*ready)(void *ctx, int unit, size_t lo);
+};
+
+/* Forward over a->rows rows of x; *loss is the mean cross-entropy. */
+loomResult_t modelForward(const struct modelShape *s, const struct modelHooks *h,
+                          struct modelActs *a, const float *x, const int *labels, double *loss);
+/* Backward of the mean loss of the last forward, last unit first. */
+loomResult_t modelBackward(const struct modelShape *s, const struct modelHooks *h,
+                           struct modelActs *a, const int *labels);
+
+#endif /* LOOM_TRAIN_MODEL_H_ */

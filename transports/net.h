@@ -1,0 +1,112 @@
+/*
+ * net.h — the network transport's connections and the backends that move them.
+ *
+ * net.c owns what every backend shares: the connector memory, the choice of
+ * backend for each peer pair, the proxy thread and the bookkeeping of the
+ * FIFO counters. A backend (net_socket.c: TCP; net_ib.c: InfiniBand verbs)
+ * only establishes its connections and moves messages:
+ *
+ *   send connection (this rank -> peer)      recv connection (peer -> this rank)
+ *   executor: slot, bytes[], tail++          backend: slot, bytes[], tail = done
+ *   backend: ship messages posted..tail      executor: reads, head++
+ *            head = done when they left      backend: receives while space (head + STEPS)
+ *
+ * A message is at most one slot; message k uses slot k % LOOM_STEPS on both
+ * ends, so both ends agree on where it lives without saying so.
+ */
+#ifndef LOOM_NET_H_
+#define LOOM_NET_H_
+
+#include <stdint.h>
+
+#include "core.h"
+
+/* One direction of one (peer, channel) link, as the proxy sees it. */
+struct netConn {
+    int peer;
+    int channel;
+    int isSend;
+    struct loomFifo *fifo; /* the executor's end of the FIFO, in this process */
+    char *slots;           /* LOOM_STEPS slots of slotBytes */
+    size_t slotBytes;
+    uint64_t posted; /* send: messages handed to the wire; recv: receives started */
+    uint64_t done;   /* messages finished (send: left this process; recv: landed) */
+    int lost;        /* the connection ended; nothing moves on it any more */
+    char why[160];   /* why it ended, set by the backend with loomRemoteError */
+    void *priv;      /* the backend's per-connection state */
+    void *owner;     /* net.c's state */
+};
+
+struct loomProxy;
+
+struct netSetupArgs {
+    struct loomComm *comm;
+    struct netConn **conns; /* this backend's connections on this rank */
+    int nconns;
+    int timeoutSec;
+};
+
+struct netBackend {
+    const char *name; /* "socket", "ib" */
+    /*
+     * Collective over the communicator (every rank calls it, with or without
+     * connections): establishes a's connections and returns the backend's
+     * state in *state. On failure *state is still set (or NULL) and teardown
+     * releases it.
+     */
+    loomResult_t (*setup)(const struct netSetupArgs *a, void **state);
+    /*
+     * Moves what can move on c without blocking, advancing c->posted and
+     * c->done; *moved is set to 1 if anything did. loomRemoteError when the
+     * connection ended (the caller marks it lost), with the reason in c->why
+     * and nothing recorded: a peer closing at the end of the job is normal.
+     * Called with net.c's lock held, by the proxy or by an executor.
+     */
+    loomResult_t (*progress)(void *state, struct netConn *c, int *moved);
+    /* Before the proxy sleeps (lock held): 0 to sleep, -1 when it must look again at once. */
+    int (*beforeSleep)(void *state);
+    /*
+     * Once the proxy runs: the backend has it watch its descriptors
+     * (proxyWatch) and starts what rings its doorbell. Failures are
+     * reported and recovered from inside (nothing returned).
+     */
+    void (*attach)(void *state, struct loomProxy *proxy);
+    /* Releases the state and closes its connections (NULL is a no-op). */
+    void (*teardown)(void *state);
+};
+
+extern const struct netBackend netSocketBackend;
+#ifdef HAVE_VERBS
+extern const struct netBackend netIbBackend;
+/* 1 if an InfiniBand device and port pass LOOM_IB_HCA and are active; else *why says why. */
+int netIbUsable(const char **why);
+#endif
+
+/* ---- the FIFO bookkeeping both backends follow (pure; unit-tested) ---- */
+
+/* Messages a send connection may hand over now: written by the executor, and credited. */
+uint64_t netSendable(uint64_t posted, uint64_t tail, uint64_t credit);
+/* Receives a recv connection may start now: slots the executor has freed. */
+uint64_t netReceivable(uint64_t posted, uint64_t head);
+/*
+ * The 64-bit counter nearest above `last` whose low 32 bits are `low` (a
+ * counter sent in 32 bits, e.g. an InfiniBand immediate), given that it
+ * moved forward less than 2^31 since `last`.
+ */
+uint64_t netCounterExpand(uint64_t last, uint32_t low);
+
+/*
+ * How a message of `bytes` is cut over `nsocks` sockets: returns the number
+ * of parts (1 for messages under NET_SPLIT_MIN_BYTES), and part i's offset
+ * and length in *off and *len (64-byte aligned boundaries; the parts cover
+ * the message exactly).
+ */
+#define NET_SPLIT_MIN_BYTES (64 * 1024)
+int netSplit(size_t bytes, int nsocks, int part, size_t *off, size_t *len);
+
+/* Wire header of a TCP message: its size and the low bits of its number, little-endian. */
+#define NET_HEADER_BYTES 8
+void netHeaderEncode(uint32_t bytes, uint32_t seq, uint8_t *out);
+void netHeaderDecode(const uint8_t *in, uint32_t *bytes, uint32_t *seq);
+
+#endif /* LOOM_NET_H_ */

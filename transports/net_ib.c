@@ -1,0 +1,564 @@
+/*
+ * net_ib.c — the InfiniBand verbs backend of the network transport (built
+ * only when libibverbs is found).
+ *
+ * Every connection (one direction of one peer pair on one channel) is one
+ * reliable-connected queue pair on each end. The sender writes message k
+ * straight into the receiver's slot k % LOOM_STEPS with an RDMA write with
+ * immediate; the immediate carries the message's size, and its arrival on
+ * the receiver's queue says the data is in place. The receiver returns
+ * credits: after its executor frees slots, a zero-byte send with immediate
+ * carries the low 32 bits of its head counter, and the sender may write
+ * message k only while k < head + LOOM_STEPS:
+ *
+ *   sender                                   receiver
+ *   k < credit: RDMA_WRITE_WITH_IMM(slot k, imm = size) ---> recv completion: bytes[], tail++
+ *   completion: head = k + 1 (slot reusable)
+ *   recv completion: credit = head' + STEPS  <--- SEND_WITH_IMM(imm = head') after the executor
+ * reads
+ *
+ * Both ends' FIFO memory is registered through the registration cache
+ * (net_ib_util.c). Queue pair numbers, PSNs, LID, GID (RoCE: the entry
+ * LOOM_IB_GID_INDEX of the port's table), slot address and rkey travel in
+ * one 64-byte record per connection through the bootstrap allgather. One
+ * completion queue serves the communicator; the proxy sleeps on its
+ * completion channel.
+ *
+ * The device is the first active port that LOOM_IB_HCA allows. This code
+ * was written and compiled without an RDMA device at hand; see the README
+ * (Status) for what has run where.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "bootstrap.h"
+#include "debug.h"
+#include "net.h"
+#include "net_ib_util.h"
+#include "param.h"
+#include "proxy.h"
+
+#define IB_QUEUE (2 * LOOM_STEPS)
+#define IB_CQ_BATCH 16
+#define IB_STASH 64
+#define IB_REG_CACHE 1024
+
+enum { IB_WR_DATA = 0, IB_WR_CREDIT = 1, IB_WR_RECV = 2 };
+
+struct ibConn {
+    struct netConn *nc;
+    struct ibv_qp *qp;
+    struct ibReg *reg;
+    uint32_t psn;
+    uint64_t remoteAddr; /* send: the receiver's slots */
+    uint32_t rkey;
+    uint64_t head;       /* send: the receiver's head as last told; recv: as last sent */
+    uint64_t completed;  /* send: writes acknowledged; recv: messages landed */
+    int creditsInFlight; /* recv: credit sends not yet completed */
+    int failed;          /* a work completion failed: its status */
+};
+
+struct ibState {
+    struct loomComm *comm;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *channel;
+    struct ibv_cq *cq;
+    struct ibv_port_attr port;
+    union ibv_gid gid;
+    struct ibRegCache cache;
+    int cacheReady;
+    struct ibConn *conns;
+    int nconns;
+    struct ibv_wc stash[IB_STASH];
+    int nstash;
+    int armed;
+};
+
+/* ---- the device, probed once per process ---- */
+
+static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
+static char probeDev[IBV_SYSFS_NAME_MAX];
+static int probePort;
+static char probeWhy[512];
+
+static void probeList(struct ibv_device **list, int n)
+{
+    const char *spec = paramStr(LOOM_PARAM_IB_HCA);
+    size_t used = 0;
+    for (int i = 0; i < n && probePort == 0; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_device_attr attr;
+        if (ctx == NULL || ibv_query_device(ctx, &attr) != 0) {
+            if (ctx)
+                ibv_close_device(ctx);
+            continue;
+        }
+        for (int p = 1; p <= attr.phys_port_cnt && probePort == 0; p++) {
+            struct ibv_port_attr pa;
+            if (ibv_query_port(ctx, (uint8_t)p, &pa) != 0)
+                continue;
+            int n2 =
+                snprintf(probeWhy + used, sizeof(probeWhy) - used, "%s%s:%d (%s)", used ? ", " : "",
+                         name, p, pa.state == IBV_PORT_ACTIVE ? "active" : "not active");
+            used += n2 > 0 && (size_t)n2 < sizeof(probeWhy) - used ? (size_t)n2 : 0;
+            if (pa.state == IBV_PORT_ACTIVE && ibHcaMatches(spec, name, p)) {
+                snprintf(probeDev, sizeof(probeDev), "%s", name);
+                probePort = p;
+            }
+        }
+        ibv_close_device(ctx);
+    }
+}
+
+static void probe(void)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (list == NULL || n == 0) {
+        snprintf(probeWhy, sizeof(probeWhy), "no RDMA device found");
+        if (list)
+            ibv_free_device_list(list);
+        return;
+    }
+    probeList(list, n);
+    ibv_free_device_list(list);
+    if (probePort == 0) {
+        char ports[400];
+        snprintf(ports, sizeof(ports), "%.399s", probeWhy);
+        snprintf(probeWhy, sizeof(probeWhy), "no active port%s%.64s; ports: %s",
+                 paramStr(LOOM_PARAM_IB_HCA)[0] ? " matches LOOM_IB_HCA=" : "",
+                 paramStr(LOOM_PARAM_IB_HCA), ports[0] ? ports : "none");
+    }
+}
+
+int netIbUsable(const char **why)
+{
+    pthread_once(&probeOnce, probe);
+    *why = probeWhy;
+    return probePort != 0;
+}
+
+/* ---- registration ---- */
+
+static loomResult_t ibRegister(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkey,
+                               uint32_t *rkey)
+{
+    struct ibState *st = ctx;
+    struct ibv_mr *mr =
+        ibv_reg_mr(st->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (mr == NULL)
+        return loomSetError(loomSystemError,
+                            "NET/IB: cannot register %zu bytes with %s: %s (is the locked-memory "
+                            "limit, ulimit -l, large enough?)",
+                            len, probeDev, strerror(errno));
+    *handle = mr;
+    *lkey = mr->lkey;
+    *rkey = mr->rkey;
+    return loomSuccess;
+}
+
+static void ibDeregister(void *ctx, void *handle)
+{
+    (void)ctx;
+    ibv_dereg_mr(handle);
+}
+
+/* ---- queue pairs ---- */
+
+static loomResult_t qpCreate(struct ibState *st, struct ibConn *ic)
+{
+    struct ibv_qp_init_attr init = {.send_cq = st->cq,
+                                    .recv_cq = st->cq,
+                                    .cap = {.max_send_wr = IB_QUEUE,
+                                            .max_recv_wr = IB_QUEUE,
+                                            .max_send_sge = 1,
+                                            .max_recv_sge = 1},
+                                    .qp_type = IBV_QPT_RC};
+    ic->qp = ibv_create_qp(st->pd, &init);
+    if (ic->qp == NULL)
+        return loomSetError(loomSystemError, "NET/IB: ibv_create_qp on %s: %s", probeDev,
+                            strerror(errno));
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                            .pkey_index = 0,
+                            .port_num = (uint8_t)probePort,
+                            .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+    if (ibv_modify_qp(ic->qp, &a,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+        return loomSetError(loomSystemError, "NET/IB: queue pair to INIT: %s", strerror(errno));
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+        r = (uint32_t)loomClockNs();
+    ic->psn = r & 0xffffff;
+    return loomSuccess;
+}
+
+static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struct ibConnInfo *peer)
+{
+    int roce = st->port.link_layer == IBV_LINK_LAYER_ETHERNET;
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_RTR,
+        .path_mtu = peer->mtu < st->port.active_mtu ? (enum ibv_mtu)peer->mtu : st->port.active_mtu,
+        .dest_qp_num = peer->qpn,
+        .rq_psn = peer->psn,
+        .max_dest_rd_atomic = 1,
+        .min_rnr_timer = 12,
+        .ah_attr = {
+            .dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = (uint8_t)probePort}};
+    if (roce || !ibGidIsZero(peer->gid)) {
+        a.ah_attr.is_global = 1;
+        memcpy(a.ah_attr.grh.dgid.raw, peer->gid, IB_GID_BYTES);
+        a.ah_attr.grh.sgid_index = (uint8_t)paramInt(LOOM_PARAM_IB_GID_INDEX);
+        a.ah_attr.grh.hop_limit = 255;
+    }
+    if (ibv_modify_qp(ic->qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+        return loomSetError(loomSystemError, "NET/IB: queue pair to rank %d to RTR: %s",
+                            ic->nc->peer, strerror(errno));
+    struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS,
+                            .timeout = 14,
+                            .retry_cnt = 7,
+                            .rnr_retry = 7,
+                            .sq_psn = ic->psn,
+                            .max_rd_atomic = 1};
+    if (ibv_modify_qp(ic->qp, &b,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+        return loomSetError(loomSystemError, "NET/IB: queue pair to rank %d to RTS: %s",
+                            ic->nc->peer, strerror(errno));
+    return loomSuccess;
+}
+
+static int connIndex(const struct ibState *st, const struct ibConn *ic)
+{
+    return (int)(ic - st->conns);
+}
+
+static int postRecv(struct ibState *st, struct ibConn *ic)
+{
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_RECV}, *bad;
+    return ibv_post_recv(ic->qp, &wr, &bad);
+}
+
+/* ---- setup ---- */
+
+static loomResult_t ibOpen(struct ibState *st, int nconns)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list && i < n && st->ctx == NULL; i++)
+        if (strcmp(ibv_get_device_name(list[i]), probeDev) == 0)
+            st->ctx = ibv_open_device(list[i]);
+    if (list)
+        ibv_free_device_list(list);
+    if (st->ctx == NULL)
+        return loomSetError(loomSystemError, "NET/IB: cannot open %s: %s", probeDev,
+                            strerror(errno));
+    if (ibv_query_port(st->ctx, (uint8_t)probePort, &st->port) != 0 ||
+        ibv_query_gid(st->ctx, (uint8_t)probePort, (int)paramInt(LOOM_PARAM_IB_GID_INDEX),
+                      &st->gid) != 0)
+        return loomSetError(loomSystemError, "NET/IB: cannot query %s port %d (GID index %d): %s",
+                            probeDev, probePort, (int)paramInt(LOOM_PARAM_IB_GID_INDEX),
+                            strerror(errno));
+    st->pd = ibv_alloc_pd(st->ctx);
+    st->channel = st->pd ? ibv_create_comp_channel(st->ctx) : NULL;
+    int depth = 2 * IB_QUEUE * (nconns > 0 ? nconns : 1);
+    st->cq = st->channel ? ibv_create_cq(st->ctx, depth, NULL, st->channel, 0) : NULL;
+    if (st->cq == NULL)
+        return loomSetError(loomSystemError,
+                            "NET/IB: cannot set up %s (protection domain, "
+                            "completion queue of %d): %s",
+                            probeDev, depth, strerror(errno));
+    fcntl(st->channel->fd, F_SETFL, fcntl(st->channel->fd, F_GETFL) | O_NONBLOCK);
+    LOOMCHECK(ibRegCacheInit(&st->cache, IB_REG_CACHE, (size_t)sysconf(_SC_PAGESIZE), ibRegister,
+                             ibDeregister, st));
+    st->cacheReady = 1;
+    return loomSuccess;
+}
+
+/* Where this rank's record for (peer, channel, direction) sits in its table. */
+static size_t tableAt(const struct loomComm *comm, int peer, int channel, int isSend)
+{
+    return (((size_t)peer * comm->nChannels + channel) * 2 + (isSend ? 0 : 1)) * IB_CONN_BYTES;
+}
+
+static loomResult_t ibPrepare(struct ibState *st, uint8_t *mine)
+{
+    struct loomComm *comm = st->comm;
+    for (int i = 0; i < st->nconns; i++) {
+        struct ibConn *ic = &st->conns[i];
+        struct netConn *nc = ic->nc;
+        LOOMCHECK(qpCreate(st, ic));
+        LOOMCHECK(ibRegCacheGet(&st->cache, nc->fifo,
+                                sizeof(struct loomFifo) + LOOM_STEPS * nc->slotBytes, &ic->reg));
+        struct ibConnInfo info = {.lid = st->port.lid,
+                                  .qpn = ic->qp->qp_num,
+                                  .psn = ic->psn,
+                                  .mtu = (uint8_t)st->port.active_mtu,
+                                  .addr = nc->isSend ? 0 : (uint64_t)(uintptr_t)nc->slots,
+                                  .rkey = nc->isSend ? 0 : ic->reg->rkey,
+                                  .slotBytes = (uint32_t)nc->slotBytes};
+        memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
+        ibConnEncode(&info, mine + tableAt(comm, nc->peer, nc->channel, nc->isSend));
+    }
+    return loomSuccess;
+}
+
+static loomResult_t ibConnectAll(struct ibState *st, const uint8_t *tables, size_t tableBytes)
+{
+    struct loomComm *comm = st->comm;
+    for (int i = 0; i < st->nconns; i++) {
+        struct ibConn *ic = &st->conns[i];
+        struct netConn *nc = ic->nc;
+        struct ibConnInfo peer;
+        const uint8_t *rec = tables + (size_t)nc->peer * tableBytes +
+                             tableAt(comm, comm->rank, nc->channel, !nc->isSend);
+        if (ibConnDecode(rec, &peer) != loomSuccess || peer.slotBytes != nc->slotBytes)
+            return loomSetError(loomInternalError,
+                                "NET/IB: rank %d published no usable connection record for rank "
+                                "%d (channel %d); do all ranks run the same Loom with the same "
+                                "LOOM_BUFFSIZE?",
+                                nc->peer, comm->rank, nc->channel);
+        ic->remoteAddr = peer.addr;
+        ic->rkey = peer.rkey;
+        LOOMCHECK(qpConnect(st, ic, &peer));
+        for (int k = 0; k < LOOM_STEPS; k++)
+            if (postRecv(st, ic) != 0)
+                return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s", strerror(errno));
+    }
+    return loomSuccess;
+}
+
+static void ibTeardown(void *state)
+{
+    struct ibState *st = state;
+    if (st == NULL)
+        return;
+    for (int i = 0; i < st->nconns; i++) {
+        if (st->conns[i].qp)
+            ibv_destroy_qp(st->conns[i].qp);
+        st->conns[i].nc->priv = NULL;
+    }
+    if (st->cacheReady)
+        ibRegCacheDestroy(&st->cache);
+    if (st->cq)
+        ibv_destroy_cq(st->cq);
+    if (st->channel)
+        ibv_destroy_comp_channel(st->channel);
+    if (st->pd)
+        ibv_dealloc_pd(st->pd);
+    if (st->ctx)
+        ibv_close_device(st->ctx);
+    free(st->conns);
+    free(st);
+}
+
+static loomResult_t ibSetup(const struct netSetupArgs *a, void **state)
+{
+    struct loomComm *comm = a->comm;
+    size_t tableBytes = (size_t)comm->nranks * comm->nChannels * 2 * IB_CONN_BYTES;
+    struct ibState *st = calloc(1, sizeof(*st));
+    uint8_t *tables = calloc((size_t)comm->nranks, tableBytes);
+    loomResult_t res = loomSystemError;
+    *state = st;
+    if (st == NULL || tables == NULL) {
+        free(tables);
+        return loomSetError(res, "NET/IB: out of memory");
+    }
+    st->comm = comm;
+    st->nconns = a->nconns;
+    st->conns = calloc((size_t)a->nconns + 1, sizeof(*st->conns));
+    if (st->conns == NULL) {
+        loomSetError(res, "NET/IB: out of memory");
+        goto out;
+    }
+    uint8_t *mine = tables + (size_t)comm->rank * tableBytes;
+    for (size_t off = 0; off < tableBytes; off += IB_CONN_BYTES)
+        ibConnEncodeEmpty(mine + off);
+    for (int i = 0; i < st->nconns; i++) {
+        st->conns[i].nc = a->conns[i];
+        a->conns[i]->priv = &st->conns[i];
+    }
+    /* A rank whose own links all use TCP still publishes its (empty) table. */
+    res = st->nconns > 0 ? ibOpen(st, st->nconns) : loomSuccess;
+    if (res == loomSuccess)
+        res = ibPrepare(st, mine);
+    loomResult_t ex = bootstrapAllGather(comm->bootstrap, tables, tableBytes);
+    if (res == loomSuccess)
+        res = ex;
+    if (res == loomSuccess)
+        res = ibConnectAll(st, tables, tableBytes);
+    if (res == loomSuccess && st->nconns > 0) {
+        char gid[IB_GID_STRLEN];
+        ibGidFormat(st->gid.raw, gid, sizeof(gid));
+        INFO(LOOM_NET, "NET/IB: %d connection(s) on %s:%d (lid %u, gid %s)", st->nconns, probeDev,
+             probePort, st->port.lid, gid);
+    }
+out:
+    free(tables);
+    return res;
+}
+
+/* ---- progress ---- */
+
+static void complete(struct ibState *st, const struct ibv_wc *wc)
+{
+    struct ibConn *ic = &st->conns[wc->wr_id >> 2];
+    int kind = (int)(wc->wr_id & 3);
+    if (wc->status != IBV_WC_SUCCESS) {
+        ic->failed = wc->status;
+        return;
+    }
+    if (kind == IB_WR_DATA) {
+        ic->completed++;
+    } else if (kind == IB_WR_CREDIT) {
+        ic->creditsInFlight--;
+    } else if (ic->nc->isSend) { /* a credit arrived */
+        ic->head = netCounterExpand(ic->head, ntohl(wc->imm_data));
+        postRecv(st, ic);
+    } else { /* a message landed */
+        uint32_t bytes = ntohl(wc->imm_data);
+        if (bytes > ic->nc->slotBytes)
+            ic->failed = -1;
+        ic->nc->fifo->bytes[ic->completed % LOOM_STEPS] = bytes;
+        ic->completed++;
+        postRecv(st, ic);
+    }
+}
+
+static void drainCq(struct ibState *st)
+{
+    struct ibv_wc wc[IB_CQ_BATCH];
+    struct ibv_cq *evCq;
+    void *evCtx;
+    for (int i = 0; i < st->nstash; i++)
+        complete(st, &st->stash[i]);
+    st->nstash = 0;
+    int n;
+    while ((n = ibv_poll_cq(st->cq, IB_CQ_BATCH, wc)) > 0)
+        for (int i = 0; i < n; i++)
+            complete(st, &wc[i]);
+    while (st->armed && ibv_get_cq_event(st->channel, &evCq, &evCtx) == 0) {
+        ibv_ack_cq_events(evCq, 1);
+        st->armed = 0;
+    }
+}
+
+static int postWrites(struct ibState *st, struct ibConn *ic)
+{
+    struct netConn *nc = ic->nc;
+    uint64_t tail = atomic_load_explicit(&nc->fifo->tail, memory_order_acquire);
+    for (uint64_t n = netSendable(nc->posted, tail, ic->head + LOOM_STEPS); n > 0; n--) {
+        int slot = (int)(nc->posted % LOOM_STEPS);
+        uint32_t bytes = (uint32_t)nc->fifo->bytes[slot];
+        struct ibv_sge sge = {(uint64_t)(uintptr_t)(nc->slots + (size_t)slot * nc->slotBytes),
+                              bytes, ic->reg->lkey};
+        struct ibv_send_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_DATA,
+                                 .sg_list = &sge,
+                                 .num_sge = bytes ? 1 : 0,
+                                 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                                 .send_flags = IBV_SEND_SIGNALED,
+                                 .imm_data = htonl(bytes)},
+                           *bad;
+        wr.wr.rdma.remote_addr = ic->remoteAddr + (uint64_t)slot * nc->slotBytes;
+        wr.wr.rdma.rkey = ic->rkey;
+        if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+            return errno;
+        nc->posted++;
+    }
+    return 0;
+}
+
+static int postCredit(struct ibState *st, struct ibConn *ic)
+{
+    uint64_t head = atomic_load_explicit(&ic->nc->fifo->head, memory_order_acquire);
+    if (head == ic->head || ic->creditsInFlight >= LOOM_STEPS)
+        return 0;
+    struct ibv_send_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_CREDIT,
+                             .num_sge = 0,
+                             .opcode = IBV_WR_SEND_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl((uint32_t)head)},
+                       *bad;
+    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+        return errno;
+    ic->head = head;
+    ic->creditsInFlight++;
+    return 0;
+}
+
+static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
+{
+    struct ibState *st = state;
+    struct ibConn *ic = c->priv;
+    drainCq(st);
+    int err = c->isSend ? postWrites(st, ic) : postCredit(st, ic);
+    if (c->done < ic->completed) {
+        c->done = ic->completed;
+        if (c->isSend) {
+            atomic_store_explicit(&c->fifo->head, c->done, memory_order_release);
+        } else {
+            c->posted = c->done;
+            atomic_store_explicit(&c->fifo->tail, c->done, memory_order_release);
+        }
+        *moved = 1;
+    }
+    if (ic->failed || err) {
+        snprintf(c->why, sizeof(c->why), "NET/IB: %s rank %d (channel %d): %s",
+                 c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
+                 ic->failed > 0   ? ibv_wc_status_str((enum ibv_wc_status)ic->failed)
+                 : ic->failed < 0 ? "a message larger than a slot"
+                                  : strerror(err));
+        return loomRemoteError;
+    }
+    return loomSuccess;
+}
+
+/* Arms the completion channel, unless completions are waiting (they would not wake us). */
+static int ibBeforeSleep(void *state)
+{
+    struct ibState *st = state;
+    if (st->cq == NULL)
+        return 0;
+    if (st->nstash > 0)
+        return -1;
+    if (!st->armed) {
+        if (ibv_req_notify_cq(st->cq, 0) != 0)
+            return -1;
+        st->armed = 1;
+    }
+    /* A completion that came before the arming would not wake us: look once more. */
+    int n = ibv_poll_cq(st->cq, IB_STASH, st->stash);
+    if (n > 0) {
+        st->nstash = n;
+        return -1;
+    }
+    return 0;
+}
+
+static void ibAttach(void *state, struct loomProxy *proxy)
+{
+    struct ibState *st = state;
+    if (st->channel != NULL && proxyWatch(proxy, st->channel->fd) != loomSuccess)
+        WARN("%s; InfiniBand completions are looked at only when something else wakes the proxy",
+             debugLastError(NULL));
+}
+
+const struct netBackend netIbBackend = {
+    .name = "ib",
+    .setup = ibSetup,
+    .progress = ibProgress,
+    .beforeSleep = ibBeforeSleep,
+    .attach = ibAttach,
+    .teardown = ibTeardown,
+};

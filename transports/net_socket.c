@@ -1,0 +1,736 @@
+/*
+ * net_socket.c — the TCP backend of the network transport.
+ *
+ * Each connection (one direction of one peer pair on one channel) is
+ * nsocks TCP sockets: LOOM_SOCKET_NSOCKS, the smaller of the two ranks'
+ * values. Socket 0 carries every message's 8-byte header (size, message
+ * number) followed by the message, or by its first part when the message is
+ * large; the other parts travel on sockets 1.. side by side (netSplit):
+ *
+ *   socket 0:  [hdr k][msg k]  [hdr k+1][part 0 of k+1]  [hdr k+2][msg k+2] ...
+ *   socket 1:                  [part 1 of k+1]
+ *   socket 2:                  [part 2 of k+1]
+ *
+ * Socket 0 is always moved by the proxy thread itself, so a small message
+ * costs one sendmsg() and two recv() calls and no hand-off, with
+ * TCP_NODELAY. Sockets 1.. are moved by LOOM_SOCKET_NTHREADS helper threads
+ * (each owns some of them), or by the proxy when that is 0. Every socket has
+ * a queue of transfers, filled only by the proxy and emptied in order by
+ * whoever moves the socket; a transfer that finishes counts itself done in
+ * its message, and a message is done when all its parts are.
+ *
+ * No credits are needed: the receiver reads message k only once slot
+ * k % LOOM_STEPS is free, and until then TCP's own flow control holds the
+ * sender back. Nothing ever travels from receiver to sender on a socket, so
+ * closing one never discards data the other end has not read.
+ *
+ * Connection: every rank listens on the interface LOOM_SOCKET_IFNAME picks
+ * and publishes its address, a random nonce and its nsocks through the
+ * bootstrap allgather. Senders connect and present the receiver's nonce,
+ * their rank, the channel and the socket's index; a connection with
+ * anything else is closed.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "debug.h"
+#include "exec.h"
+#include "net.h"
+#include "param.h"
+#include "proxy.h"
+#include "socket.h"
+#include "wire.h"
+
+#define SOCK_MAX 16
+#define SOCK_QUEUE 16 /* transfers a socket holds: > LOOM_STEPS, a power of two */
+#define SOCK_NONCE_BYTES BOOTSTRAP_SECRET_BYTES
+#define SOCK_HELLO_BYTES (4 + SOCK_NONCE_BYTES + 12)
+#define SOCK_HELLO_SEC 5
+#define SOCK_HELPER_SLEEP_MS 100
+#define SOCK_HELPER_YIELD_NS (200 * 1000ULL)
+
+_Static_assert(SOCK_QUEUE > LOOM_STEPS && (SOCK_QUEUE & (SOCK_QUEUE - 1)) == 0,
+               "a socket queue holds every message a FIFO can have in flight");
+
+/* Link errors (besides errno values). */
+#define SOCK_ERR_EOF (-1)
+#define SOCK_ERR_FRAME (-2)
+
+struct sockConn;
+
+/* One transfer on one socket: an optional header, then data. */
+struct sockOp {
+    uint8_t *hdr; /* NET_HEADER_BYTES, or NULL */
+    char *data;
+    size_t len;   /* data bytes; for a receive with a header, set once the header is in */
+    size_t done;  /* bytes moved, header included */
+    uint64_t msg; /* message number */
+    int slot;
+};
+
+struct sockLink {
+    int fd;
+    int index;  /* 0 .. nsocks-1 */
+    int helper; /* helper thread that moves it, -1: the proxy */
+    struct sockConn *conn;
+    _Atomic uint32_t qHead; /* transfers finished (consumer) */
+    _Atomic uint32_t qTail; /* transfers posted (producer: the proxy) */
+    atomic_int err;
+    struct sockOp q[SOCK_QUEUE];
+};
+
+/* One message in flight, by slot. */
+struct sockMsg {
+    uint8_t hdr[NET_HEADER_BYTES];
+    uint32_t bytes;
+    int parts; /* 0 while a receive's header is not in */
+    atomic_int partsDone;
+};
+
+struct sockConn {
+    struct netConn *nc;
+    int nsocks;
+    int connected;
+    struct sockLink links[SOCK_MAX];
+    struct sockMsg msgs[LOOM_STEPS];
+};
+
+struct sockHelper {
+    struct loomDoorbell bell;
+    struct sockState *st;
+    pthread_t thread;
+    int started;
+    atomic_int stop;
+    struct sockLink **links;
+    int nlinks;
+    struct pollfd *fds;
+};
+
+/* What each rank publishes. */
+struct sockPublic {
+    struct bootstrapAddr addr;
+    uint8_t nonce[SOCK_NONCE_BYTES];
+    int32_t nsocks;
+};
+
+struct sockState {
+    struct loomComm *comm;
+    int listenFd;
+    struct sockPublic me;
+    struct sockConn *conns;
+    int nconns;
+    struct sockConn **recvIndex; /* [nranks * nChannels]: recv connection from (peer, channel) */
+    struct sockHelper *helpers;
+    int nhelpers;
+    struct loomDoorbell *proxyBell;
+};
+
+/* ---- moving bytes ---- */
+
+/* Moves what the socket takes now. Returns 1 when the transfer is complete, 0 if it would
+ * block, -1 on an error (with *err set). A receive's header is handed to onHeader. */
+static int opSend(struct sockLink *l, struct sockOp *op, int *err)
+{
+    size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
+    while (op->done < hdrLen + op->len) {
+        struct iovec iov[2];
+        int n = 0;
+        if (op->done < hdrLen)
+            iov[n++] = (struct iovec){op->hdr + op->done, hdrLen - op->done};
+        size_t dataDone = op->done > hdrLen ? op->done - hdrLen : 0;
+        if (op->len > dataDone)
+            iov[n++] = (struct iovec){op->data + dataDone, op->len - dataDone};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t s = sendmsg(l->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (s > 0) {
+            op->done += (size_t)s;
+            continue;
+        }
+        if (s < 0 && errno == EINTR)
+            continue;
+        if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        *err = s == 0 ? SOCK_ERR_EOF : errno;
+        return -1;
+    }
+    return 1;
+}
+
+static int recvSome(int fd, char *buf, size_t want, size_t *got, int *err)
+{
+    while (want > 0) {
+        ssize_t r = recv(fd, buf, want, MSG_DONTWAIT);
+        if (r > 0) {
+            *got += (size_t)r;
+            buf += r;
+            want -= (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        *err = r == 0 ? SOCK_ERR_EOF : errno;
+        return -1;
+    }
+    return 1;
+}
+
+static int sockPost(struct sockLink *l, const struct sockOp *op);
+static void helperWake(struct sockState *st, struct sockLink *l);
+
+/* The header of message `slot` is in: check it and post the other parts. Proxy thread only. */
+static int sockOnHeader(struct sockState *st, struct sockConn *sc, struct sockOp *op)
+{
+    struct sockMsg *m = &sc->msgs[op->slot];
+    uint32_t bytes, seq;
+    netHeaderDecode(m->hdr, &bytes, &seq);
+    if ((uint32_t)op->msg != seq || bytes > sc->nc->slotBytes)
+        return -1;
+    size_t off, len;
+    int parts = netSplit(bytes, sc->nsocks, 0, &off, &len);
+    m->bytes = bytes;
+    op->len = len;
+    for (int i = 1; i < parts; i++) {
+        netSplit(bytes, sc->nsocks, i, &off, &len);
+        struct sockOp part = {NULL,    sc->nc->slots + (size_t)op->slot * sc->nc->slotBytes + off,
+                              len,     0,
+                              op->msg, op->slot};
+        sockPost(&sc->links[i], &part);
+        helperWake(st, &sc->links[i]);
+    }
+    m->parts = parts;
+    return 0;
+}
+
+static int opRecv(struct sockState *st, struct sockLink *l, struct sockOp *op, int *err)
+{
+    size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
+    if (op->done < hdrLen) {
+        int r = recvSome(l->fd, (char *)op->hdr + op->done, hdrLen - op->done, &op->done, err);
+        if (r <= 0)
+            return r;
+        if (sockOnHeader(st, l->conn, op) != 0) {
+            *err = SOCK_ERR_FRAME;
+            return -1;
+        }
+    }
+    size_t dataDone = op->done - hdrLen;
+    return recvSome(l->fd, op->data + dataDone, op->len - dataDone, &op->done, err);
+}
+
+/* Runs the link's queue as far as it goes. Returns 1 if anything finished, -1 on an error. */
+static int linkAdvance(struct sockState *st, struct sockLink *l)
+{
+    int finished = 0;
+    uint32_t head = atomic_load_explicit(&l->qHead, memory_order_relaxed);
+    while (head != atomic_load_explicit(&l->qTail, memory_order_acquire)) {
+        struct sockOp *op = &l->q[head % SOCK_QUEUE];
+        int err = 0;
+        int r = l->conn->nc->isSend ? opSend(l, op, &err) : opRecv(st, l, op, &err);
+        if (r < 0) {
+            atomic_store_explicit(&l->err, err, memory_order_release);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        atomic_fetch_add_explicit(&l->conn->msgs[op->slot].partsDone, 1, memory_order_release);
+        atomic_store_explicit(&l->qHead, ++head, memory_order_release);
+        finished = 1;
+    }
+    return finished;
+}
+
+static int sockPost(struct sockLink *l, const struct sockOp *op)
+{
+    uint32_t tail = atomic_load_explicit(&l->qTail, memory_order_relaxed);
+    if (tail - atomic_load_explicit(&l->qHead, memory_order_acquire) >= SOCK_QUEUE)
+        return -1; /* cannot happen: at most LOOM_STEPS messages are in flight */
+    l->q[tail % SOCK_QUEUE] = *op;
+    atomic_store_explicit(&l->qTail, tail + 1, memory_order_release);
+    return 0;
+}
+
+static int linkPending(struct sockLink *l)
+{
+    return atomic_load_explicit(&l->qHead, memory_order_acquire) !=
+           atomic_load_explicit(&l->qTail, memory_order_acquire);
+}
+
+/* ---- helper threads ---- */
+
+static void helperWake(struct sockState *st, struct sockLink *l)
+{
+    if (l->helper >= 0)
+        execRingBell(&st->helpers[l->helper].bell);
+}
+
+static int helperPass(struct sockHelper *h)
+{
+    int moved = 0;
+    for (int i = 0; i < h->nlinks; i++) {
+        struct sockLink *l = h->links[i];
+        if (atomic_load_explicit(&l->err, memory_order_relaxed))
+            continue;
+        int r = linkAdvance(h->st, l);
+        if (r != 0)
+            moved = 1; /* finished, or failed: either way the proxy must look */
+    }
+    if (moved && h->st->proxyBell)
+        execRingBell(h->st->proxyBell);
+    return moved;
+}
+
+static void helperSleep(struct sockHelper *h)
+{
+    int n = 0;
+    atomic_store_explicit(&h->bell.sleeping, 1, memory_order_seq_cst);
+    if (!helperPass(h) && !atomic_load_explicit(&h->stop, memory_order_acquire)) {
+        h->fds[n++] = (struct pollfd){.fd = h->bell.wakeFd, .events = POLLIN};
+        for (int i = 0; i < h->nlinks; i++) {
+            struct sockLink *l = h->links[i];
+            if (linkPending(l) && !atomic_load_explicit(&l->err, memory_order_relaxed))
+                h->fds[n++] =
+                    (struct pollfd){.fd = l->fd, .events = l->conn->nc->isSend ? POLLOUT : POLLIN};
+        }
+        poll(h->fds, (nfds_t)n, SOCK_HELPER_SLEEP_MS);
+        if (h->fds[0].revents & POLLIN) {
+            uint64_t count;
+            ssize_t ignored = read(h->bell.wakeFd, &count, sizeof(count));
+            (void)ignored;
+        }
+    }
+    atomic_store_explicit(&h->bell.sleeping, 0, memory_order_relaxed);
+}
+
+static void *helperMain(void *arg)
+{
+    struct sockHelper *h = arg;
+    uint64_t idleSince = loomClockNs();
+    pthread_setname_np(pthread_self(), "loom-net-tcp");
+    while (!atomic_load_explicit(&h->stop, memory_order_acquire)) {
+        if (helperPass(h)) {
+            idleSince = loomClockNs();
+            continue;
+        }
+        if (!h->st->comm->oversubscribed && loomClockNs() - idleSince < SOCK_HELPER_YIELD_NS) {
+            sched_yield();
+            continue;
+        }
+        helperSleep(h);
+    }
+    return NULL;
+}
+
+static loomResult_t helperStart(struct sockHelper *h)
+{
+    sigset_t all, old;
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd < 0)
+        return loomSetError(loomSystemError, "NET/socket: eventfd: %s", strerror(errno));
+    h->bell.wakeFd = fcntl(efd, F_DUPFD_CLOEXEC, 3);
+    close(efd);
+    h->fds = calloc((size_t)h->nlinks + 1, sizeof(*h->fds));
+    if (h->bell.wakeFd < 0 || h->fds == NULL)
+        return loomSetError(loomSystemError, "NET/socket: cannot prepare a helper thread");
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&h->thread, NULL, helperMain, h);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0)
+        return loomSetError(loomSystemError, "NET/socket: cannot start a helper thread: %s",
+                            strerror(err));
+    h->started = 1;
+    return loomSuccess;
+}
+
+static void helpersStop(struct sockState *st)
+{
+    for (int i = 0; i < st->nhelpers; i++) {
+        struct sockHelper *h = &st->helpers[i];
+        if (h->started) {
+            atomic_store_explicit(&h->stop, 1, memory_order_release);
+            uint64_t one = 1;
+            ssize_t ignored = write(h->bell.wakeFd, &one, sizeof(one));
+            (void)ignored;
+            pthread_join(h->thread, NULL);
+        }
+        if (h->bell.wakeFd > 0)
+            close(h->bell.wakeFd);
+        free(h->links);
+        free(h->fds);
+    }
+    free(st->helpers);
+    st->helpers = NULL;
+    st->nhelpers = 0;
+}
+
+/* Hands sockets 1.. of every connection to the helpers, round robin. */
+static loomResult_t helpersPlan(struct sockState *st)
+{
+    int extra = 0;
+    for (int i = 0; i < st->nconns; i++)
+        extra += st->conns[i].nsocks - 1;
+    int want = (int)paramInt(LOOM_PARAM_SOCKET_NTHREADS);
+    st->nhelpers = want < extra ? want : extra;
+    if (st->nhelpers == 0)
+        return loomSuccess;
+    st->helpers = calloc((size_t)st->nhelpers, sizeof(*st->helpers));
+    if (st->helpers == NULL)
+        return loomSetError(loomSystemError, "NET/socket: out of memory for helper threads");
+    for (int t = 0; t < st->nhelpers; t++) {
+        st->helpers[t].st = st;
+        st->helpers[t].links = calloc((size_t)extra, sizeof(struct sockLink *));
+        if (st->helpers[t].links == NULL)
+            return loomSetError(loomSystemError, "NET/socket: out of memory for helper threads");
+    }
+    int next = 0;
+    for (int i = 0; i < st->nconns; i++) {
+        for (int s = 1; s < st->conns[i].nsocks; s++) {
+            struct sockHelper *h = &st->helpers[next];
+            st->conns[i].links[s].helper = next;
+            h->links[h->nlinks++] = &st->conns[i].links[s];
+            next = (next + 1) % st->nhelpers;
+        }
+    }
+    return loomSuccess;
+}
+
+/* ---- the backend's progress ---- */
+
+static void postSends(struct sockState *st, struct sockConn *sc)
+{
+    struct netConn *nc = sc->nc;
+    uint64_t tail = atomic_load_explicit(&nc->fifo->tail, memory_order_acquire);
+    for (uint64_t n = netSendable(nc->posted, tail, UINT64_MAX); n > 0; n--) {
+        int slot = (int)(nc->posted % LOOM_STEPS);
+        struct sockMsg *m = &sc->msgs[slot];
+        char *data = nc->slots + (size_t)slot * nc->slotBytes;
+        size_t off, len;
+        m->bytes = (uint32_t)nc->fifo->bytes[slot];
+        netHeaderEncode(m->bytes, (uint32_t)nc->posted, m->hdr);
+        m->parts = netSplit(m->bytes, sc->nsocks, 0, &off, &len);
+        atomic_store_explicit(&m->partsDone, 0, memory_order_relaxed);
+        for (int i = 0; i < m->parts; i++) {
+            netSplit(m->bytes, sc->nsocks, i, &off, &len);
+            struct sockOp op = {i == 0 ? m->hdr : NULL, data + off, len, 0, nc->posted, slot};
+            sockPost(&sc->links[i], &op);
+            helperWake(st, &sc->links[i]);
+        }
+        nc->posted++;
+    }
+}
+
+static void postRecvs(struct sockConn *sc)
+{
+    struct netConn *nc = sc->nc;
+    uint64_t head = atomic_load_explicit(&nc->fifo->head, memory_order_acquire);
+    for (uint64_t n = netReceivable(nc->posted, head); n > 0; n--) {
+        int slot = (int)(nc->posted % LOOM_STEPS);
+        struct sockMsg *m = &sc->msgs[slot];
+        m->parts = 0;
+        atomic_store_explicit(&m->partsDone, 0, memory_order_relaxed);
+        struct sockOp op = {m->hdr, nc->slots + (size_t)slot * nc->slotBytes, 0, 0, nc->posted,
+                            slot};
+        sockPost(&sc->links[0], &op);
+        nc->posted++;
+    }
+}
+
+/* Retires finished messages in order; returns 1 if any. */
+static int retire(struct sockConn *sc)
+{
+    struct netConn *nc = sc->nc;
+    int any = 0;
+    while (nc->done < nc->posted) {
+        int slot = (int)(nc->done % LOOM_STEPS);
+        struct sockMsg *m = &sc->msgs[slot];
+        if (m->parts == 0 || atomic_load_explicit(&m->partsDone, memory_order_acquire) != m->parts)
+            break;
+        nc->done++;
+        if (nc->isSend) {
+            atomic_store_explicit(&nc->fifo->head, nc->done, memory_order_release);
+        } else {
+            nc->fifo->bytes[slot] = m->bytes;
+            atomic_store_explicit(&nc->fifo->tail, nc->done, memory_order_release);
+        }
+        any = 1;
+    }
+    return any;
+}
+
+static loomResult_t linkFailed(struct sockConn *sc, struct sockLink *l)
+{
+    int err = atomic_load(&l->err);
+    const char *what = err == SOCK_ERR_EOF     ? "closed by the peer"
+                       : err == SOCK_ERR_FRAME ? "a malformed message header (the peers disagree "
+                                                 "about the protocol)"
+                                               : strerror(err);
+    snprintf(sc->nc->why, sizeof(sc->nc->why), "NET/socket: %s rank %d (channel %d, socket %d): %s",
+             sc->nc->isSend ? "sending to" : "receiving from", sc->nc->peer, sc->nc->channel,
+             l->index, what);
+    return loomRemoteError;
+}
+
+static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
+{
+    struct sockState *st = state;
+    struct sockConn *sc = c->priv;
+    struct sockLink *failed = NULL;
+    if (c->isSend)
+        postSends(st, sc);
+    else
+        postRecvs(sc);
+    for (int i = 0; i < sc->nsocks && failed == NULL; i++) {
+        struct sockLink *l = &sc->links[i];
+        if (l->helper < 0)
+            linkAdvance(st, l);
+        if (atomic_load_explicit(&l->err, memory_order_acquire))
+            failed = l;
+    }
+    /* What arrived before the connection ended is still delivered. */
+    if (retire(sc))
+        *moved = 1;
+    return failed ? linkFailed(sc, failed) : loomSuccess;
+}
+
+static int sockBeforeSleep(void *state)
+{
+    (void)state;
+    return 0; /* the proxy watches every socket it moves, edge-triggered */
+}
+
+static void sockAttach(void *state, struct loomProxy *proxy)
+{
+    struct sockState *st = state;
+    st->proxyBell = proxyBell(proxy);
+    for (int i = 0; i < st->nhelpers; i++) {
+        struct sockHelper *h = &st->helpers[i];
+        if (helperStart(h) == loomSuccess)
+            continue;
+        WARN("%s; the proxy thread moves its sockets instead", debugLastError(NULL));
+        for (int k = 0; k < h->nlinks; k++)
+            h->links[k]->helper = -1;
+        h->nlinks = 0;
+    }
+    for (int i = 0; i < st->nconns; i++)
+        for (int s = 0; s < st->conns[i].nsocks; s++)
+            if (st->conns[i].links[s].helper < 0 &&
+                proxyWatch(proxy, st->conns[i].links[s].fd) != loomSuccess)
+                WARN("%s; that socket is looked at only when something else wakes the proxy",
+                     debugLastError(NULL));
+}
+
+/* ---- connecting ---- */
+
+/* "LMNS" nonce(32) rank(4) channel(4) socket(2) nsocks(2), big-endian */
+static void helloEncode(const uint8_t *nonce, int rank, int channel, int sock, int nsocks,
+                        uint8_t *out)
+{
+    memcpy(out, "LMNS", 4);
+    memcpy(out + 4, nonce, SOCK_NONCE_BYTES);
+    wirePut32(out + 4 + SOCK_NONCE_BYTES, (uint32_t)rank);
+    wirePut32(out + 8 + SOCK_NONCE_BYTES, (uint32_t)channel);
+    wirePut32(out + 12 + SOCK_NONCE_BYTES, (uint32_t)(sock << 16 | nsocks));
+}
+
+static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
+                               const struct sockPublic *peer, uint64_t deadline)
+{
+    struct loomComm *comm = st->comm;
+    union socketAddress addr;
+    char who[128];
+    uint8_t hello[SOCK_HELLO_BYTES];
+    snprintf(who, sizeof(who), "NET/socket: rank %d connecting to rank %d (%s) for channel %d",
+             comm->rank, sc->nc->peer, comm->peers[sc->nc->peer].hostname, sc->nc->channel);
+    if (socketAddrFromBootstrap(&peer->addr, &addr) != loomSuccess)
+        return loomSetError(loomInternalError, "%s: its published address is malformed", who);
+    for (int s = 0; s < sc->nsocks; s++) {
+        LOOMCHECK(socketConnect(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
+        helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
+        LOOMCHECK(
+            socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));
+    }
+    return loomSuccess;
+}
+
+/* Takes one accepted connection if it says a valid hello; closes it otherwise. */
+static void acceptOne(struct sockState *st, int fd, int *pending)
+{
+    struct loomComm *comm = st->comm;
+    uint8_t h[SOCK_HELLO_BYTES];
+    char peer[SOCKET_ADDR_STRLEN];
+    const char *why = NULL;
+    if (socketRecvAll(fd, h, sizeof(h), socketDeadline(SOCK_HELLO_SEC), &comm->abortFlag, NULL) !=
+        loomSuccess) {
+        why = "no whole hello";
+        goto drop;
+    }
+    int rank = (int)wireGet32(h + 4 + SOCK_NONCE_BYTES),
+        channel = (int)wireGet32(h + 8 + SOCK_NONCE_BYTES);
+    uint32_t socks = wireGet32(h + 12 + SOCK_NONCE_BYTES);
+    int sock = (int)(socks >> 16), nsocks = (int)(socks & 0xffff);
+    if (memcmp(h, "LMNS", 4) != 0 || !bootstrapSecretEqual(h + 4, st->me.nonce)) {
+        why = "wrong nonce (not a rank of this communicator)";
+        goto drop;
+    }
+    struct sockConn *sc =
+        rank >= 0 && rank < comm->nranks && channel >= 0 && channel < comm->nChannels
+            ? st->recvIndex[rank * comm->nChannels + channel]
+            : NULL;
+    if (sc == NULL || nsocks != sc->nsocks || sock < 0 || sock >= nsocks ||
+        sc->links[sock].fd >= 0) {
+        why = "an unexpected or repeated connection";
+        goto drop;
+    }
+    sc->links[sock].fd = fd;
+    (*pending)--;
+    return;
+drop:
+    socketPeerFormat(fd, peer, sizeof(peer));
+    INFO(LOOM_NET, "NET/socket: dropped a connection from %s: %s", peer, why);
+    socketClose(fd);
+}
+
+static loomResult_t acceptPending(struct sockState *st, int *pending)
+{
+    for (;;) {
+        int fd;
+        if (socketTryAccept(st->listenFd, &fd, NULL) != loomSuccess)
+            return loomSetError(loomSystemError, "NET/socket: accept: %s", strerror(errno));
+        if (fd < 0)
+            return loomSuccess;
+        acceptOne(st, fd, pending);
+    }
+}
+
+static loomResult_t sockConnectAll(struct sockState *st, const struct sockPublic *all)
+{
+    struct loomComm *comm = st->comm;
+    uint64_t deadline = socketDeadline(comm->timeoutSec);
+    int pending = 0;
+    char who[96];
+    for (int i = 0; i < st->nconns; i++)
+        if (!st->conns[i].nc->isSend)
+            pending += st->conns[i].nsocks;
+    for (int i = 0; i < st->nconns; i++) {
+        struct sockConn *sc = &st->conns[i];
+        if (!sc->nc->isSend)
+            continue;
+        LOOMCHECK(connectOne(st, sc, &all[sc->nc->peer], deadline));
+        /* Keep our listen queue short while we connect. */
+        LOOMCHECK(acceptPending(st, &pending));
+    }
+    snprintf(who, sizeof(who), "NET/socket: rank %d waiting for %d connection(s) from its peers",
+             comm->rank, pending);
+    while (pending > 0) {
+        int fd;
+        LOOMCHECK(socketAccept(st->listenFd, deadline, &comm->abortFlag, who, &fd, NULL));
+        acceptOne(st, fd, &pending);
+    }
+    return loomSuccess;
+}
+
+static loomResult_t sockPublish(struct sockState *st, struct sockPublic *all)
+{
+    union socketAddress local, bound;
+    char ifname[64], name[SOCKET_ADDR_STRLEN];
+    LOOMCHECK(socketFindInterface(&local, ifname, sizeof(ifname)));
+    LOOMCHECK(socketListen(&local, &st->listenFd, &bound));
+    if (getrandom(st->me.nonce, sizeof(st->me.nonce), 0) != (ssize_t)sizeof(st->me.nonce))
+        return loomSetError(loomSystemError, "NET/socket: getrandom: %s", strerror(errno));
+    socketAddrToBootstrap(&bound, &st->me.addr);
+    st->me.nsocks = (int32_t)paramInt(LOOM_PARAM_SOCKET_NSOCKS);
+    socketAddrFormat(&bound, name, sizeof(name));
+    INFO(LOOM_NET, "NET/socket: listening on %s (%s), %d socket(s) per connection", ifname, name,
+         (int)st->me.nsocks);
+    all[st->comm->rank] = st->me;
+    return bootstrapAllGather(st->comm->bootstrap, all, sizeof(*all));
+}
+
+static void sockTeardown(void *state)
+{
+    struct sockState *st = state;
+    if (st == NULL)
+        return;
+    helpersStop(st);
+    for (int i = 0; i < st->nconns; i++) {
+        for (int s = 0; s < SOCK_MAX; s++)
+            socketClose(st->conns[i].links[s].fd);
+        st->conns[i].nc->priv = NULL;
+    }
+    socketClose(st->listenFd);
+    free(st->conns);
+    free(st->recvIndex);
+    free(st);
+}
+
+static loomResult_t sockSetup(const struct netSetupArgs *a, void **state)
+{
+    struct loomComm *comm = a->comm;
+    struct sockState *st = calloc(1, sizeof(*st));
+    struct sockPublic *all = calloc((size_t)comm->nranks, sizeof(*all));
+    loomResult_t res = loomSystemError;
+    *state = st;
+    if (st == NULL || all == NULL) {
+        free(all);
+        return loomSetError(res, "NET/socket: out of memory");
+    }
+    st->comm = comm;
+    st->listenFd = -1;
+    st->nconns = a->nconns;
+    st->conns = calloc((size_t)a->nconns + 1, sizeof(*st->conns));
+    st->recvIndex = calloc((size_t)comm->nranks * comm->nChannels, sizeof(*st->recvIndex));
+    if (st->conns == NULL || st->recvIndex == NULL) {
+        loomSetError(res, "NET/socket: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < st->nconns; i++)
+        for (int s = 0; s < SOCK_MAX; s++)
+            st->conns[i].links[s].fd = -1;
+    res = sockPublish(st, all);
+    if (res != loomSuccess)
+        goto out;
+    for (int i = 0; i < st->nconns; i++) {
+        struct sockConn *sc = &st->conns[i];
+        struct netConn *nc = a->conns[i];
+        int theirs = all[nc->peer].nsocks;
+        sc->nc = nc;
+        nc->priv = sc;
+        sc->nsocks = theirs < st->me.nsocks ? theirs : st->me.nsocks;
+        if (sc->nsocks < 1 || sc->nsocks > SOCK_MAX)
+            sc->nsocks = 1;
+        for (int s = 0; s < SOCK_MAX; s++)
+            sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
+        if (!nc->isSend)
+            st->recvIndex[nc->peer * comm->nChannels + nc->channel] = sc;
+    }
+    res = sockConnectAll(st, all);
+    if (res == loomSuccess)
+        res = helpersPlan(st);
+out:
+    free(all);
+    return res;
+}
+
+const struct netBackend netSocketBackend = {
+    .name = "socket",
+    .setup = sockSetup,
+    .progress = sockProgress,
+    .beforeSleep = sockBeforeSleep,
+    .attach = sockAttach,
+    .teardown = sockTeardown,
+};

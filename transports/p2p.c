@@ -1,0 +1,380 @@
+/*
+ * p2p.c — GPU peer-to-peer: FIFO slots in the receiving GPU's memory, for
+ * ranks on one host whose buffers are on GPUs.
+ *
+ * A communicator is bound to the CUDA device whose context is current on
+ * the thread that creates it (as NCCL binds to cudaGetDevice()); a process
+ * that has not touched CUDA is not bound and never loads the driver. Each
+ * bound rank allocates, in its GPU's memory, a second set of slots for the
+ * FIFOs it receives on, laid out like the shm segment's:
+ *
+ *   [ ch 0: from local 0 | from local 1 | ... ][ ch 1: ... ] ...   each LOOM_STEPS x slot
+ *
+ * and exports it with a CUDA IPC handle; every rank opens the handles of its
+ * local peers (cuIpcOpenMemHandle) and hangs the slots it sends into on its
+ * send connectors (connector->devSlots). The counters stay where shm put
+ * them, in host memory: the CUDA executor (src/cuda/cudaexec.c) is driven by
+ * the host, which waits on them, so only the data needs GPU memory. A
+ * sender working on device buffers writes a chunk straight into the
+ * receiver's GPU (NVLink or PCIe peer-to-peer, or the same GPU) and marks
+ * the message LOOM_FIFO_DEVICE_DATA; the receiver's kernel reads it there.
+ * A pair that cannot map each other (no peer access between the two GPUs,
+ * IPC refused, LOOM_P2P_DISABLE=1 on either rank) keeps the host slots:
+ * kernels then read and write the /dev/shm slots directly, which this file
+ * registers with the driver (p2pMapHostSlots) the first time a device plan
+ * runs on the communicator — the host-staged path, slower but always there.
+ *
+ * Several ranks may share ONE GPU: each is a process with its own context,
+ * IPC maps memory of the same device across processes, and since no kernel
+ * of Loom ever waits for another process, ranks that share a GPU only share
+ * its time. (NCCL refuses this; Loom allows it, which is how the multi-rank
+ * GPU paths are tested on a one-GPU machine.)
+ *
+ * The GPU of each rank travels with the peer information exchanged at init
+ * (p2pPeerInfo), so every rank decides the same way whether the handle
+ * exchange, a collective, takes place.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "cudacore.h"
+#include "cudalib.h"
+#include "debug.h"
+#include "param.h"
+
+#define P2P_MAX_REGIONS_EXTRA 1 /* the own segment, besides one per peer */
+
+struct hostRegion {
+    char *base;
+    size_t bytes;
+};
+
+struct cudaComm {
+    const struct cudaLib *lib;
+    cuContext_t ctx; /* the bound context, or NULL */
+    int device;
+    cuDevPtr_t recvSlots; /* our receive slots in GPU memory, or 0 */
+    size_t recvBytes;
+    cuDevPtr_t *opened;         /* [nranks]: peers' slots mapped through IPC, or 0 */
+    struct hostRegion *regions; /* host slot memory registered with the driver */
+    int nRegions;
+    int hostMapped;
+    cuContext_t regCtx; /* current when the regions were registered */
+};
+
+/* What each rank publishes in the handle exchange. */
+struct p2pEntry {
+    cuIpcHandle_t handle;
+    int32_t valid;
+    int32_t pad;
+};
+
+void p2pPeerInfo(struct loomPeerInfo *me)
+{
+    const struct cudaLib *lib;
+    cuContext_t ctx = NULL;
+    cuDevice_t dev;
+    int uva = 0;
+    me->gpu = -1;
+    me->gpuFlags = paramInt(LOOM_PARAM_P2P_DISABLE) ? 0 : LOOM_GPU_P2P;
+    memset(me->gpuUuid, 0, sizeof(me->gpuUuid));
+    /* Only a process already using CUDA binds: the driver is in it and a context is current. */
+    if (!cudaLibLoaded() || cudaLibGet(&lib) != loomSuccess)
+        return;
+    if (lib->ctxGetCurrent(&ctx) != CUL_SUCCESS || ctx == NULL ||
+        lib->ctxGetDevice(&dev) != CUL_SUCCESS)
+        return;
+    if (lib->deviceGetAttribute(&uva, CUL_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, dev) !=
+            CUL_SUCCESS ||
+        !uva) {
+        INFO(LOOM_INIT, "CUDA device %d has no unified addressing: not bound", (int)dev);
+        return;
+    }
+    cuUuid_t uuid;
+    if (lib->deviceGetUuid(&uuid, dev) != CUL_SUCCESS)
+        return;
+    memcpy(me->gpuUuid, uuid.bytes, sizeof(me->gpuUuid));
+    me->gpu = (int32_t)dev;
+}
+
+static int p2pMember(const struct loomPeerInfo *p)
+{
+    return p->gpu >= 0 && (p->gpuFlags & LOOM_GPU_P2P);
+}
+
+static size_t slotsOffset(const struct loomComm *comm, int channel, int localIdx)
+{
+    return ((size_t)channel * comm->localSize + localIdx) * LOOM_STEPS * comm->slotBytes;
+}
+
+/* 1 if this process's device can write into memory of the GPU with the given uuid. */
+static int p2pReachable(const struct cudaComm *cc, const char *uuid)
+{
+    const struct cudaLib *lib = cc->lib;
+    int n = 0, can = 0;
+    if (lib->deviceGetCount(&n) != CUL_SUCCESS)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        cuDevice_t d;
+        cuUuid_t u;
+        if (lib->deviceGet(&d, i) != CUL_SUCCESS || lib->deviceGetUuid(&u, d) != CUL_SUCCESS ||
+            memcmp(u.bytes, uuid, sizeof(u.bytes)) != 0)
+            continue;
+        if (d == cc->device)
+            return 1;
+        return lib->deviceCanAccessPeer(&can, cc->device, d) == CUL_SUCCESS && can;
+    }
+    return 0; /* not visible in this process (CUDA_VISIBLE_DEVICES) */
+}
+
+/* Our receive slots in GPU memory and their handle. */
+static loomResult_t p2pAllocate(struct loomComm *comm, struct p2pEntry *mine)
+{
+    struct cudaComm *cc = comm->cuda;
+    cc->recvBytes = slotsOffset(comm, comm->nChannels, 0);
+    cuResult_t r = cc->lib->memAlloc(&cc->recvSlots, cc->recvBytes);
+    if (r != CUL_SUCCESS) {
+        cc->recvSlots = 0;
+        return cudaLibError(cc->lib, r, "allocating the p2p receive slots in GPU memory");
+    }
+    r = cc->lib->ipcGetMemHandle(&mine->handle, cc->recvSlots);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(cc->lib, r, "cuIpcGetMemHandle of the p2p receive slots");
+    mine->valid = 1;
+    return loomSuccess;
+}
+
+/* The base of peer p's receive slots as this process sees them, or 0. */
+static cuDevPtr_t p2pOpen(struct loomComm *comm, int p, const struct p2pEntry *e)
+{
+    struct cudaComm *cc = comm->cuda;
+    if (p == comm->rank)
+        return cc->recvSlots;
+    if (!e->valid || !p2pReachable(cc, comm->peers[p].gpuUuid))
+        return 0;
+    cuResult_t r =
+        cc->lib->ipcOpenMemHandle(&cc->opened[p], e->handle, CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != CUL_SUCCESS) {
+        INFO(LOOM_INIT, "p2p: cannot map rank %d's GPU memory (CUDA error %d): host slots", p, r);
+        cc->opened[p] = 0;
+    }
+    return cc->opened[p];
+}
+
+/* Hangs the device slots on the connectors to local peers. */
+static void p2pWire(struct loomComm *comm, const struct p2pEntry *all)
+{
+    struct cudaComm *cc = comm->cuda;
+    int me = comm->rank, wired = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].hostHash != comm->peers[me].hostHash)
+            continue;
+        cuDevPtr_t peerBase = p2pMember(&comm->peers[p]) ? p2pOpen(comm, p, &all[p]) : 0;
+        for (int c = 0; c < comm->nChannels; c++) {
+            struct loomConnector *rc = &comm->channels[c].recv[p];
+            struct loomConnector *sc = &comm->channels[c].send[p];
+            if (rc->connected)
+                rc->devSlots = (char *)(uintptr_t)(cc->recvSlots +
+                                                   slotsOffset(comm, c, comm->peers[p].localRank));
+            if (sc->connected && peerBase)
+                sc->devSlots =
+                    (char *)(uintptr_t)(peerBase + slotsOffset(comm, c, comm->peers[me].localRank));
+        }
+        wired += peerBase != 0;
+    }
+    INFO(LOOM_INIT, "p2p: device %d, %d of %d local ranks reachable through GPU memory", cc->device,
+         wired, comm->localSize);
+}
+
+/* The handle exchange; `res` is this rank's binding so far, reported after it took part. */
+static loomResult_t p2pExchange(struct loomComm *comm, loomResult_t res)
+{
+    struct p2pEntry *all = calloc((size_t)comm->nranks, sizeof(*all));
+    if (all == NULL)
+        return loomSetError(loomSystemError, "out of memory for the p2p handles");
+    /* A rank that cannot allocate still joins the exchange, so that nobody waits for it. */
+    if (res == loomSuccess && comm->cuda && p2pMember(&comm->peers[comm->rank]))
+        res = p2pAllocate(comm, &all[comm->rank]);
+    loomResult_t ex = bootstrapAllGather(comm->bootstrap, all, sizeof(*all));
+    if (res == loomSuccess)
+        res = ex;
+    if (res == loomSuccess && comm->cuda && comm->cuda->recvSlots)
+        p2pWire(comm, all);
+    free(all);
+    return res;
+}
+
+static loomResult_t p2pBind(struct loomComm *comm)
+{
+    struct cudaComm *cc = calloc(1, sizeof(*cc));
+    if (cc == NULL)
+        return loomSetError(loomSystemError, "out of memory for the CUDA state");
+    comm->cuda = cc;
+    cc->device = comm->peers[comm->rank].gpu;
+    cc->opened = calloc((size_t)comm->nranks, sizeof(*cc->opened));
+    if (cc->opened == NULL)
+        return loomSetError(loomSystemError, "out of memory for the CUDA state");
+    LOOMCHECK(cudaLibGet(&cc->lib));
+    cuResult_t r = cc->lib->ctxGetCurrent(&cc->ctx);
+    if (r != CUL_SUCCESS || cc->ctx == NULL)
+        return loomSetError(loomInternalError, "the CUDA context went away during init");
+    return loomSuccess;
+}
+
+loomResult_t p2pSetup(struct loomComm *comm)
+{
+    int any = 0;
+    loomResult_t res = comm->peers[comm->rank].gpu >= 0 ? p2pBind(comm) : loomSuccess;
+    for (int p = 0; p < comm->nranks; p++)
+        any |= p2pMember(&comm->peers[p]);
+    if (any)
+        res = p2pExchange(comm, res);
+    /*
+     * The host slots are registered now, while nothing waits on the GPU, rather than at
+     * the first device plan. A failure here only matters to device plans, which report it.
+     */
+    if (res == loomSuccess && comm->cuda && comm->cuda->ctx && p2pMapHostSlots(comm) != loomSuccess)
+        INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
+    return res;
+}
+
+void *p2pContext(const struct loomComm *comm, int *device)
+{
+    if (comm->cuda == NULL || comm->cuda->ctx == NULL)
+        return NULL;
+    *device = comm->cuda->device;
+    return comm->cuda->ctx;
+}
+
+/* ---- host slots for kernels (the host-staged path) ---- */
+
+static void regionGrow(struct hostRegion *r, const struct loomConnector *c)
+{
+    char *lo = c->slots, *hi = c->slots + LOOM_STEPS * c->slotBytes;
+    if (r->base == NULL) {
+        r->base = lo;
+        r->bytes = (size_t)(hi - lo);
+        return;
+    }
+    char *end = r->base + r->bytes;
+    r->base = lo < r->base ? lo : r->base;
+    r->bytes = (size_t)((hi > end ? hi : end) - r->base);
+}
+
+/*
+ * The host memory that holds the slots: one region for the FIFOs we receive
+ * on (our own segment) and one per peer for those we send into (its segment),
+ * each widened to whole pages.
+ */
+static void regionsFind(const struct loomComm *comm, struct hostRegion *r)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    int own = comm->nranks;
+    for (int c = 0; c < comm->nChannels; c++) {
+        for (int p = 0; p < comm->nranks; p++) {
+            const struct loomConnector *rc = &comm->channels[c].recv[p];
+            const struct loomConnector *sc = &comm->channels[c].send[p];
+            if (rc->connected && rc->slots)
+                regionGrow(&r[own], rc);
+            if (sc->connected && sc->slots)
+                regionGrow(&r[p == comm->rank ? own : p], sc);
+        }
+    }
+    for (int i = 0; i <= own; i++) {
+        if (r[i].base == NULL)
+            continue;
+        uintptr_t lo = (uintptr_t)r[i].base & ~(uintptr_t)(page - 1);
+        uintptr_t hi =
+            ((uintptr_t)r[i].base + r[i].bytes + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+        r[i].base = (char *)lo;
+        r[i].bytes = hi - lo;
+    }
+}
+
+static loomResult_t regionsRegister(struct cudaComm *cc, struct hostRegion *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (r[i].base == NULL)
+            continue;
+        cuResult_t e = cc->lib->memHostRegister(
+            r[i].base, r[i].bytes, CUL_MEMHOSTREGISTER_PORTABLE | CUL_MEMHOSTREGISTER_DEVICEMAP);
+        if (e == CUL_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+            r[i].base = NULL; /* someone else's registration: not ours to undo */
+            continue;
+        }
+        if (e != CUL_SUCCESS) {
+            r[i].base = NULL;
+            return cudaLibError(cc->lib, e, "registering the shared-memory slots with the GPU");
+        }
+        cuDevPtr_t d = 0;
+        if (cc->lib->memHostGetDevicePointer(&d, r[i].base, 0) != CUL_SUCCESS ||
+            d != (cuDevPtr_t)(uintptr_t)r[i].base)
+            return loomSetError(loomUnhandledCudaError,
+                                "the GPU maps host memory at another address (no unified "
+                                "addressing): Loom needs a 64-bit system with UVA");
+    }
+    return loomSuccess;
+}
+
+loomResult_t p2pMapHostSlots(struct loomComm *comm)
+{
+    struct cudaComm *cc = comm->cuda;
+    if (cc && cc->hostMapped)
+        return loomSuccess;
+    if (cc && cc->regions) /* a failed registration: the plan fails again, and says why */
+        return loomSetError(loomUnhandledCudaError,
+                            "the shared-memory slots could not be registered with the GPU");
+    if (cc == NULL) { /* not bound at init: only the host-staged path */
+        if ((cc = calloc(1, sizeof(*cc))) == NULL)
+            return loomSetError(loomSystemError, "out of memory for the CUDA state");
+        comm->cuda = cc;
+        cc->device = -1;
+        LOOMCHECK(cudaLibGet(&cc->lib));
+    }
+    int n = comm->nranks + P2P_MAX_REGIONS_EXTRA;
+    cc->regions = calloc((size_t)n, sizeof(*cc->regions));
+    if (cc->regions == NULL)
+        return loomSetError(loomSystemError, "out of memory for the CUDA state");
+    cc->nRegions = n;
+    cc->lib->ctxGetCurrent(&cc->regCtx);
+    regionsFind(comm, cc->regions);
+    loomResult_t res = regionsRegister(cc, cc->regions, n); /* p2pFree undoes what it did */
+    cc->hostMapped = res == loomSuccess;
+    return res;
+}
+
+void p2pFree(struct loomComm *comm)
+{
+    struct cudaComm *cc = comm->cuda;
+    if (cc == NULL)
+        return;
+    comm->cuda = NULL;
+    if (cc->lib) {
+        cuContext_t saved = NULL;
+        cc->lib->ctxGetCurrent(&saved);
+        if (cc->regCtx)
+            cc->lib->ctxSetCurrent(cc->regCtx);
+        for (int i = 0; i < cc->nRegions; i++)
+            if (cc->regions[i].base)
+                cc->lib->memHostUnregister(cc->regions[i].base);
+        if (cc->ctx)
+            cc->lib->ctxSetCurrent(cc->ctx);
+        for (int p = 0; cc->opened && p < comm->nranks; p++)
+            if (cc->opened[p])
+                cc->lib->ipcCloseMemHandle(cc->opened[p]);
+        if (cc->recvSlots)
+            cc->lib->memFree(cc->recvSlots);
+        cc->lib->ctxSetCurrent(saved);
+    }
+    for (int c = 0; c < LOOM_MAX_CHANNELS; c++) {
+        for (int p = 0; comm->channels[c].send && comm->channels[c].recv && p < comm->nranks; p++) {
+            comm->channels[c].send[p].devSlots = NULL;
+            comm->channels[c].recv[p].devSlots = NULL;
+        }
+    }
+    free(cc->regions);
+    free(cc->opened);
+    free(cc);
+}
