@@ -47,3 +47,23 @@ void scheduleFree(struct loomSchedule *s)
     s->nsteps = 0;
     s->cap = 0;
 }
+
+/* Indexed by loomColl_t: the ring or direct generator, and the tree's where there is one. */
+static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][2] = {
+    [LOOM_COLL_BROADCAST] = {ringBroadcastSchedule, treeBroadcastSchedule},
+    [LOOM_COLL_REDUCE] = {ringReduceSchedule, treeReduceSchedule},
+    [LOOM_COLL_ALLREDUCE] = {ringAllReduceSchedule, treeAllReduceSchedule},
+    [LOOM_COLL_ALLGATHER] = {ringAllGatherSchedule, NULL},
+    [LOOM_COLL_REDUCESCATTER] = {ringReduceScatterSchedule, NULL},
+    [LOOM_COLL_ALLTOALL] = {directAlltoAllSchedule, NULL},
+    [LOOM_COLL_ALLTOALLV] = {directAlltoAllvSchedule, NULL},
+    [LOOM_COLL_SEND] = {directSendSchedule, NULL},
+    [LOOM_COLL_RECV] = {directRecvSchedule, NULL},
+};
+
+loomGenerator_t scheduleGenerator(loomColl_t coll, int tree)
+{
+    if ((unsigned)coll >= LOOM_COLL_NUM)
+        return NULL;
+    return scheduleGenerators[coll][tree != 0];
+}

@@ -99,6 +99,19 @@ struct loomSchedArgs {
     size_t chunkElems;
     /* AlltoAllv only: per-peer counts and displacements in elements. */
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+    /* Tree only: hosts[r] is the host of rank r, numbered 0 .. nhosts - 1 with
+     * every number used. With several hosts the trees span hosts and the ranks
+     * of a host form a chain; NULL (or one host): the trees span the ranks. */
+    const int *hosts;
+    /* Tree only: the ranks host after host (each host's in the order its
+     * chain runs, as topo.c orders them), or on one host the order in which
+     * ranks take the trees' positions; NULL: rank order. A permutation of
+     * 0 .. nranks - 1. */
+    const int *order;
+    /* Tree only: 1 sends the whole lane through the first tree (half the
+     * messages, for sizes where latency is all that counts); 0 or 2 splits it
+     * between the two. */
+    int trees;
 };
 
 /* A growable array of steps. Generators append; the caller owns and reuses it. */
@@ -129,6 +142,38 @@ loomResult_t ringAllGatherSchedule(const struct loomSchedArgs *a, struct loomSch
 loomResult_t ringReduceScatterSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 
 /*
+ * Double binary tree generators (algorithms/tree.c): two complementary trees,
+ * each carrying half of [lo, hi), pipelined in pieces of chunkElems with
+ * reduce-up and broadcast-down overlapped; Broadcast and Reduce for any root.
+ * Same contract as the ring generators (appends; loomSystemError when out of
+ * memory, loomInternalError on inconsistent arguments, including a bad
+ * hosts[] array). Reduce on a rank other than the root: LOOM_BUF_RECV must be
+ * a scratch area of 2 x chunkElems elements private to the lane (the user
+ * need not pass a recvbuff there); the schedule keeps partial sums in it.
+ */
+loomResult_t treeAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t treeBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t treeReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+
+/* A rank's place in one of the two trees: children are at most two of the
+ * tree plus the next rank of its host's chain. */
+#define LOOM_TREE_MAXDOWN 3
+struct loomTreeNode {
+    int up;    /* parent rank, -1 at the top */
+    int ndown; /* children, 0 .. LOOM_TREE_MAXDOWN */
+    int down[LOOM_TREE_MAXDOWN];
+    int depth; /* edges from the top */
+};
+/*
+ * Fills *out with rank a->rank's links in tree `tree` (0 or 1) for the
+ * collective a->coll (Broadcast and Reduce are rooted at a->root, the others
+ * are not), a->nranks, a->hosts and a->order. Used by the tests and by
+ * topo.c (the trees loomCommTree shows are the AllReduce ones); the
+ * generators compute the same. loomInternalError on inconsistent arguments.
+ */
+loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTreeNode *out);
+
+/*
  * Direct generators (algorithms/direct.c): pairwise exchange. AlltoAll and
  * AlltoAllv, and Send / Recv of one lane. For AlltoAll(v) the steps of
  * different peers are interleaved so that no FIFO needs more than LOOM_STEPS
@@ -138,5 +183,14 @@ loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSc
 loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+
+/* A generator: appends rank a->rank's steps of one lane to *out. */
+typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);
+/*
+ * The generator for coll: with tree set the double binary tree's, else the
+ * ring's (direct for AlltoAll(v), Send and Recv). NULL when coll has no such
+ * schedule (a tree AllGather) or is out of range.
+ */
+loomGenerator_t scheduleGenerator(loomColl_t coll, int tree);
 
 #endif /* LOOM_SCHEDULE_H_ */

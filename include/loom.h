@@ -183,9 +183,10 @@ loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
  * How comm is laid out (loom-info --comm prints it). Hosts are numbered
  * 0 .. nhosts-1 in the order of their lowest rank. The ring visits each
  * host's ranks in a row; ring[i] is the rank at position i, and data flows
- * from ring[i] to ring[(i + 1) % nranks]. The two trees are a double binary
- * tree across hosts with a chain inside each host. The strings are owned by
- * the library and valid until comm is destroyed.
+ * from ring[i] to ring[(i + 1) % nranks]. The two trees (AllReduce's
+ * double binary tree) span the hosts with a chain inside each host, or the
+ * ranks on a single host. The strings are owned by the library and valid
+ * until comm is destroyed.
  */
 typedef struct {
     int host;              /* the peer's host */
@@ -311,6 +312,27 @@ const char *loomBuildFeatures(void);
  */
 int loomTransportCount(void);
 loomResult_t loomTransportInfo(int index, const char **name, int *usable, const char **why);
+/*
+ * The tuner's decision for one call, as if made on a communicator of nranks
+ * ranks on this host with the LOOM_* settings in force: collective is
+ * "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+ * "alltoall" or "sendrecv"; bytes is the size loom-perf reports (count x
+ * element size; for AllGather, ReduceScatter and AlltoAll, times nranks).
+ * algorithm NULL gives the tuner's choice within LOOM_ALGO; "ring" or "tree"
+ * gives the model's figures for that algorithm. loomInvalidArgument for an
+ * unknown collective, an algorithm the collective does not have, nranks < 1
+ * or a NULL info; *info is then unchanged.
+ */
+typedef struct {
+    const char *algorithm; /* "ring", "tree" or "direct"; library-owned */
+    int trees;             /* tree: 2 when the data is split over both trees, 1 when
+                              it all takes one (latency-bound sizes); else 0 */
+    size_t chunkBytes;     /* the largest piece one step moves */
+    int nChannels;         /* channels the call is cut into */
+    double predictedUs;    /* the model's time for the call, in microseconds */
+} loomTuningInfo_t;
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
+                           loomTuningInfo_t *info);
 
 #ifdef __cplusplus
 }

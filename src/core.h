@@ -104,13 +104,25 @@ struct loomPeerInfo {
 #define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
 /* A cached schedule (see enqueue.c). */
+#define LOOM_SCHED_KEY 5
 struct loomSchedEntry {
-    uint64_t key[4];
+    uint64_t key[LOOM_SCHED_KEY];
     uint64_t epoch; /* plan that pins it */
     int valid;
     struct loomSchedule sched;
 };
 #define LOOM_SCHED_CACHE 64
+
+/* A decision of the tuner, kept per communicator so a repeated call does not redo it (tuner.c). */
+struct loomTuneEntry {
+    uint64_t key; /* 0: empty */
+    int algo;     /* loomAlgo_t */
+    int nChannels;
+    int trees;
+    size_t chunkBytes;
+    double predictedUs;
+};
+#define LOOM_TUNE_CACHE 64
 
 struct loomComm {
     _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
@@ -165,9 +177,15 @@ struct loomComm {
     int poolUsed; /* entries taken by the plan being built */
     /* Lane ownership of connectors inside one plan (exec.c). */
     int *owner; /* [2 * nChannels * nranks] */
-    /* In-place AlltoAll stages the send buffer here. */
+    /* Per-plan scratch: in-place AlltoAll staging, tree Reduce partial sums. */
     void *scratch;
     size_t scratchBytes;
+    size_t scratchTaken; /* bytes handed out to the plan being built */
+    /* Tuner: recent decisions, and the (collective, power-of-two size class)
+     * pairs already logged. Plans of one communicator are built by one thread
+     * at a time, as for the schedule cache. */
+    struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
+    _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
     struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
 
     pthread_mutex_t errLock;
@@ -192,6 +210,14 @@ void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
  * while a non-blocking init is still in progress, or the error that broke it.
  */
 loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+int commCpuCount(void);
+/*
+ * Bytes of one connector slot for a communicator of nranks ranks on nHosts
+ * hosts, at most crowd of them on one host, with nChannels channels.
+ */
+size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

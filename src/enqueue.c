@@ -1,12 +1,19 @@
 /*
  * enqueue.c — API entry for collectives and point-to-point: check the
  * arguments, capture the operation, and run it (now, at group end, or on a
- * stream); and the plan: operations -> schedules -> lanes -> execRun.
+ * stream); and the plan:
  *
- * Schedules depend only on (collective, count, element size, root or peer,
- * lane range), never on buffer addresses, so each communicator caches the
- * ones it built: a repeated call builds nothing and allocates nothing.
- * AlltoAllv (per-call counts) uses a pool of reusable schedules instead.
+ *   operations -> tuner (algorithm, chunk, lanes) -> scratch -> schedules
+ *              -> lanes -> execRun
+ *
+ * Schedules depend only on (collective, algorithm, count, element size, root
+ * or peer, lane range, chunk), never on buffer addresses, so each
+ * communicator caches the ones it built: a repeated call builds nothing and
+ * allocates nothing. AlltoAllv (per-call counts) uses a pool of reusable
+ * schedules instead. Scratch that the lanes of a plan read or write (an
+ * in-place AlltoAll's staged input, a tree Reduce's partial sums off the
+ * root) is laid out op by op in one per-communicator area, sized before
+ * any pointer into it is handed out.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +25,8 @@
 #include "exec.h"
 #include "param.h"
 #include "reduce.h"
+#include "topo.h"
+#include "tuner.h"
 
 static const char *const collNames[LOOM_COLL_NUM] = {
     "loomBroadcast", "loomReduce",    "loomAllReduce", "loomAllGather", "loomReduceScatter",
@@ -300,74 +309,71 @@ void opRelease(struct loomOp *op)
 
 /* ---- plans ---- */
 
+/* What the plan decided for one op: the tuner's choice, its lanes, its scratch. */
+struct planOp {
+    struct loomTuning tune;
+    size_t chunkElems;
+    int lanes;
+    size_t stageBytes; /* in-place AlltoAll: the send buffer staged */
+    size_t accBytes;   /* tree Reduce off the root: partial sums, per lane */
+    size_t scratchOff; /* where both start in comm->scratch */
+};
+
 static __thread struct loomLane *tlLanes;
 static __thread int tlLaneCap;
+static __thread struct planOp *tlPlan;
+static __thread int tlPlanCap;
 
 void enqueueThreadCleanup(void)
 {
     free(tlLanes);
+    free(tlPlan);
     tlLanes = NULL;
-    tlLaneCap = 0;
+    tlPlan = NULL;
+    tlLaneCap = tlPlanCap = 0;
 }
 
-static loomResult_t lanesReserve(int n)
+/* Grows a per-thread array to hold n elements of elemSize. */
+static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
 {
-    if (n <= tlLaneCap)
+    if (n <= *cap)
         return loomSuccess;
-    int cap = tlLaneCap ? tlLaneCap : 16;
-    while (cap < n)
-        cap *= 2;
-    struct loomLane *l = realloc(tlLanes, (size_t)cap * sizeof(*l));
-    if (l == NULL)
-        return loomSetError(loomSystemError, "out of memory for %d lanes", n);
-    tlLanes = l;
-    tlLaneCap = cap;
+    int c = *cap ? *cap : 16;
+    while (c < n)
+        c *= 2;
+    void *p = realloc(*array, (size_t)c * elemSize);
+    if (p == NULL)
+        return loomSetError(loomSystemError, "out of memory planning %d lanes or operations", n);
+    *array = p;
+    *cap = c;
     return loomSuccess;
 }
 
-static loomResult_t generate(const struct loomSchedArgs *a, struct loomSchedule *s)
+static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomSchedule *s)
 {
-    switch (a->coll) {
-    case LOOM_COLL_BROADCAST:
-        return ringBroadcastSchedule(a, s);
-    case LOOM_COLL_REDUCE:
-        return ringReduceSchedule(a, s);
-    case LOOM_COLL_ALLREDUCE:
-        return ringAllReduceSchedule(a, s);
-    case LOOM_COLL_ALLGATHER:
-        return ringAllGatherSchedule(a, s);
-    case LOOM_COLL_REDUCESCATTER:
-        return ringReduceScatterSchedule(a, s);
-    case LOOM_COLL_ALLTOALL:
-        return directAlltoAllSchedule(a, s);
-    case LOOM_COLL_ALLTOALLV:
-        return directAlltoAllvSchedule(a, s);
-    case LOOM_COLL_SEND:
-        return directSendSchedule(a, s);
-    case LOOM_COLL_RECV:
-        return directRecvSchedule(a, s);
-    default:
-        return loomInternalError;
-    }
+    loomGenerator_t gen = scheduleGenerator(a->coll, algo == LOOM_ALGO_TREE);
+    return gen ? gen(a, s) : loomInternalError;
 }
 
 /* Generators do not log (algorithms/ stays below the core): the reason is recorded here. */
-static loomResult_t buildSchedule(const struct loomSchedArgs *a, struct loomSchedule *s)
+static loomResult_t buildSchedule(const struct loomSchedArgs *a, loomAlgo_t algo,
+                                  struct loomSchedule *s)
 {
-    loomResult_t res = generate(a, s);
+    loomResult_t res = generate(a, algo, s);
     if (res == loomSystemError)
         return loomSetError(res, "%s: out of memory building a schedule of %zu steps",
                             collNames[a->coll], s->nsteps);
     if (res != loomSuccess)
-        return loomSetError(res, "%s: no schedule for rank %d of %d (count %zu, chunk %zu)",
-                            collNames[a->coll], a->rank, a->nranks, a->count, a->chunkElems);
+        return loomSetError(res, "%s: no %s schedule for rank %d of %d (count %zu, chunk %zu)",
+                            collNames[a->coll], tunerAlgoName(algo), a->rank, a->nranks, a->count,
+                            a->chunkElems);
     return loomSuccess;
 }
 
 static uint64_t keyHash(const uint64_t *k)
 {
     uint64_t h = 0x9e3779b97f4a7c15ULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < LOOM_SCHED_KEY; i++) {
         h ^= k[i];
         h *= 0xff51afd7ed558ccdULL;
         h ^= h >> 33;
@@ -391,14 +397,21 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
     return loomSuccess;
 }
 
-/* Finds or builds the schedule of one lane. */
-static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArgs *a, size_t es,
-                                const struct loomSchedule **out)
+/*
+ * Finds or builds the schedule of one lane. The key holds everything a
+ * generator reads besides the communicator's fixed shape: collective,
+ * algorithm (and for a tree, how many trees), element size, root, count,
+ * lane range and chunk.
+ */
+static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArgs *a,
+                                loomAlgo_t algo, size_t es, const struct loomSchedule **out)
 {
     struct loomSchedule *s = NULL;
     if (a->coll != LOOM_COLL_ALLTOALLV) {
-        uint64_t key[4] = {(uint64_t)a->coll | es << 8 | (uint64_t)(uint32_t)a->root << 32,
-                           a->count, a->lo, a->hi};
+        uint64_t key[LOOM_SCHED_KEY] = {(uint64_t)a->coll | (uint64_t)algo << 8 |
+                                            (uint64_t)a->trees << 12 | es << 16 |
+                                            (uint64_t)(uint32_t)a->root << 32,
+                                        a->count, a->lo, a->hi, a->chunkElems};
         struct loomSchedEntry *e = &comm->cache[keyHash(key) % LOOM_SCHED_CACHE];
         if (e->valid && memcmp(e->key, key, sizeof(key)) == 0) {
             e->epoch = comm->planEpoch;
@@ -408,7 +421,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
         if (e->epoch != comm->planEpoch) {
             e->valid = 0;
             scheduleReset(&e->sched);
-            LOOMCHECK(buildSchedule(a, &e->sched));
+            LOOMCHECK(buildSchedule(a, algo, &e->sched));
             memcpy(e->key, key, sizeof(key));
             e->valid = 1;
             e->epoch = comm->planEpoch;
@@ -417,83 +430,129 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
         }
     }
     LOOMCHECK(poolTake(comm, &comm->poolUsed, &s));
-    LOOMCHECK(buildSchedule(a, s));
+    LOOMCHECK(buildSchedule(a, algo, s));
     *out = s;
     return loomSuccess;
 }
 
-/* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
-static loomResult_t stageInPlace(struct loomOp *op, const void **send)
+/* The op's size as the tuner sees it: bytes of the largest buffer. */
+static size_t opBytes(const struct loomOp *op)
+{
+    size_t bytes = 0;
+    if (op->coll == LOOM_COLL_ALLTOALLV) {
+        for (int p = 0; p < op->comm->nranks; p++)
+            bytes += op->v[p];
+        return bytes * reduceTypeSize(op->dt);
+    }
+    return op->count * reduceTypeSize(op->dt) * collBlocks(op);
+}
+
+static size_t alignUp(size_t x)
+{
+    return (x + LOOM_CACHELINE - 1) & ~(size_t)(LOOM_CACHELINE - 1);
+}
+
+/*
+ * Asks the tuner, cuts the op into lanes, and counts the scratch it needs:
+ * an in-place AlltoAll stages its send buffer, since blocks are overwritten
+ * before they are sent; a tree Reduce keeps partial sums off the root.
+ */
+static void planTune(struct loomOp *op, struct planOp *p)
 {
     struct loomComm *comm = op->comm;
-    size_t bytes = op->count * reduceTypeSize(op->dt) * (size_t)comm->nranks;
-    *send = op->sendbuff;
-    if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || bytes == 0)
-        return loomSuccess;
-    if (cudaPlanActive())
-        return cudaStageInPlace(op, bytes, send);
-    if (comm->scratchBytes < bytes) {
-        void *p = realloc(comm->scratch, bytes);
+    size_t es = reduceTypeSize(op->dt);
+    tunerChoose(comm, op->coll, opBytes(op), cudaPlanActive(), &p->tune);
+    p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
+    size_t want = op->count / p->chunkElems;
+    int n = p->tune.nChannels;
+    p->lanes = op->coll == LOOM_COLL_ALLTOALLV ? 1 : want < (size_t)n ? (want ? (int)want : 1) : n;
+    p->stageBytes = 0;
+    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && !cudaPlanActive())
+        p->stageBytes = alignUp(opBytes(op));
+    p->accBytes = 0;
+    if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_TREE && op->root != comm->rank)
+        p->accBytes = alignUp(2 * p->chunkElems * es);
+    p->scratchOff = comm->scratchTaken;
+    comm->scratchTaken += p->stageBytes + (size_t)p->lanes * p->accBytes;
+}
+
+/* Grows each communicator's scratch to what the plan's ops took (before any pointer is handed out).
+ */
+static loomResult_t planScratch(struct loomOp *ops, int nops)
+{
+    for (int i = 0; i < nops; i++) {
+        struct loomComm *comm = ops[i].comm;
+        if (comm->scratchBytes >= comm->scratchTaken)
+            continue;
+        void *p = realloc(comm->scratch, comm->scratchTaken);
         if (p == NULL)
-            return loomSetError(loomSystemError, "out of memory staging %zu bytes", bytes);
+            return loomSetError(loomSystemError, "out of memory for %zu bytes of plan scratch",
+                                comm->scratchTaken);
         comm->scratch = p;
-        comm->scratchBytes = bytes;
+        comm->scratchBytes = comm->scratchTaken;
     }
-    memcpy(comm->scratch, op->sendbuff, bytes);
-    *send = comm->scratch;
     return loomSuccess;
 }
 
-static int laneCount(const struct loomOp *op, size_t chunkElems)
+/* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
+static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char *scratch,
+                                 const void **send)
 {
-    if (op->coll == LOOM_COLL_ALLTOALLV)
-        return 1;
-    size_t want = op->count / chunkElems;
-    int n = op->comm->nChannels;
-    return want < (size_t)n ? (want ? (int)want : 1) : n;
+    *send = op->sendbuff;
+    if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || opBytes(op) == 0)
+        return loomSuccess;
+    if (cudaPlanActive())
+        return cudaStageInPlace(op, opBytes(op), send);
+    if (p->stageBytes) {
+        memcpy(scratch, op->sendbuff, opBytes(op));
+        *send = scratch;
+    }
+    return loomSuccess;
 }
 
-static loomResult_t opLanes(struct loomOp *op, int *nlanes)
+static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlanes)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt), n = (size_t)comm->nranks;
-    size_t chunkElems = comm->slotBytes / es;
-    int lanes = laneCount(op, chunkElems);
+    char *scratch = (char *)comm->scratch + p->scratchOff;
     const void *send;
-    LOOMCHECK(stageInPlace(op, &send));
-    LOOMCHECK(lanesReserve(*nlanes + lanes));
-    for (int c = 0; c < lanes; c++) {
-        struct loomSchedArgs a = {op->coll,
-                                  comm->nranks,
-                                  comm->rank,
-                                  comm->ring,
-                                  op->root,
-                                  op->count,
-                                  op->count * c / lanes,
-                                  op->count * (c + 1) / lanes,
-                                  chunkElems,
-                                  NULL,
-                                  NULL,
-                                  NULL,
-                                  NULL};
+    LOOMCHECK(stageInPlace(op, p, scratch, &send));
+    LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, *nlanes + p->lanes, sizeof(*tlLanes)));
+    for (int c = 0; c < p->lanes; c++) {
+        struct loomSchedArgs a = {.coll = op->coll,
+                                  .nranks = comm->nranks,
+                                  .rank = comm->rank,
+                                  .ring = comm->ring,
+                                  .root = op->root,
+                                  .count = op->count,
+                                  .lo = op->count * c / p->lanes,
+                                  .hi = op->count * (c + 1) / p->lanes,
+                                  .chunkElems = p->chunkElems,
+                                  .hosts = topoTreeHosts(comm->topo),
+                                  .order = comm->topo->order,
+                                  .trees = p->tune.algo == LOOM_ALGO_TREE ? p->tune.trees : 0};
         if (op->v) {
             a.sendcounts = op->v, a.sdispls = op->v + n;
             a.recvcounts = op->v + 2 * n, a.rdispls = op->v + 3 * n;
         }
+        char *recv = op->recvbuff;
+        if (p->accBytes)
+            recv = scratch + p->stageBytes + (size_t)c * p->accBytes;
         const struct loomSchedule *s;
-        LOOMCHECK(scheduleGet(comm, &a, es, &s));
+        LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
         tlLanes[(*nlanes)++] = (struct loomLane){
-            comm,   c,      s->steps, s->nsteps, 0, {(char *)send, (char *)op->recvbuff},
-            op->dt, op->op, es,       0};
+            comm, c, s->steps, s->nsteps, 0, {(char *)send, recv}, op->dt, op->op, es, 0};
     }
     return loomSuccess;
 }
 
 static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
 {
+    LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
         ops[i].comm->planEpoch++;
         ops[i].comm->poolUsed = 0;
+        ops[i].comm->scratchTaken = 0;
     }
     for (int i = 0; i < nops; i++) {
         int broken = atomic_load_explicit(&ops[i].comm->broken, memory_order_acquire);
@@ -501,8 +560,11 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
             return loomSetError((loomResult_t)broken,
                                 "%s: the communicator is unusable after an earlier error (%s)",
                                 collNames[ops[i].coll], ops[i].comm->abortReason);
-        LOOMCHECK(opLanes(&ops[i], nlanes));
+        planTune(&ops[i], &tlPlan[i]);
     }
+    LOOMCHECK(planScratch(ops, nops));
+    for (int i = 0; i < nops; i++)
+        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], nlanes));
     return loomSuccess;
 }
 
@@ -514,8 +576,9 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
-        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu%s", nops, nlanes,
-              collNames[ops[0].coll], ops[0].count, dev ? " (device)" : "");
+        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
+              collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
+              dev ? " (device)" : "");
         res = execRun(tlLanes, nlanes, dev);
     }
     cudaPlanEnd(dev, res);

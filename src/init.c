@@ -215,7 +215,7 @@ loomResult_t loomCommTree(const loomComm_t comm, int tree, int rank, int *up,
         return loomSetError(loomInvalidArgument,
                             "loomCommTree: tree must be 0 or 1, rank a rank of comm, and the "
                             "outputs not NULL");
-    topoTreeLinks(comm->topo, tree, rank, &l);
+    LOOMCHECK(topoTreeLinks(comm->topo, tree, rank, &l));
     *up = l.up;
     *ndown = l.ndown;
     memcpy(down, l.down, (size_t)l.ndown * sizeof(*down));
@@ -332,7 +332,7 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     return loomSuccess;
 }
 
-static int onlineCpus(void)
+int commCpuCount(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0)
@@ -358,11 +358,22 @@ static int configInt(int value, int fallback)
 #define NET_BUFFSIZE (4 << 20)
 #define NET_FIFO_BUDGET (256ULL << 20)
 
-static void commSizes(struct loomComm *comm)
+size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels)
 {
     const int oneMiB = 1 << 20;
     int setBuff = paramIsSet(LOOM_PARAM_BUFFSIZE);
     size_t buff = (size_t)paramInt(LOOM_PARAM_BUFFSIZE);
+    if (!setBuff && nHosts > 1 &&
+        2ULL * (uint64_t)nranks * (uint64_t)nChannels * NET_BUFFSIZE <= NET_FIFO_BUDGET)
+        buff = NET_BUFFSIZE;
+    if (!setBuff && crowd > 8) /* keep /dev/shm use near 8 MiB per rank */
+        buff = (size_t)(8 * oneMiB / crowd) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / crowd;
+    size_t slot = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
+    return slot < LOOM_CACHELINE ? LOOM_CACHELINE : slot;
+}
+
+static void commSizes(struct loomComm *comm)
+{
     int crowd = 0;
     comm->nChannels = (int)paramInt(LOOM_PARAM_NCHANNELS);
     if (comm->nChannels > LOOM_MAX_CHANNELS)
@@ -371,17 +382,10 @@ static void commSizes(struct loomComm *comm)
         int size = comm->topo->hostStart[h + 1] - comm->topo->hostStart[h];
         crowd = size > crowd ? size : crowd;
     }
-    if (!setBuff && comm->topo->nHosts > 1 &&
-        2ULL * (uint64_t)comm->nranks * (uint64_t)comm->nChannels * NET_BUFFSIZE <= NET_FIFO_BUDGET)
-        buff = NET_BUFFSIZE;
-    if (!setBuff && crowd > 8) /* keep /dev/shm use near 8 MiB per rank */
-        buff = (size_t)(8 * oneMiB / crowd) < 64 * 1024 ? 64 * 1024 : 8 * oneMiB / crowd;
-    comm->slotBytes = (buff / LOOM_STEPS) & ~(size_t)(LOOM_CACHELINE - 1);
-    if (comm->slotBytes < LOOM_CACHELINE)
-        comm->slotBytes = LOOM_CACHELINE;
+    comm->slotBytes = commSlotBytes(comm->nranks, comm->topo->nHosts, crowd, comm->nChannels);
     comm->buffBytes = comm->slotBytes * LOOM_STEPS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
-    comm->oversubscribed = comm->localSize > onlineCpus();
+    comm->oversubscribed = comm->localSize > commCpuCount();
     if (comm->oversubscribed)
         comm->spin = comm->spin < 32 ? comm->spin : 32; /* yield early */
 }

@@ -176,8 +176,7 @@ int paramParseInt(const char *text, int64_t min, int64_t max, int64_t *out)
  * level and file are themselves parameters, so they cannot be used yet.
  * One write per line keeps lines of concurrent processes whole.
  */
-static void paramWarn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void paramWarn(const char *fmt, ...)
+void paramWarn(const char *fmt, ...)
 {
     char host[64] = "unknown";
     if (gethostname(host, sizeof(host)) != 0)

@@ -45,6 +45,13 @@ int paramIsSet(loomParamId_t id);
 const char *paramStr(loomParamId_t id);
 
 /*
+ * Prints a warning about the configuration on stderr, with the log prefix,
+ * whatever LOOM_DEBUG says (LOOM_DEBUG may itself be the bad setting). For
+ * settings whose values are checked outside this table (LOOM_ALGO).
+ */
+void paramWarn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
  * Parses `text` as an integer parameter value: decimal, optional K/M/G
  * suffix (powers of 1024) for sizes, within [min, max]. Returns 0 and
  * stores *out on success, -1 on a bad value. Exposed for the unit tests.

@@ -3,7 +3,9 @@
  *
  * Everything here is computed from the peer table every rank gathered at
  * init, so all ranks derive the same hosts, ring and trees without talking
- * again. Only topoNumaNode looks at the machine, through hwloc, to place
+ * again. The trees are the double binary tree of algorithms/tree.c over
+ * these hosts and this order: what loomCommTree reports is what AllReduce
+ * runs. Only topoNumaNode looks at the machine, through hwloc, to place
  * this process: ranks of one host are ordered by NUMA node so that a ring
  * crosses the inter-socket link as rarely as it can. hwloc is asked for CPUs
  * and memory only (no I/O devices), which keeps its discovery to a few
@@ -16,6 +18,7 @@
 #include <hwloc.h>
 
 #include "debug.h"
+#include "schedule.h"
 #include "topo.h"
 
 struct rankKey {
@@ -92,96 +95,47 @@ void topoRing(const struct loomTopo *t, int *ring)
     memcpy(ring, t->order, (size_t)t->nranks * sizeof(*ring));
 }
 
-/* ---- the binary tree over hosts ---- */
+/* ---- the trees: algorithms/tree.c's AllReduce trees ---- */
 
-/* The label in [lo, hi] (1-based, lo <= hi) with the most trailing zero bits. */
-static int rangeRoot(int lo, int hi)
+static loomResult_t treeLinksOf(const struct loomSchedArgs *a, int tree, struct loomTreeLinks *out)
 {
-    for (int k = 30; k > 0; k--) {
-        int m = (hi >> k) << k;
-        if (m >= lo && m >= 1)
-            return m;
-    }
-    return hi;
+    struct loomTreeNode nd;
+    loomResult_t res = treeNodeOf(a, tree, &nd);
+    if (res == loomSystemError)
+        return loomSetError(res, "out of memory laying out a tree of %d ranks", a->nranks);
+    if (res != loomSuccess)
+        return loomSetError(res, "no tree for rank %d of %d", a->rank, a->nranks);
+    out->up = nd.up;
+    out->ndown = nd.ndown;
+    memcpy(out->down, nd.down, sizeof(out->down));
+    return loomSuccess;
 }
 
-/* Tree 0 over labels 1..n: parent and children of label v (0 where absent). */
-static void labelTree(int n, int v, int *parent, int child[2])
+loomResult_t topoHostTree(int n, int tree, int h, int *parent, int child[2])
 {
-    int lo = 1, hi = n, up = 0;
-    for (;;) {
-        int m = rangeRoot(lo, hi);
-        if (m == v) {
-            *parent = up;
-            child[0] = lo <= m - 1 ? rangeRoot(lo, m - 1) : 0;
-            child[1] = m + 1 <= hi ? rangeRoot(m + 1, hi) : 0;
-            return;
-        }
-        up = m;
-        if (v < m)
-            hi = m - 1;
-        else
-            lo = m + 1;
-    }
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLREDUCE, .nranks = n, .rank = h, .chunkElems = 1};
+    struct loomTreeLinks l;
+    LOOMCHECK(treeLinksOf(&a, tree, &l));
+    *parent = l.up;
+    child[0] = l.ndown > 0 ? l.down[0] : -1;
+    child[1] = l.ndown > 1 ? l.down[1] : -1;
+    return loomSuccess;
 }
 
-/* Tree 1 is tree 0 relabelled by sigma: mirror for an even n, shift by one for an odd n. */
-static int sigma(int n, int h)
+loomResult_t topoTreeLinks(const struct loomTopo *t, int tree, int rank, struct loomTreeLinks *out)
 {
-    return n % 2 == 0 ? n - 1 - h : (h + 1) % n;
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLREDUCE,
+                              .nranks = t->nranks,
+                              .rank = rank,
+                              .chunkElems = 1,
+                              .hosts = topoTreeHosts(t),
+                              .order = t->order};
+    return treeLinksOf(&a, tree, out);
 }
 
-static int sigmaInverse(int n, int h)
+const int *topoTreeHosts(const struct loomTopo *t)
 {
-    return n % 2 == 0 ? n - 1 - h : (h - 1 + n) % n;
-}
-
-void topoHostTree(int n, int tree, int h, int *parent, int child[2])
-{
-    int p, c[2];
-    int h0 = tree == 0 ? h : sigmaInverse(n, h);
-    labelTree(n, h0 + 1, &p, c);
-    *parent = p ? p - 1 : -1;
-    for (int i = 0; i < 2; i++)
-        child[i] = c[i] ? c[i] - 1 : -1;
-    if (tree == 0)
-        return;
-    if (*parent >= 0)
-        *parent = sigma(n, *parent);
-    for (int i = 0; i < 2; i++)
-        if (child[i] >= 0)
-            child[i] = sigma(n, child[i]);
-}
-
-/* Rank at position i of host h's chain in `tree` (tree 1 runs the host's ranks backwards). */
-static int chainAt(const struct loomTopo *t, int tree, int h, int i)
-{
-    int first = t->hostStart[h], last = t->hostStart[h + 1] - 1;
-    return tree == 0 ? t->order[first + i] : t->order[last - i];
-}
-
-void topoTreeLinks(const struct loomTopo *t, int tree, int rank, struct loomTreeLinks *out)
-{
-    int h = t->hostOf[rank];
-    int size = t->hostStart[h + 1] - t->hostStart[h];
-    int i = 0;
-    while (chainAt(t, tree, h, i) != rank)
-        i++;
-    out->ndown = 0;
-    out->up = -1;
-    if (i + 1 < size)
-        out->down[out->ndown++] = chainAt(t, tree, h, i + 1);
-    if (i > 0) {
-        out->up = chainAt(t, tree, h, i - 1);
-        return;
-    }
-    int parent, child[2];
-    topoHostTree(t->nHosts, tree, h, &parent, child);
-    if (parent >= 0)
-        out->up = chainAt(t, tree, parent, 0);
-    for (int c = 0; c < 2; c++)
-        if (child[c] >= 0)
-            out->down[out->ndown++] = chainAt(t, tree, child[c], 0);
+    return t->nHosts > 1 ? t->hostOf : NULL;
 }
 
 /* ---- this process's NUMA node ---- */

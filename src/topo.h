@@ -11,17 +11,17 @@
  *   host 0         host 1         host 2
  *   r0 -> r3  ==>  r1 -> r4  ==>  r2 -> r5  ==> (back to r0)     ==> network hop
  *
- * Trees: a double binary tree across hosts, with a chain inside each host.
- * Tree 0 is the in-order binary tree over hosts 0..H-1 (host h has 1-based
- * label h+1; a range's root is the label with the most trailing zero bits),
- * whose leaves include every even host; tree 1 is tree 0 relabelled so that
- * every host that is inner in one tree is a leaf in the other (mirrored,
- * h -> H-1-h, for an even H; shifted, h -> h+1 mod H, for an odd one). Inside
- * a host the ranks form a chain hanging from the host's head: the first rank
- * of the host's ring order in tree 0, the last in tree 1 (the chain runs the
- * other way), so the two trees' network traffic leaves from different ranks.
+ * Trees: the double binary tree of algorithms/tree.c (one source for the
+ * schedules and for loomCommTree): with several hosts, two complementary
+ * binary trees over the hosts (in-order layout over positions, tree 1 the
+ * same shifted by one position, so a host inner in one tree is a leaf in
+ * the other), and inside each host a chain of its ranks in the order above,
+ * hanging from the host's head: the first rank in tree 0, the last in tree
+ * 1 (the chain runs the other way), so the two trees' network traffic
+ * leaves from different ranks. On one host the trees span the ranks
+ * themselves, in the same order.
  *
- *   tree 0, 4 hosts of 2 ranks:   host 3 (root) -> host 1 -> host 0, host 2
+ *   tree 0, 4 hosts:  host 1 (root) -> host 0, host 3;  host 3 -> host 2
  *   a host head's links:  up = parent host's head,  down = next in chain + child hosts' heads
  */
 #ifndef LOOM_TOPO_H_
@@ -56,13 +56,18 @@ loomResult_t topoBuild(const struct loomPeerInfo *peers, int nranks, struct loom
 void topoFree(struct loomTopo *t);
 /* The ring: ring[i] = rank at position i; data flows from ring[i] to ring[i + 1]. */
 void topoRing(const struct loomTopo *t, int *ring);
-/* The links of `rank` in tree `tree` (0 or 1). */
-void topoTreeLinks(const struct loomTopo *t, int tree, int rank, struct loomTreeLinks *out);
+/*
+ * The links of `rank` in AllReduce's tree `tree` (0 or 1); loomSystemError
+ * (recorded) when out of memory.
+ */
+loomResult_t topoTreeLinks(const struct loomTopo *t, int tree, int rank, struct loomTreeLinks *out);
+/* What the tree schedules take as their hosts[] argument: hostOf with several hosts, else NULL. */
+const int *topoTreeHosts(const struct loomTopo *t);
 /*
  * The binary tree `tree` (0 or 1) over n hosts: parent of host h (-1 at the
- * root) and its children (child[i] = -1 where absent). Pure; for the tests.
+ * root) and its children (child[i] = -1 where absent). For the tests.
  */
-void topoHostTree(int n, int tree, int h, int *parent, int child[2]);
+loomResult_t topoHostTree(int n, int tree, int h, int *parent, int child[2]);
 /* The NUMA node this process is bound to (hwloc), or -1 when unbound or unknown. */
 int topoNumaNode(void);
 

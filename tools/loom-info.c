@@ -7,10 +7,13 @@
  * caches, GPUs and network devices), and whether each transport compiled in
  * can be used here and, if not, why. With -c it prints every LOOM_*
  * parameter: the value in force, the built-in default, where the value came
- * from, and a line of help. With --comm, run as every rank of a job (under
- * loomrun, mpirun or srun), it joins the job's communicator and rank 0
- * prints its hosts, its ring and its two trees, with the transport of every
- * link as the rank at its start sees it.
+ * from, and a line of help. With --tuning it prints what the tuner would
+ * choose for a communicator of N ranks on this host (-n N), size by size:
+ * the algorithm, chunk and channels, with the model's predicted time, and
+ * the model's time for each algorithm the collective has. With --comm, run
+ * as every rank of a job (under loomrun, mpirun or srun), it joins the
+ * job's communicator and rank 0 prints its hosts, its ring and its two
+ * trees, with the transport of every link as the rank at its start sees it.
  *
  * It reads the library only through include/loom.h; the topology is hwloc's
  * own view, printed directly, so a report from this tool shows what Loom's
@@ -31,15 +34,25 @@
 
 #define EXIT_USAGE 2
 
+/* The tuning sweep: 8 B to 64 MiB by factors of 2. */
+#define TUNE_MIN_BYTES 8
+#define TUNE_MAX_BYTES ((size_t)64 << 20)
+
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: loom-info [-c] [--comm] [-h]\n"
+    fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-k COLL]] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
                  "  -C, --comm     run as every rank of a job (loomrun, mpirun, srun): print\n"
                  "                 the communicator's hosts, ring and trees, and the transport\n"
                  "                 of every link\n"
+                 "  -t, --tuning   print the tuner's choice and predicted time, 8 B to 64 MiB\n"
+                 "  -n N           ranks on this host for --tuning (default: its CPU count)\n"
+                 "  -k, --collective COLL\n"
+                 "                 collective for --tuning: allreduce, broadcast, reduce,\n"
+                 "                 allgather, reducescatter, alltoall, sendrecv or all\n"
+                 "                 (default: allreduce, broadcast and reduce)\n"
                  "  -h, --help     print this help\n");
 }
 
@@ -271,6 +284,80 @@ static int printParams(void)
     return 0;
 }
 
+/* One row: the choice, then the model's time for ring and tree ("-" where the collective has none).
+ */
+static int printTuningRow(const char *coll, int nranks, size_t bytes)
+{
+    static const char *const algos[] = {"ring", "tree"};
+    loomTuningInfo_t choice, forced;
+    char size[32], chunk[32], alt[2][32], trees[16] = "-";
+
+    if (loomTuningGet(coll, NULL, nranks, bytes, &choice) != loomSuccess) {
+        fprintf(stderr, "loom-info: loomTuningGet failed: %s\n", loomGetLastError(NULL));
+        return -1;
+    }
+    if (choice.trees > 0)
+        snprintf(trees, sizeof(trees), "%d", choice.trees);
+    for (int i = 0; i < 2; i++) {
+        if (loomTuningGet(coll, algos[i], nranks, bytes, &forced) == loomSuccess)
+            snprintf(alt[i], sizeof(alt[i]), "%.1f", forced.predictedUs);
+        else
+            snprintf(alt[i], sizeof(alt[i]), "-");
+    }
+    printf("%-13s %10s  %-6s %5s %9s %8d %13.1f %10s %10s\n", coll,
+           formatBytes(bytes, size, sizeof(size)), choice.algorithm, trees,
+           formatBytes(choice.chunkBytes, chunk, sizeof(chunk)), choice.nChannels,
+           choice.predictedUs, alt[0], alt[1]);
+    return 0;
+}
+
+static int printTuning(int nranks, const char *only)
+{
+    static const char *const colls[] = {"allreduce",     "broadcast", "reduce",  "allgather",
+                                        "reducescatter", "alltoall",  "sendrecv"};
+    int ncolls = only == NULL ? 3 : (int)(sizeof(colls) / sizeof(colls[0])), known = 0;
+    loomParamInfo_t algo = {0};
+
+    for (int c = 0; only != NULL && c < ncolls; c++)
+        known |= strcmp(only, colls[c]) == 0;
+    if (only != NULL && !known && strcmp(only, "all") != 0) {
+        fprintf(stderr,
+                "loom-info: -k wants allreduce, broadcast, reduce, allgather, "
+                "reducescatter, alltoall, sendrecv or all, not '%s'\n",
+                only);
+        return -2;
+    }
+
+    for (int i = 0; i < loomParamCount(); i++)
+        if (loomParamGet(i, &algo) == loomSuccess && strcmp(algo.name, "LOOM_ALGO") == 0)
+            break;
+    printf("Tuner's choice for %d rank%s on this host (%ld CPUs), LOOM_ALGO%s%s\n", nranks,
+           nranks == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), algo.isSet ? "=" : " unset",
+           algo.isSet ? algo.value : "");
+    printf("%-13s %10s  %-6s %5s %9s %8s %13s %10s %10s\n", "collective", "size", "algo", "trees",
+           "chunk", "channels", "predicted(us)", "ring(us)", "tree(us)");
+    for (int c = 0; c < ncolls; c++) {
+        if (only != NULL && strcmp(only, "all") != 0 && strcmp(only, colls[c]) != 0)
+            continue;
+        for (size_t bytes = TUNE_MIN_BYTES; bytes <= TUNE_MAX_BYTES; bytes *= 2)
+            if (printTuningRow(colls[c], nranks, bytes) != 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* -n: a rank count, 1..65536. */
+static int parseRanks(const char *arg, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno != 0 || end == arg || *end != '\0' || v < 1 || v > 65536)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
 /* ---- --comm: the communicator of the job ---- */
 
 #define NAME_BYTES 16
@@ -408,19 +495,34 @@ int main(int argc, char **argv)
     static const struct option longOptions[] = {
         {"config", no_argument, NULL, 'c'},
         {"comm", no_argument, NULL, 'C'},
+        {"tuning", no_argument, NULL, 't'},
+        {"collective", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int config = 0, comm = 0;
+    int config = 0, comm = 0, tuning = 0, nranks = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const char *coll = NULL;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "cCh", longOptions, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "cCtn:k:h", longOptions, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config = 1;
             break;
         case 'C':
             comm = 1;
+            break;
+        case 't':
+            tuning = 1;
+            break;
+        case 'n':
+            if (parseRanks(optarg, &nranks) != 0) {
+                fprintf(stderr, "loom-info: -n wants a rank count 1..65536, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'k':
+            coll = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -438,6 +540,15 @@ int main(int argc, char **argv)
 
     if (config)
         return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    if (tuning) {
+        int res = printTuning(nranks < 1 ? 1 : nranks, coll);
+        return res == 0 ? EXIT_SUCCESS : res == -2 ? EXIT_USAGE : EXIT_FAILURE;
+    }
+    if (coll != NULL || nranks != (int)sysconf(_SC_NPROCESSORS_ONLN)) {
+        fprintf(stderr, "loom-info: -n and -k go with --tuning\n");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
     if (comm)
         return printComm(&argc, &argv);
 

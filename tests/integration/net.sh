@@ -10,8 +10,10 @@
 #    links where they belong; LOOM_DEBUG=INFO says once per rank that
 #    InfiniBand is not used and why.
 # 2. loom-perf's exact checks of every collective over mixed shm/TCP links
-#    (2 x 2, 2 channels, small FIFOs), over TCP only (3 ranks), and with
-#    large messages cut over 4 sockets moved by 2 helper threads.
+#    (2 x 2, 2 channels, small FIFOs), through the double binary tree
+#    (LOOM_ALGO=tree, 3 x 2: a tree over hosts, a chain in each), over TCP
+#    only (3 ranks), and with large messages cut over 4 sockets moved by 2
+#    helper threads.
 # 3. Errors say what to do: LOOM_SOCKET_IFNAME matching nothing lists the
 #    interfaces; LOOM_NET=ib without a device names the rank; a rank killed
 #    mid-run is reported by its peers as a closed connection, not a hang.
@@ -48,6 +50,12 @@ log=$TEST_TMPDIR/mixed.log
 LOOM_NCHANNELS=2 LOOM_BUFFSIZE=16K run_logged "$log" "$LOOMRUN" -n 4 --timeout 240 "$FAKE" 2 \
     "$LOOM_PERF" -c 1 -n 1 -w 0 $ALL $SIZES
 perf_check "$log" $? "2 fake hosts x 2 ranks, 2 channels, 16K FIFOs"
+
+# The double binary tree across 3 fake hosts (a chain of 2 ranks inside each), pieces of 2 KiB.
+log=$TEST_TMPDIR/tree.log
+LOOM_ALGO=tree LOOM_BUFFSIZE=16K run_logged "$log" "$LOOMRUN" -n 6 --timeout 240 "$FAKE" 2 \
+    "$LOOM_PERF" -c 1 -n 1 -w 0 $ALL $SIZES
+perf_check "$log" $? "3 fake hosts x 2 ranks, LOOM_ALGO=tree, 16K FIFOs"
 
 log=$TEST_TMPDIR/tcponly.log
 LOOM_SHM_DISABLE=1 run_logged "$log" "$LOOMRUN" -n 3 --timeout 240 "$LOOM_PERF" -c 1 -n 1 -w 0 \

@@ -12,11 +12,16 @@
 # loom-perf exits 0, prints its footer, and every #wrong column reads 0 (or
 # N/A where a mode does not exist).
 #
+# The whole matrix runs twice: with the tuner's choices, and with
+# LOOM_ALGO=tree, which sends AllReduce, Broadcast and Reduce through the
+# double binary tree at every size (the other collectives have no tree and
+# keep their ring or direct schedules).
+#
 # The sweep is sized to finish well within a few minutes on a 2-core machine
-# with more ranks than cores (about 30 s when this was written).
+# with more ranks than cores (about 30 s a pass when this was written).
 # LOOM_TEST_QUICK=1 (sanitizer builds in CI, which run 5-20x slower) keeps
 # one case of each kind: 1, 2 and 4 ranks, one misalignment, zero counts,
-# and the tiny-FIFO case with two channels.
+# and the tiny-FIFO case with two channels (with LOOM_ALGO=tree as well).
 # shellcheck disable=SC2086 # ALL, SIZES and PERF_ENV are word lists, split on purpose
 set -u
 . "$(dirname "$0")/common.sh"
@@ -32,37 +37,52 @@ ALL="-G 0 -C all -d all -o all -r all"
 # Sizes 4, 28, 196, 1372 and 9604 bytes: counts such as 7, 49, 343 and 2401
 # that fill no vector evenly.
 SIZES="-b 4 -e 40000 -f 7"
-if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
-    note "LOOM_TEST_QUICK=1: a reduced matrix"
+# ALGO_ENV ("LOOM_ALGO=tree" or empty) goes before PERF_ENV for a whole pass.
+ALGO_ENV=
+
+quick() {
+    PERF_ENV=$ALGO_ENV
     for n in 1 2 4; do
         perf_case $n $ALL $SIZES
     done
     perf_case 3 $ALL $SIZES -O 3
     perf_case 3 $ALL -b 0 -e 0
-    PERF_ENV="LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+    PERF_ENV="$ALGO_ENV LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
     perf_case 4 $ALL $SIZES
     PERF_ENV=
-    finish
+}
+
+matrix() {
+    PERF_ENV=$ALGO_ENV
+    for n in 1 2 3 4 5 8; do
+        perf_case $n $ALL $SIZES
+    done
+
+    for n in 3 4; do
+        perf_case $n $ALL $SIZES -O 1
+        perf_case $n $ALL $SIZES -O 3
+        perf_case $n $ALL $SIZES -z 1
+        perf_case $n $ALL -b 0 -e 0
+    done
+
+    # 512-byte slots: a 9604-byte message takes ~19 of them, wrapping each FIFO twice.
+    PERF_ENV="$ALGO_ENV LOOM_BUFFSIZE=4096"
+    for n in 3 5; do
+        perf_case $n $ALL $SIZES
+    done
+    PERF_ENV="$ALGO_ENV LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+    perf_case 4 $ALL $SIZES
+    PERF_ENV=
+}
+
+pass=matrix
+if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
+    note "LOOM_TEST_QUICK=1: a reduced matrix"
+    pass=quick
 fi
-
-for n in 1 2 3 4 5 8; do
-    perf_case $n $ALL $SIZES
-done
-
-for n in 3 4; do
-    perf_case $n $ALL $SIZES -O 1
-    perf_case $n $ALL $SIZES -O 3
-    perf_case $n $ALL $SIZES -z 1
-    perf_case $n $ALL -b 0 -e 0
-done
-
-# 512-byte slots: a 9604-byte message takes ~19 of them, wrapping each FIFO twice.
-PERF_ENV="LOOM_BUFFSIZE=4096"
-for n in 3 5; do
-    perf_case $n $ALL $SIZES
-done
-PERF_ENV="LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
-perf_case 4 $ALL $SIZES
-PERF_ENV=
+ALGO_ENV=
+$pass
+ALGO_ENV="LOOM_ALGO=tree"
+$pass
 
 finish

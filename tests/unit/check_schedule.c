@@ -34,8 +34,9 @@
 
 #include "schedule.h"
 
-#define MAX_RANKS 64
-#define MAX_CHUNK 16 /* largest chunkElems any test uses */
+#define MAX_RANKS 128 /* the tree schedules run up to here */
+#define RING_RANKS 64 /* the ring and direct schedules, whose runs cost n^2, up to here */
+#define MAX_CHUNK 16  /* largest chunkElems any test uses */
 #define ERR_LEN 512
 /*
  * Past this many ranks runs get expensive, so the sweeps thin out: each case
@@ -45,9 +46,12 @@
  */
 #define SMALL_RANKS 16
 
+/* A set of ranks, one bit each. */
+typedef unsigned __int128 rankSet;
+
 /* One symbolic element. */
 struct sym {
-    uint64_t mask;  /* ranks whose input this value contains */
+    rankSet mask;   /* ranks whose input this value contains */
     uint32_t idx;   /* index of the element in its origin's send buffer */
     uint8_t origin; /* rank whose send buffer it came from (0xff once reduced) */
     uint8_t valid;  /* 0: poison, never written */
@@ -149,6 +153,9 @@ struct sim {
     struct simFifo *fifos; /* [from * n + to] */
     struct sym *tmp;
     char *err;
+    /* Tree reductions keep partial sums in recvbuff, so an element may be
+     * written more than once; never again once it holds a finished value. */
+    int multiWrite;
 };
 
 static int simFail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -169,6 +176,7 @@ static void simInit(struct sim *s, int n, size_t chunk, struct simRank *ranks, c
     s->fifos = fifoPool;
     s->tmp = calloc(chunk, sizeof(*s->tmp));
     s->err = err;
+    s->multiWrite = 0;
     ck_assert(n <= MAX_RANKS && chunk <= MAX_CHUNK && s->tmp != NULL);
     for (int i = 0; i < n * n; i++)
         s->fifos[i].head = s->fifos[i].tail = 0;
@@ -210,7 +218,8 @@ static int simReduce(struct sim *s, int r, const struct sym *a, const struct sym
         return simFail(s, "rank %d step %zu: reduces element %u with element %u", r, pc, a->idx,
                        b->idx);
     if (a->mask & b->mask)
-        return simFail(s, "rank %d step %zu: element %u counts ranks %#llx twice", r, pc, a->idx,
+        return simFail(s, "rank %d step %zu: element %u counts ranks %#llx:%016llx twice", r, pc,
+                       a->idx, (unsigned long long)((a->mask & b->mask) >> 64),
                        (unsigned long long)(a->mask & b->mask));
     if (a->final || b->final)
         return simFail(s, "rank %d step %zu: element %u reduced after FINAL", r, pc, a->idx);
@@ -257,6 +266,9 @@ static int simStore(struct sim *s, int r, const struct loomStep *st)
                        st->dstOff, st->count, rk->len[st->dstBuf]);
     struct sym *dst = rk->buf[st->dstBuf] + st->dstOff;
     for (size_t i = 0; i < st->count; i++) {
+        if (s->multiWrite && dst[i].valid && dst[i].final)
+            return simFail(s, "rank %d step %zu: overwrites finished element %zu of buffer %d", r,
+                           rk->pc, st->dstOff + i, st->dstBuf);
         uint8_t writes = dst[i].writes;
         dst[i] = s->tmp[i];
         dst[i].writes = (uint8_t)(writes < 255 ? writes + 1 : 255);
@@ -383,7 +395,17 @@ struct coll {
     /* AlltoAllv, per rank r at [r * n]: counts and displacements by peer */
     const size_t *sc, *sd, *rc, *rd;
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
+    int tree;           /* 1: the double binary tree instead of the ring */
+    int trees;          /* tree: 1 to send everything through the first tree */
+    const int *hosts;   /* tree: host of each rank, NULL for one host */
+    const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
 };
+
+/* A tree Reduce keeps partial sums off the root in a scratch recvbuff of 2 chunks. */
+static int collScratch(const struct coll *c, int r)
+{
+    return c->tree && c->coll == LOOM_COLL_REDUCE && r != c->root;
+}
 
 static void collLens(const struct coll *c, int r, size_t len[2])
 {
@@ -404,6 +426,8 @@ static void collLens(const struct coll *c, int r, size_t len[2])
     default:
         len[0] = k, len[1] = k;
     }
+    if (collScratch(c, r) && len[1] < 2 * c->chunk)
+        len[1] = 2 * c->chunk;
 }
 
 static int collIsReduction(loomColl_t coll)
@@ -415,43 +439,38 @@ static int collIsReduction(loomColl_t coll)
 static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
                                  struct loomSchedule *out)
 {
+    a->hosts = c->hosts;
+    a->order = c->order;
+    a->trees = c->trees;
     switch (c->coll) {
-    case LOOM_COLL_BROADCAST:
-        return ringBroadcastSchedule(a, out);
-    case LOOM_COLL_REDUCE:
-        return ringReduceSchedule(a, out);
-    case LOOM_COLL_ALLREDUCE:
-        return ringAllReduceSchedule(a, out);
-    case LOOM_COLL_ALLGATHER:
-        return ringAllGatherSchedule(a, out);
-    case LOOM_COLL_REDUCESCATTER:
-        return ringReduceScatterSchedule(a, out);
-    case LOOM_COLL_ALLTOALL:
-        return directAlltoAllSchedule(a, out);
     case LOOM_COLL_ALLTOALLV:
         a->sendcounts = c->sc + a->rank * c->n;
         a->sdispls = c->sd + a->rank * c->n;
         a->recvcounts = c->rc + a->rank * c->n;
         a->rdispls = c->rd + a->rank * c->n;
         return directAlltoAllvSchedule(a, out);
-    default: /* a sender and a receiver; the other ranks have nothing to do */
+    case LOOM_COLL_SEND: /* a sender and a receiver; the other ranks have nothing to do */
         a->coll = a->rank == c->root ? LOOM_COLL_SEND : LOOM_COLL_RECV;
         a->root = a->rank == c->root ? c->peer : c->root;
         if (a->rank == c->root)
             return directSendSchedule(a, out);
         return a->rank == c->peer ? directRecvSchedule(a, out) : loomSuccess;
+    default: {
+        loomGenerator_t gen = scheduleGenerator(c->coll, c->tree);
+        return gen ? gen(a, out) : loomInternalError;
+    }
     }
 }
 
-static uint64_t allRanks(int n)
+static rankSet allRanks(int n)
 {
-    return n == 64 ? ~0ULL : (1ULL << n) - 1;
+    return n == 128 ? ~(rankSet)0 : ((rankSet)1 << n) - 1;
 }
 
 static struct sym copyOf(int origin, size_t idx)
 {
     return (struct sym){
-        .mask = 1ULL << origin, .idx = (uint32_t)idx, .origin = (uint8_t)origin, .valid = 1};
+        .mask = (rankSet)1 << origin, .idx = (uint32_t)idx, .origin = (uint8_t)origin, .valid = 1};
 }
 
 static struct sym reducedAt(int n, size_t idx)
@@ -476,7 +495,8 @@ static int collExpectV(const struct coll *c, int r, size_t i, struct sym *e)
 /*
  * What rank r's receive element i holds once elements [0, cov) of each
  * per-rank block (of the buffer for whole-buffer collectives) are done:
- * returns 1 and fills *e, or 0 when the element must still be poison.
+ * returns 1 and fills *e, 0 when the element must still be poison, or 2
+ * when it is scratch whose content does not matter.
  * Element i is element j of per-rank block q (i == q * count + j).
  */
 static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j, size_t cov,
@@ -489,7 +509,7 @@ static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j,
         return i < cov;
     case LOOM_COLL_REDUCE:
         *e = reducedAt(c->n, i);
-        return r == c->root && i < cov;
+        return collScratch(c, r) ? 2 : r == c->root && i < cov;
     case LOOM_COLL_REDUCESCATTER:
         *e = reducedAt(c->n, (size_t)r * k + i);
         return i < cov;
@@ -532,7 +552,10 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
             size_t q = c->count ? i / c->count : 0, j = c->count ? i % c->count : i;
             const struct sym *v = &rk->buf[1][i];
             struct sym e;
-            if (!collExpect(c, r, i, q, j, cov, &e)) {
+            int want = collExpect(c, r, i, q, j, cov, &e);
+            if (want == 2)
+                continue;
+            if (!want) {
                 if (v->writes != 0) {
                     snprintf(err, ERR_LEN,
                              "rank %d: recv element %zu written outside the "
@@ -542,12 +565,15 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 }
                 continue;
             }
-            if (v->writes != 1 || !symEqual(v, &e, reduced)) {
-                snprintf(err, ERR_LEN,
-                         "rank %d: recv element %zu is {origin %d idx %u mask %#llx final %d "
-                         "written %d times}, want {origin %d idx %u mask %#llx final %d once}",
-                         r, i, v->valid ? v->origin : -1, v->idx, (unsigned long long)v->mask,
-                         v->final, v->writes, e.origin, e.idx, (unsigned long long)e.mask, e.final);
+            int writesOk = v->writes == 1 || (c->tree && reduced && v->writes > 1);
+            if (!writesOk || !symEqual(v, &e, reduced)) {
+                snprintf(
+                    err, ERR_LEN,
+                    "rank %d: recv element %zu is {origin %d idx %u mask %#llx:%016llx final %d "
+                    "written %d times}, want {origin %d idx %u mask %#llx:%016llx final %d}",
+                    r, i, v->valid ? v->origin : -1, v->idx, (unsigned long long)(v->mask >> 64),
+                    (unsigned long long)v->mask, v->final, v->writes, e.origin, e.idx,
+                    (unsigned long long)(e.mask >> 64), (unsigned long long)e.mask, e.final);
                 return -1;
             }
         }
@@ -592,6 +618,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     }
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
+    s.multiWrite = c->tree && collIsReduction(c->coll);
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
@@ -634,8 +661,8 @@ static void collExpectOk(const struct coll *c, const char *ring, unsigned caseNo
         uint64_t seed =
             0x9e3779b97f4a7c15ULL ^ ((uint64_t)c->n << 32) ^ (c->count << 8) ^ (uint64_t)c->root;
         int rc = collRun(c, randomOrder, seed, err);
-        ck_assert_msg(rc == 0, "coll %d n %d root %d count %zu chunk %zu ring %s %s order: %s",
-                      c->coll, c->n, c->root, c->count, c->chunk, ring,
+        ck_assert_msg(rc == 0, "coll %d %s n %d root %d count %zu chunk %zu order %s %s: %s",
+                      c->coll, c->tree ? "tree" : "ring", c->n, c->root, c->count, c->chunk, ring,
                       randomOrder ? "random" : "round-robin", err);
     }
 }
@@ -664,25 +691,46 @@ static size_t midCount(loomColl_t coll, int n, size_t chunk)
     return perBlock(coll, n) ? chunk + 1 : 3 * (size_t)n + 1;
 }
 
-/* Every n in 1..64, every chunk size, the interesting counts, the given roots. */
-static void sweep(loomColl_t coll, int allRoots)
+/*
+ * A tree cuts each half of the buffer in pieces of chunk: this count gives
+ * each tree more pieces than a FIFO has slots, twice over, and a ragged end.
+ */
+static size_t treeCount(size_t chunk)
+{
+    return 2 * (2 * LOOM_STEPS + 3) * chunk + 5;
+}
+
+/*
+ * Every n in 1..64 (1..128 for the tree), every chunk size, the interesting
+ * counts, the given roots.
+ */
+static void sweep(loomColl_t coll, int allRoots, int tree)
 {
     unsigned caseNo = 0;
     uint64_t rng = 0x5eeded + (uint64_t)coll;
-    for (int n = 1; n <= MAX_RANKS; n++) {
+    for (int n = 1; n <= (tree ? MAX_RANKS : RING_RANKS); n++) {
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
             size_t ch = chunks[ci], nn = (size_t)n;
             size_t counts[] = {0, 1, perBlock(coll, n) ? ch : nn - 1, midCount(coll, n, ch),
-                               bigCount(coll, n, ch)};
-            int roots[] = {0, n - 1, n / 2, (int)rngBelow(&rng, (size_t)n)};
+                               tree ? treeCount(ch) : bigCount(coll, n, ch)};
+            int roots[] = {0, n - 1, (int)rngBelow(&rng, (size_t)n), n / 2};
             int nroots = !allRoots ? 1 : n <= 8 ? n : 4;
+            if (tree && n > SMALL_RANKS) {
+                /* A tree's pieces depend on count and chunk, not on n: keep the runs short. */
+                counts[2] = 2 * ch + 1, counts[3] = 0;
+                nroots = allRoots ? 3 : 1;
+            }
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                if (k == 3 && tree && n > SMALL_RANKS)
+                    continue;
                 for (int ri = 0; ri < nroots; ri++) {
                     struct coll c = {.coll = coll,
                                      .n = n,
                                      .count = counts[k],
                                      .chunk = ch,
-                                     .root = n <= 8 ? ri : roots[ri]};
+                                     .root = n <= 8 ? ri : roots[ri],
+                                     .tree = tree,
+                                     .trees = tree && caseNo % 3 == 1 ? 1 : 2};
                     collExpectOk(&c, "identity", caseNo++);
                 }
             }
@@ -1013,37 +1061,37 @@ END_TEST
 
 START_TEST(test_allreduce)
 {
-    sweep(LOOM_COLL_ALLREDUCE, 0);
+    sweep(LOOM_COLL_ALLREDUCE, 0, 0);
 }
 END_TEST
 
 START_TEST(test_reducescatter)
 {
-    sweep(LOOM_COLL_REDUCESCATTER, 0);
+    sweep(LOOM_COLL_REDUCESCATTER, 0, 0);
 }
 END_TEST
 
 START_TEST(test_allgather)
 {
-    sweep(LOOM_COLL_ALLGATHER, 0);
+    sweep(LOOM_COLL_ALLGATHER, 0, 0);
 }
 END_TEST
 
 START_TEST(test_broadcast)
 {
-    sweep(LOOM_COLL_BROADCAST, 1);
+    sweep(LOOM_COLL_BROADCAST, 1, 0);
 }
 END_TEST
 
 START_TEST(test_reduce)
 {
-    sweep(LOOM_COLL_REDUCE, 1);
+    sweep(LOOM_COLL_REDUCE, 1, 0);
 }
 END_TEST
 
 START_TEST(test_alltoall)
 {
-    sweep(LOOM_COLL_ALLTOALL, 0);
+    sweep(LOOM_COLL_ALLTOALL, 0, 0);
 }
 END_TEST
 
@@ -1107,7 +1155,7 @@ static void alltoallvCase(int n, size_t chunk, size_t maxCount, uint64_t *rng)
 START_TEST(test_alltoallv)
 {
     uint64_t rng = 0x5eed;
-    for (int n = 1; n <= MAX_RANKS; n++)
+    for (int n = 1; n <= RING_RANKS; n++)
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++)
             alltoallvCase(n, chunks[ci], 3 * chunks[ci] + 2, &rng);
     /* Long, very uneven exchanges: far more pieces than FIFO slots one way, none the other. */
@@ -1120,7 +1168,7 @@ START_TEST(test_sendrecv)
 {
     uint64_t rng = 0xfeed;
     char err[ERR_LEN];
-    for (int n = 2; n <= MAX_RANKS; n += (n < 8 ? 1 : 7)) {
+    for (int n = 2; n <= RING_RANKS; n += (n < 8 ? 1 : 7)) {
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
             size_t counts[] = {0, 1, chunks[ci] * (2 * LOOM_STEPS + 1) + 1};
             for (size_t k = 0; k < 3; k++) {
@@ -1142,6 +1190,294 @@ START_TEST(test_sendrecv)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* The double binary tree.                                                    */
+
+START_TEST(test_tree_allreduce)
+{
+    sweep(LOOM_COLL_ALLREDUCE, 0, 1);
+}
+END_TEST
+
+START_TEST(test_tree_broadcast)
+{
+    sweep(LOOM_COLL_BROADCAST, 1, 1);
+}
+END_TEST
+
+START_TEST(test_tree_reduce)
+{
+    sweep(LOOM_COLL_REDUCE, 1, 1);
+}
+END_TEST
+
+/* Both trees of a collective: nodes[t][r], checked to be trees that span every rank. */
+static void treeNodes(loomColl_t coll, int n, int root, const int *hosts, const int *order,
+                      struct loomTreeNode nodes[2][MAX_RANKS])
+{
+    for (int t = 0; t < 2; t++) {
+        int tops = 0;
+        for (int r = 0; r < n; r++) {
+            struct loomSchedArgs a = {.coll = coll,
+                                      .nranks = n,
+                                      .rank = r,
+                                      .root = root,
+                                      .chunkElems = 1,
+                                      .hosts = hosts,
+                                      .order = order};
+            ck_assert_int_eq(treeNodeOf(&a, t, &nodes[t][r]), loomSuccess);
+        }
+        for (int r = 0; r < n; r++) {
+            const struct loomTreeNode *nd = &nodes[t][r];
+            tops += nd->up < 0;
+            ck_assert_msg(nd->up < 0 ? nd->depth == 0 : nd->depth == nodes[t][nd->up].depth + 1,
+                          "n %d tree %d rank %d: depth %d under a parent of depth %d", n, t, r,
+                          nd->depth, nd->up < 0 ? -1 : nodes[t][nd->up].depth);
+            for (int i = 0; i < nd->ndown; i++)
+                ck_assert_msg(nodes[t][nd->down[i]].up == r,
+                              "n %d tree %d: rank %d lists child %d whose parent is %d", n, t, r,
+                              nd->down[i], nodes[t][nd->down[i]].up);
+            if (nd->up >= 0) {
+                int listed = 0;
+                for (int i = 0; i < nodes[t][nd->up].ndown; i++)
+                    listed += nodes[t][nd->up].down[i] == r;
+                ck_assert_msg(listed == 1, "n %d tree %d: rank %d is not a child of its parent %d",
+                              n, t, r, nd->up);
+            }
+        }
+        /* One top and consistent links with depths: every rank hangs from the top. */
+        ck_assert_int_eq(tops, 1);
+        if (coll != LOOM_COLL_ALLREDUCE)
+            ck_assert_int_eq(nodes[t][root].up, -1);
+    }
+}
+
+static int ceilLog2(int n)
+{
+    int k = 0;
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
+
+START_TEST(test_tree_shape)
+{
+    static struct loomTreeNode nodes[2][MAX_RANKS];
+    for (int n = 1; n <= MAX_RANKS; n++) {
+        int roots[] = {-1, 0, n / 2, n - 1};
+        for (size_t k = 0; k < sizeof(roots) / sizeof(roots[0]); k++) {
+            int root = roots[k];
+            loomColl_t coll = root < 0 ? LOOM_COLL_ALLREDUCE : LOOM_COLL_BROADCAST;
+            treeNodes(coll, n, root, NULL, NULL, nodes);
+            for (int r = 0; r < n; r++) {
+                int interior = 0;
+                for (int t = 0; t < 2; t++) {
+                    ck_assert_msg(nodes[t][r].depth <= ceilLog2(n) + 1,
+                                  "n %d root %d tree %d: rank %d at depth %d", n, root, t, r,
+                                  nodes[t][r].depth);
+                    ck_assert_int_le(nodes[t][r].ndown, 2);
+                    interior += nodes[t][r].ndown > 0;
+                }
+                if (r == root && n > 1) {
+                    /* Above both trees, handing each half to one child. */
+                    ck_assert_int_eq(nodes[0][r].ndown, 1);
+                    ck_assert_int_eq(nodes[1][r].ndown, 1);
+                    continue;
+                }
+                ck_assert_msg(interior <= 1, "n %d root %d: rank %d is interior in both trees", n,
+                              root, r);
+                if (root < 0 && n % 2 == 0)
+                    ck_assert_msg(interior == 1, "n %d: rank %d is a leaf in both trees", n, r);
+            }
+            if (root < 0)
+                for (int t = 0; t < 2; t++)
+                    for (int r = 0; r < n; r++)
+                        ck_assert_int_le(nodes[t][r].depth, ceilLog2(n));
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_tree_halves)
+{
+    /* Each tree carries half: a rank receives ceil(c/2) elements from one parent, floor from the
+     * other; with trees = 1, all of it from its parent in the first tree. */
+    struct loomSchedule s = {0};
+    for (int i = 0; i < 4; i++) {
+        int n = i < 2 ? 3 : 40, trees = 1 + i % 2;
+        for (int r = 0; r < n; r++) {
+            struct loomTreeNode nd[2];
+            struct loomSchedArgs a = {.coll = LOOM_COLL_BROADCAST,
+                                      .nranks = n,
+                                      .rank = r,
+                                      .root = 1,
+                                      .count = 101,
+                                      .lo = 0,
+                                      .hi = 101,
+                                      .chunkElems = 7,
+                                      .trees = trees};
+            if (r == a.root)
+                continue;
+            ck_assert_int_eq(treeNodeOf(&a, 0, &nd[0]), loomSuccess);
+            ck_assert_int_eq(treeNodeOf(&a, 1, &nd[1]), loomSuccess);
+            scheduleReset(&s);
+            ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomSuccess);
+            size_t got[2] = {0, 0};
+            for (size_t i = 0; i < s.nsteps; i++)
+                for (int t = 0; t < 2; t++)
+                    if (s.steps[i].recvPeer == nd[t].up && nd[0].up != nd[1].up)
+                        got[t] += s.steps[i].count;
+            if (nd[0].up != nd[1].up) {
+                ck_assert_uint_eq(got[0], trees == 1 ? 101 : 51);
+                ck_assert_uint_eq(got[1], trees == 1 ? 0 : 50);
+            }
+        }
+    }
+    scheduleFree(&s);
+}
+END_TEST
+
+/* Random hosts of random sizes: host h of ranks in a shuffled order, every host used. */
+static int makeHosts(int n, uint64_t *rng, int *hosts)
+{
+    int nhosts = 1 + (int)rngBelow(rng, (size_t)(n < 12 ? n : 12));
+    int order[MAX_RANKS];
+    for (int r = 0; r < n; r++)
+        order[r] = r;
+    rngShuffle(rng, order, n);
+    for (int i = 0; i < n; i++)
+        hosts[order[i]] = i < nhosts ? i : (int)rngBelow(rng, (size_t)nhosts);
+    return nhosts;
+}
+
+START_TEST(test_tree_hosts)
+{
+    /* Trees over hosts, a chain inside each: the shape, then every collective in the simulator. */
+    static struct loomTreeNode nodes[2][MAX_RANKS];
+    static const loomColl_t colls[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE};
+    uint64_t rng = 0x4057;
+    int hosts[MAX_RANKS], order[MAX_RANKS], where[MAX_RANKS];
+    unsigned caseNo = 0;
+    for (int n = 1; n <= 48; n += 1 + (n > 16) * 4) {
+        for (int rep = 0; rep < 3; rep++) {
+            int nhosts = makeHosts(n, &rng, hosts);
+            /* rep 0: rank order; else a shuffled order, as topo.c's NUMA order may be */
+            for (int r = 0; r < n; r++)
+                order[r] = r;
+            if (rep > 0)
+                rngShuffle(&rng, order, n);
+            for (int i = 0; i < n; i++)
+                where[order[i]] = i;
+            const int *ord = rep > 0 ? order : NULL;
+            for (size_t ci = 0; ci < 3; ci++) {
+                int root = (int)rngBelow(&rng, (size_t)n);
+                treeNodes(colls[ci], n, root, hosts, ord, nodes);
+                for (int t = 0; t < 2 && nhosts > 1; t++) {
+                    for (int r = 0; r < n; r++) {
+                        const struct loomTreeNode *nd = &nodes[t][r];
+                        int sameHost = 0;
+                        for (int i = 0; i < nd->ndown; i++)
+                            sameHost += hosts[nd->down[i]] == hosts[r];
+                        ck_assert_int_le(sameHost, 1); /* a chain inside the host */
+                        if (nd->up >= 0 && hosts[nd->up] == hosts[r])
+                            ck_assert_int_le(nd->ndown, 1); /* only a head joins other hosts */
+                        /* AllReduce chains follow the order: forwards in tree 0, back in 1 */
+                        if (colls[ci] == LOOM_COLL_ALLREDUCE && nd->up >= 0 &&
+                            hosts[nd->up] == hosts[r])
+                            ck_assert(t == 0 ? where[nd->up] < where[r] : where[nd->up] > where[r]);
+                    }
+                }
+                if (nhosts > 1 && colls[ci] == LOOM_COLL_ALLREDUCE) {
+                    int interior[MAX_RANKS] = {0};
+                    for (int t = 0; t < 2; t++)
+                        for (int r = 0; r < n; r++)
+                            for (int i = 0; i < nodes[t][r].ndown; i++)
+                                if (hosts[nodes[t][r].down[i]] != hosts[r])
+                                    interior[hosts[r]] |= 1 << t;
+                    for (int h = 0; h < nhosts; h++)
+                        ck_assert_msg(interior[h] != 3, "n %d: host %d interior in both trees", n,
+                                      h);
+                    /* A host of several ranks joins the two trees through different ranks. */
+                    int head[2][MAX_RANKS], size[MAX_RANKS] = {0};
+                    for (int r = 0; r < n; r++)
+                        size[hosts[r]]++;
+                    for (int t = 0; t < 2; t++)
+                        for (int r = 0; r < n; r++)
+                            if (nodes[t][r].up < 0 || hosts[nodes[t][r].up] != hosts[r])
+                                head[t][hosts[r]] = r;
+                    for (int h = 0; h < nhosts; h++)
+                        ck_assert(size[h] < 2 || head[0][h] != head[1][h]);
+                }
+                size_t chunk = chunks[rngBelow(&rng, 3)];
+                struct coll c = {.coll = colls[ci],
+                                 .n = n,
+                                 .root = root,
+                                 .count = rngBelow(&rng, 2) ? treeCount(chunk) : 3 * (size_t)n + 1,
+                                 .chunk = chunk,
+                                 .tree = 1,
+                                 .hosts = hosts,
+                                 .order = ord};
+                collExpectOk(&c, "hosts", caseNo++);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_tree_lanes)
+{
+    uint64_t rng = 0x7a9e5;
+    char err[ERR_LEN];
+    static const loomColl_t colls[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE};
+    for (size_t ci = 0; ci < 3; ci++) {
+        for (int n = 1; n <= MAX_RANKS; n += 1 + (n > 16) * 6) {
+            size_t chunk = chunks[rngBelow(&rng, 3)];
+            size_t count = rngBelow(&rng, 2) ? treeCount(chunk) : 3 * (size_t)n + 1;
+            size_t cuts[4] = {0, rngBelow(&rng, count + 1), 0, count};
+            cuts[2] = cuts[1] + rngBelow(&rng, count - cuts[1] + 1);
+            struct coll c = {.coll = colls[ci],
+                             .n = n,
+                             .root = (int)rngBelow(&rng, (size_t)n),
+                             .count = count,
+                             .chunk = chunk,
+                             .tree = 1,
+                             .trees = 1 + (int)rngBelow(&rng, 2)};
+            int rc = collRunLanes(&c, 3, cuts, (int)rngBelow(&rng, 2), rngNext(&rng), err);
+            ck_assert_msg(rc == 0, "tree coll %d n %d count %zu chunk %zu cuts %zu %zu: %s", c.coll,
+                          n, count, chunk, cuts[1], cuts[2], err);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_tree_refuses_bad_args)
+{
+    struct loomSchedule s = {0};
+    int gap[3] = {0, 2, 2}; /* host 1 has no rank */
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLREDUCE,
+                              .nranks = 3,
+                              .rank = 1,
+                              .count = 8,
+                              .lo = 0,
+                              .hi = 8,
+                              .chunkElems = 4,
+                              .hosts = gap};
+    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    int twice[3] = {0, 2, 2}; /* an order that is no permutation */
+    a.hosts = NULL, a.order = twice;
+    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    a.order = NULL, a.root = 3; /* no such rank */
+    ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(treeReduceSchedule(&a, &s), loomInternalError);
+    a.root = 0, a.chunkElems = 0;
+    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    a.chunkElems = 4, a.hi = 9; /* past count */
+    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_uint_eq(s.nsteps, 0);
+    scheduleFree(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* Lanes and ring orders.                                                     */
 
 static const loomColl_t laneColls[] = {
@@ -1154,7 +1490,7 @@ START_TEST(test_lanes_cover_everything)
     uint64_t rng = 0x1a7e5;
     char err[ERR_LEN];
     for (size_t ci = 0; ci < sizeof(laneColls) / sizeof(laneColls[0]); ci++) {
-        for (int n = 1; n <= MAX_RANKS; n++) {
+        for (int n = 1; n <= RING_RANKS; n++) {
             if (laneColls[ci] == LOOM_COLL_SEND && n == 1)
                 continue;
             size_t chunk = chunks[rngBelow(&rng, 3)];
@@ -1193,7 +1529,7 @@ START_TEST(test_random_ring_order)
                                            LOOM_COLL_REDUCESCATTER};
     uint64_t rng = 0x0bade;
     int ring[MAX_RANKS];
-    for (int n = 1; n <= MAX_RANKS; n++) {
+    for (int n = 1; n <= RING_RANKS; n++) {
         for (int i = 0; i < n; i++)
             ring[i] = i;
         rngShuffle(&rng, ring, n);
@@ -1250,6 +1586,14 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("sendrecv", test_sendrecv));
     suite_add_tcase(s, tcase("lanes", test_lanes_cover_everything));
     suite_add_tcase(s, tcase("ring order", test_random_ring_order));
+    suite_add_tcase(s, tcase("tree allreduce", test_tree_allreduce));
+    suite_add_tcase(s, tcase("tree broadcast", test_tree_broadcast));
+    suite_add_tcase(s, tcase("tree reduce", test_tree_reduce));
+    suite_add_tcase(s, tcase("tree shape", test_tree_shape));
+    suite_add_tcase(s, tcase("tree halves", test_tree_halves));
+    suite_add_tcase(s, tcase("tree hosts", test_tree_hosts));
+    suite_add_tcase(s, tcase("tree lanes", test_tree_lanes));
+    suite_add_tcase(s, tcase("tree bad args", test_tree_refuses_bad_args));
     return s;
 }
 

@@ -1,0 +1,552 @@
+/*
+ * tuner.c — the cost model that picks algorithm, chunk size and channels.
+ *
+ * Ring AllReduce is bandwidth-optimal but needs 2(n-1) hops; the double
+ * binary tree needs about 2 log2(n) but touches more bytes per byte
+ * reduced. Which wins depends on the size, the rank count and how ranks
+ * share cores, so every call asks tunerChoose:
+ *
+ *   (collective, bytes) --cache hit--> decision
+ *          |  miss
+ *          v
+ *   for each algorithm LOOM_ALGO allows and the collective has,
+ *   for one tree and two, for chunks from the slot down to 1 KiB:
+ *       predicted time = callUs + max(critical path, CPU work / cores)
+ *   keep the fastest; cache it in the communicator; log it (TUNING) the
+ *   first time its (collective, power-of-two size class) is met.
+ *
+ * The model is alpha-beta per (algorithm, transport): a pipeline of time
+ * units, each costing a hop's latency plus the busiest rank's steps and
+ * bytes; the constants per transport and how they were measured are below
+ * (only shm exists). LOOM_ALGO is parsed here, once per process, in NCCL's
+ * syntax. Channels: one thread runs all of a rank's lanes on the CPU, so
+ * extra channels only add steps and the model keeps one, unless
+ * LOOM_NCHANNELS was set, in which case every channel is used.
+ * loomTuningGet runs the same model for tools (loom-info --tuning).
+ */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "debug.h"
+#include "param.h"
+#include "tuner.h"
+
+#define ALGO_BIT(a) (1u << (a))
+#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE))
+#define ALGO_EVERY (ALGO_USER | ALGO_BIT(LOOM_ALGO_DIRECT))
+
+static const char *const algoNames[LOOM_ALGO_NUM] = {"ring", "tree", "direct"};
+
+/* What each collective can run as, and what it runs as when nothing else is allowed. */
+static const uint32_t collAlgos[LOOM_COLL_NUM] = {
+    [LOOM_COLL_BROADCAST] = ALGO_USER,
+    [LOOM_COLL_REDUCE] = ALGO_USER,
+    [LOOM_COLL_ALLREDUCE] = ALGO_USER,
+    [LOOM_COLL_ALLGATHER] = ALGO_BIT(LOOM_ALGO_RING),
+    [LOOM_COLL_REDUCESCATTER] = ALGO_BIT(LOOM_ALGO_RING),
+    [LOOM_COLL_ALLTOALL] = ALGO_BIT(LOOM_ALGO_DIRECT),
+    [LOOM_COLL_ALLTOALLV] = ALGO_BIT(LOOM_ALGO_DIRECT),
+    [LOOM_COLL_SEND] = ALGO_BIT(LOOM_ALGO_DIRECT),
+    [LOOM_COLL_RECV] = ALGO_BIT(LOOM_ALGO_DIRECT),
+};
+
+static const char *const collNames[LOOM_COLL_NUM] = {"Broadcast", "Reduce",        "AllReduce",
+                                                     "AllGather", "ReduceScatter", "AlltoAll",
+                                                     "AlltoAllv", "Send",          "Recv"};
+
+const char *tunerAlgoName(loomAlgo_t algo)
+{
+    return (unsigned)algo < LOOM_ALGO_NUM ? algoNames[algo] : "?";
+}
+
+/* ---- LOOM_ALGO ---- */
+
+/* Collective names of LOOM_ALGO items, and the collectives each covers. */
+static const struct {
+    const char *name;
+    loomColl_t colls[2];
+    int ncolls;
+} algoColls[] = {
+    {"allreduce", {LOOM_COLL_ALLREDUCE}, 1},
+    {"broadcast", {LOOM_COLL_BROADCAST}, 1},
+    {"reduce", {LOOM_COLL_REDUCE}, 1},
+    {"allgather", {LOOM_COLL_ALLGATHER}, 1},
+    {"reducescatter", {LOOM_COLL_REDUCESCATTER}, 1},
+    {"alltoall", {LOOM_COLL_ALLTOALL, LOOM_COLL_ALLTOALLV}, 2},
+    {"sendrecv", {LOOM_COLL_SEND, LOOM_COLL_RECV}, 2},
+};
+
+/* NCCL algorithms Loom does not have: accepted in a list (so NCCL settings carry over), never
+ * chosen. */
+static const char *const ncclOnly[] = {"collnet", "collnetdirect", "collnetchain",
+                                       "nvls",    "nvlstree",      "pat"};
+
+static void trimCopy(char *dst, size_t size, const char *s, size_t len)
+{
+    while (len > 0 && isspace((unsigned char)*s))
+        s++, len--;
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        len--;
+    if (len >= size)
+        len = size - 1;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+}
+
+/* One algorithm list ("ring,tree" or "^tree") into a mask; -1 on an unknown name. */
+static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
+{
+    int exclude = list[0] == '^';
+    const char *p = list + exclude;
+    uint32_t m = 0;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char word[32];
+        trimCopy(word, sizeof(word), p, len);
+        int known = 0;
+        for (int a = 0; a < LOOM_ALGO_NUM && !known; a++)
+            if (ALGO_USER & ALGO_BIT(a) && strcasecmp(word, algoNames[a]) == 0)
+                m |= ALGO_BIT(a), known = 1;
+        for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
+            known = strcasecmp(word, ncclOnly[i]) == 0;
+        if (!known) {
+            snprintf(why, whyLen, "'%s' is not an algorithm (ring, tree)", word);
+            return -1;
+        }
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    *mask = (exclude ? ALGO_USER & ~m : m) | ALGO_BIT(LOOM_ALGO_DIRECT);
+    return 0;
+}
+
+/* One item, "list" or "collective:list", applied to allowed[]. */
+static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
+{
+    const char *colon = strchr(item, ':');
+    const char *list = colon ? colon + 1 : item;
+    char name[32], words[128];
+    uint32_t mask;
+    trimCopy(words, sizeof(words), list, strlen(list));
+    if (parseList(words, &mask, why, whyLen) != 0)
+        return -1;
+    if (colon == NULL) {
+        for (int c = 0; c < LOOM_COLL_NUM; c++)
+            allowed[c] = mask;
+        return 0;
+    }
+    trimCopy(name, sizeof(name), item, (size_t)(colon - item));
+    for (size_t i = 0; i < sizeof(algoColls) / sizeof(algoColls[0]); i++) {
+        if (strcasecmp(name, algoColls[i].name) != 0)
+            continue;
+        for (int k = 0; k < algoColls[i].ncolls; k++)
+            allowed[algoColls[i].colls[k]] = mask;
+        return 0;
+    }
+    snprintf(why, whyLen,
+             "'%s' is not a collective (allreduce, broadcast, reduce, allgather, reducescatter, "
+             "alltoall, sendrecv)",
+             name);
+    return -1;
+}
+
+int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
+{
+    uint32_t work[LOOM_COLL_NUM];
+    char item[160];
+    for (int c = 0; c < LOOM_COLL_NUM; c++)
+        allowed[c] = work[c] = ALGO_EVERY;
+    if (spec == NULL)
+        return 0;
+    for (const char *p = spec; p != NULL;) {
+        const char *end = strchr(p, ';');
+        trimCopy(item, sizeof(item), p, end ? (size_t)(end - p) : strlen(p));
+        if (item[0] != '\0' && parseItem(item, work, why, whyLen) != 0)
+            return -1;
+        p = end ? end + 1 : NULL;
+    }
+    memcpy(allowed, work, sizeof(work));
+    return 0;
+}
+
+/* Read once per process: what LOOM_ALGO allows, and the cores this process may use. */
+static uint32_t algoAllowed[LOOM_COLL_NUM];
+static int tuneCpus;
+static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
+
+static void tuneRead(void)
+{
+    char why[160];
+    tuneCpus = commCpuCount();
+    const char *spec = paramStr(LOOM_PARAM_ALGO);
+    if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
+        paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
+}
+
+/* ---- the model ---- */
+
+/*
+ * Costs of one transport. A call is a pipeline of "time units": in each, a
+ * rank waits for a message (a hop) and runs its steps on one piece. So
+ *
+ *   critical = units x (hop + steps x stepUs + bytes touched x byteNs)
+ *   cpu      = (every rank's steps x stepUs + bytes touched x byteNs) / cores used
+ *              (+ units x switching, when ranks share cores: the same cores
+ *              switch and work, so the two add up instead of overlapping)
+ *   time     = callUs + max(critical, cpu)
+ *
+ * where "bytes touched" counts each byte a step reads or writes (a SEND of
+ * c bytes touches 2c, a RECV_REDUCE_SEND 3c, a RECV_REDUCE_COPY_SEND 4c),
+ * and a hop costs hopUs, plus, when ranks outnumber cores, switchUs (the
+ * receiver must be scheduled before it can run) and crowdUs for each
+ * further rank on the receiver's core beyond the second. A ring
+ * hop wakes one rank for one message; a tree's time unit wakes ranks of
+ * both trees, each for up to three messages (two children and a parent),
+ * so when ranks outnumber cores it costs treeSwitches times as many
+ * switches (tree1Switches when the data takes one tree only).
+ */
+struct tuneCosts {
+    const char *transport;
+    double callUs;         /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;          /* a message between two ranks that each have a core */
+    double switchUs;       /* added per hop when ranks outnumber cores */
+    double crowdUs;        /* and for each rank a core holds beyond two */
+    double treeSwitches;   /* switches of a tree time unit, in ring hops */
+    double tree1Switches;  /* the same with all data in one tree */
+    double ringSparse;     /* the part of a ring hop's switches paid even with no block */
+    double rootedSwitches; /* switches of a Broadcast or Reduce tree's time unit */
+    double stepUs;         /* the executor's overhead of one step */
+    double byteNs;         /* one byte read or written by a copy or a reduction */
+};
+
+/*
+ * shm, measured on this project's build machine (2 cores of an AMD EPYC VM
+ * under KVM, 1 MiB connector FIFOs so 128 KiB slots, Loom 0.1.0) with
+ * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times,
+ * medians of 9 interleaved runs of bench/tuning-check taken while the
+ * shared machine was quiet (load average below 3; under the heavy load of
+ * other builds every figure doubles or worse and the crossovers move down):
+ *
+ *   callUs         n=1, 8 B AllReduce (one COPY step):               0.09 us
+ *   hopUs          n=2, 8 B AllReduce, ring and tree alike:          0.4-0.6 us
+ *                  = callUs + 2 x (hopUs + stepUs)
+ *   switchUs       n=4, 32 B ring (7 units, 2 ranks a core):        ~22 us
+ *   crowdUs        n=8, 32 B ring (15 units, 4 ranks a core):       ~65-75 us
+ *                  a unit costs ~3.4 and ~4.7 us: 2.5 + 0.65 per rank beyond two
+ *   ringSparse     n=8, 8 B ring (2 elements, 6 of 8 blocks empty): ~49 us,
+ *                  0.7 of the 32 B figure = 0.6 + 0.4 x 2/8
+ *   treeSwitches   n=8, 16 B .. 1 KiB tree (6 units): ~40 us against ring ~70;
+ *                  n=4, 8 .. 512 B (4 units): ~13 us against ~22: 1.0 .. 1.4
+ *   tree1Switches  one tree against two, 8 B, n=8, 21 alternations: equal or
+ *                  up to 10% faster: 1.15
+ *   rootedSwitches Broadcast and Reduce, n=4 and 8: up to 4 KiB the tree is
+ *                  within noise of the chain (1-4 us a call back to back),
+ *                  from 8 KiB 1.5-3x slower; 3.0 keeps them on the chain
+ *                  whenever ranks share cores
+ *   byteNs         n=2, 64 MiB, CPU-bound: 8 x 64 MiB touched on 2 cores in
+ *                  ~17.5 ms (tree; the ring's loops wait on each other)
+ *   stepUs         not separable from hopUs at these sizes; small
+ *
+ * The resulting AllReduce choices: n=2 tree up to 512 B (a tie), ring to
+ * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 4 KiB,
+ * ring above; n=8 tree up to 64 KiB (one tree up to 512 B), ring above.
+ * Broadcast and Reduce: the chain whenever ranks share cores. To redo on
+ * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
+ * ring, forced tree and the automatic choice for n = 2, 4, 8 from 8 B to
+ * 64 MiB), read the figures above from its ring and tree columns, set them
+ * here, and check that its chosen/best column stays within 1.10;
+ * loom-info --tuning shows what the model then predicts.
+ */
+static const struct tuneCosts shmCosts = {
+    .transport = "shm",
+    .callUs = 0.1,
+    .hopUs = 0.2,
+    .switchUs = 2.5,
+    .crowdUs = 0.65,
+    .treeSwitches = 1.2,
+    .tree1Switches = 1.15,
+    .ringSparse = 0.6,
+    .rootedSwitches = 3.0,
+    .stepUs = 0.05,
+    .byteNs = 0.065,
+};
+
+/* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
+struct tuneCase {
+    const struct loomTuneShape *s;
+    const struct tuneCosts *k;
+    loomColl_t coll;
+    double bytes;
+    double chunk;
+    int trees; /* tree: how many carry data */
+};
+
+/* A pipeline's shape: what the busiest rank does per unit, and what all ranks do in all. */
+struct tunePipe {
+    double units;      /* time units on the critical path */
+    double switches;   /* switches per unit, in ring hops, when ranks share cores */
+    double unitSteps;  /* steps of the busiest rank per unit */
+    double unitBytes;  /* bytes it touches per unit */
+    double totalSteps; /* steps of every rank, whole call */
+    double totalBytes; /* bytes every rank touches, whole call */
+};
+
+static double ceilDiv(double a, double b)
+{
+    double q = a / b;
+    double f = (double)(long long)q;
+    return q > f ? f + 1 : f;
+}
+
+static int floorLog2(int x)
+{
+    int k = 0;
+    while (x > 1)
+        x /= 2, k++;
+    return k;
+}
+
+static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
+{
+    const struct tuneCosts *k = c->k;
+    int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
+    double perCore = (double)c->s->localRanks / cpus;
+    double wait = perCore > 1 ? (k->switchUs + k->crowdUs * (perCore - 2)) * p->switches : 0;
+    double hop = n > 1 ? k->hopUs + wait : 0;
+    double critical = p->units * (hop + p->unitSteps * k->stepUs + p->unitBytes * k->byteNs / 1e3);
+    double cpu =
+        (p->totalSteps * k->stepUs + p->totalBytes * k->byteNs / 1e3) / (n < cpus ? n : cpus);
+    if (perCore > 1) /* the cores that do the work also do the switching */
+        cpu += p->units * wait;
+    return k->callUs + (critical > cpu ? critical : cpu);
+}
+
+/*
+ * Ring. AllReduce: loops of n blocks, each block 2(n-1) hops, every rank one
+ * step per unit (3 bytes touched per byte on average). The chains
+ * (Broadcast, Reduce) and the per-block collectives: a piece per unit once
+ * the pipeline of n - 1 hops is full.
+ */
+static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    const struct tuneCosts *k = c->k;
+    double n = c->s->nranks, S = c->bytes;
+    if (c->coll == LOOM_COLL_ALLREDUCE) {
+        double loops = ceilDiv(S, n * c->chunk), block = S / (n * (loops > 0 ? loops : 1));
+        /* Fewer elements than ranks (4-byte ones, say) leave blocks empty and
+         * their steps out: each hop wakes fewer ranks. */
+        double blocks = S / 4 < n ? ceilDiv(S, 4) : n;
+        p->units = (2 * n - 1) * loops; /* SEND, 2(n-1) hops, per loop: loops do not overlap */
+        p->switches = k->ringSparse + (1 - k->ringSparse) * blocks / n;
+        p->unitSteps = 1, p->unitBytes = 3 * block;
+        p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
+        return;
+    }
+    double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;
+    double pieces = ceilDiv(S / perRank, c->chunk);
+    double piece = pieces > 0 ? S / perRank / pieces : 0;
+    p->units = (n - 1) + perRank * pieces - 1, p->switches = 1;
+    p->unitSteps = 1, p->unitBytes = 3 * piece;
+    p->totalSteps = n * perRank * pieces, p->totalBytes = 3 * n * S;
+}
+
+/*
+ * Double binary tree: each tree carries half, in pieces (or one tree all of
+ * it). AllReduce runs 2H + P - 1 units (H the height, P pieces per tree);
+ * per unit the busiest rank reduces two children's pieces, passes one up,
+ * takes one down and hands it to two children in the tree it is interior in
+ * (4 steps touching 11 piece sizes), and sends and receives a piece in the
+ * other (2 steps, 4 sizes, done while it waits on the first tree, so only
+ * the 11, in about 3 steps a unit, lie on the critical path). Broadcast and Reduce run H + P - 1
+ * units under the root, which serves both trees. The totals are the same
+ * with one tree or two: every byte takes one tree.
+ */
+static void treePipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    int n = c->s->nranks, two = c->trees == 2;
+    double S = c->bytes, share = two ? S / 2 : S, pieces = ceilDiv(share, c->chunk);
+    double piece = pieces > 0 ? share / pieces : 0;
+    double leaves = (n + 1) / 2, edges = n - 1;
+    p->switches = two ? c->k->treeSwitches : c->k->tree1Switches;
+    if (c->coll == LOOM_COLL_ALLREDUCE) {
+        p->units = 2 * floorLog2(n) + pieces - 1;
+        p->unitSteps = n > 2 ? 3 : 2;
+        p->unitBytes = (n > 2 ? 11 : 4 + 4 * two) * piece;
+        p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
+        p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
+        return;
+    }
+    p->switches = c->k->rootedSwitches;
+    p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
+    p->unitSteps = 2, p->unitBytes = 5 * piece;
+    p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
+    p->totalBytes = S * (2 * leaves + 3 * edges + 2);
+}
+
+static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
+{
+    struct tunePipe p;
+    if (c->s->nranks == 1 || c->bytes == 0) /* a local copy, or nothing */
+        return c->k->callUs + 2 * c->bytes * c->k->byteNs / 1e3;
+    if (algo == LOOM_ALGO_TREE)
+        treePipe(c, &p);
+    else
+        ringPipe(c, &p); /* direct exchanges: a ring's count of pieces and hops is close enough */
+    return pipeTime(c, &p);
+}
+
+/* The best chunk for algo: powers of two from the slot down to 1 KiB. */
+static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double *chunk)
+{
+    double best = -1;
+    for (size_t ch = slot; ch >= 1024 || ch == slot; ch /= 2) {
+        c->chunk = (double)ch;
+        double t = algoTime(c, algo);
+        if (best < 0 || t < best)
+            best = t, *chunk = (double)ch;
+        if (ch < 2)
+            break;
+    }
+    return best;
+}
+
+int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
+               struct loomTuning *out)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    uint32_t can = collAlgos[coll] & (allowed ? allowed : algoAllowed[coll]);
+    struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
+    int res = 0;
+    if (can == 0) { /* nothing allowed that coll has: its first algorithm */
+        can = collAlgos[coll] & (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT));
+        res = -1;
+    }
+    out->predictedUs = -1;
+    for (int a = 0; a < LOOM_ALGO_NUM; a++) {
+        if (!(can & ALGO_BIT(a)))
+            continue;
+        for (c.trees = 2; c.trees >= (a == LOOM_ALGO_TREE ? 1 : 2); c.trees--) {
+            double chunk = (double)shape->slotBytes;
+            double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
+            if (out->predictedUs < 0 || t < out->predictedUs) {
+                out->algo = (loomAlgo_t)a;
+                out->predictedUs = t;
+                out->chunkBytes = (size_t)chunk;
+                out->trees = c.trees;
+            }
+        }
+    }
+    /* One thread runs every lane of a rank, so more lanes only add steps: use
+     * one channel unless LOOM_NCHANNELS asks for more. */
+    out->nChannels = shape->channelsSet ? shape->nChannels : 1;
+    return res;
+}
+
+static int sizeClass(size_t bytes)
+{
+    int c = 0;
+    while (bytes > 1)
+        bytes >>= 1, c++;
+    return c;
+}
+
+/* Logs a decision the first time its (collective, size class) is met on comm. */
+static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
+                    const struct loomTuning *t, int fellBack)
+{
+    uint64_t bit = 1ULL << sizeClass(bytes);
+    if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
+        (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
+        return;
+    INFO(LOOM_TUNING,
+         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s%s",
+         collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
+         t->nChannels, t->predictedUs,
+         t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
+         fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
+}
+
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+                 struct loomTuning *out)
+{
+    /* bytes < 2^59: checked counts */
+    uint64_t key = ((uint64_t)bytes << 5 | (uint64_t)(device != 0) << 4 | (uint64_t)coll) + 1;
+    struct loomTuneEntry *e =
+        &comm->tuneCache[(key * 0x9e3779b97f4a7c15ULL >> 32) % LOOM_TUNE_CACHE];
+    if (e->key == key) {
+        *out = (struct loomTuning){.algo = (loomAlgo_t)e->algo,
+                                   .chunkBytes = e->chunkBytes,
+                                   .nChannels = e->nChannels,
+                                   .trees = e->trees,
+                                   .predictedUs = e->predictedUs};
+        return;
+    }
+    pthread_once(&tuneOnce, tuneRead);
+    struct loomTuneShape shape = {.nranks = comm->nranks,
+                                  .localRanks = comm->localSize,
+                                  .cpus = tuneCpus,
+                                  .slotBytes = comm->slotBytes,
+                                  .nChannels = comm->nChannels,
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
+    uint32_t allowed = algoAllowed[coll];
+    /* A device plan has no device scratch for a tree Reduce's partial sums. */
+    if (device && coll == LOOM_COLL_REDUCE)
+        allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);
+    int res = tunerModel(&shape, coll, bytes, allowed ? allowed : ALGO_BIT(LOOM_ALGO_RING), out);
+    *e = (struct loomTuneEntry){.key = key,
+                                .algo = out->algo,
+                                .nChannels = out->nChannels,
+                                .trees = out->trees,
+                                .chunkBytes = out->chunkBytes,
+                                .predictedUs = out->predictedUs};
+    tuneLog(comm, coll, bytes, out, res != 0);
+}
+
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
+                           loomTuningInfo_t *info)
+{
+    static const char *const fn = "loomTuningGet";
+    uint32_t allowed = 0;
+    int coll = -1;
+    if (info == NULL || collective == NULL || nranks < 1)
+        return loomSetError(loomInvalidArgument, "%s: %s", fn,
+                            info == NULL         ? "info is NULL"
+                            : collective == NULL ? "collective is NULL"
+                                                 : "nranks must be at least 1");
+    for (size_t i = 0; i < sizeof(algoColls) / sizeof(algoColls[0]) && coll < 0; i++)
+        if (strcasecmp(collective, algoColls[i].name) == 0)
+            coll = algoColls[i].colls[0];
+    if (coll < 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: '%s' is not a collective (allreduce, broadcast, reduce, "
+                            "allgather, reducescatter, alltoall, sendrecv)",
+                            fn, collective);
+    for (int a = 0; algorithm != NULL && a < LOOM_ALGO_NUM; a++)
+        if (strcasecmp(algorithm, algoNames[a]) == 0)
+            allowed = ALGO_BIT(a);
+    if (algorithm != NULL && !(allowed & collAlgos[coll]))
+        return loomSetError(loomInvalidArgument, "%s: %s has no '%s' algorithm", fn, collective,
+                            algorithm);
+    pthread_once(&tuneOnce, tuneRead);
+    int channels = (int)paramInt(LOOM_PARAM_NCHANNELS);
+    channels = channels < LOOM_MAX_CHANNELS ? channels : LOOM_MAX_CHANNELS;
+    struct loomTuneShape shape = {.nranks = nranks,
+                                  .localRanks = nranks,
+                                  .cpus = tuneCpus,
+                                  .slotBytes = commSlotBytes(nranks, 1, nranks, channels),
+                                  .nChannels = channels,
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
+    struct loomTuning t;
+    tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
+    info->algorithm = tunerAlgoName(t.algo);
+    info->trees = t.algo == LOOM_ALGO_TREE ? t.trees : 0;
+    info->chunkBytes = t.chunkBytes;
+    info->nChannels = t.nChannels;
+    info->predictedUs = t.predictedUs;
+    return loomSuccess;
+}

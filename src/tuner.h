@@ -1,0 +1,69 @@
+/*
+ * tuner.h — choosing how a collective runs: algorithm, chunk size, channels.
+ *
+ * The plan (enqueue.c) asks tunerChoose for every operation; the answer
+ * comes from an alpha-beta cost model (tuner.c) within what LOOM_ALGO
+ * allows. loomTuningGet exposes the same model to tools.
+ */
+#ifndef LOOM_TUNER_H_
+#define LOOM_TUNER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "schedule.h"
+
+typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE, LOOM_ALGO_DIRECT, LOOM_ALGO_NUM } loomAlgo_t;
+
+/* A decision for one call. */
+struct loomTuning {
+    loomAlgo_t algo;
+    size_t chunkBytes;  /* largest piece one step moves: <= the connector slot */
+    int nChannels;      /* lanes the call is cut into, 1 .. comm->nChannels */
+    int trees;          /* tree: 2 splits each lane over both trees, 1 uses the first only */
+    double predictedUs; /* the model's time for the call */
+};
+
+/* What the model needs to know about a communicator. */
+struct loomTuneShape {
+    int nranks;
+    int localRanks;   /* ranks on this host */
+    int cpus;         /* cores this host's ranks share */
+    size_t slotBytes; /* connector slot size: the largest chunk */
+    int nChannels;    /* channels the communicator has */
+    int channelsSet;  /* 1: LOOM_NCHANNELS was set, so all of them are used */
+};
+
+/*
+ * Chooses for one call of `coll` moving `bytes` (count x element size, times
+ * nranks for AllGather, ReduceScatter and AlltoAll) on comm. Logs the
+ * decision (TUNING) the first time each (collective, power-of-two size class)
+ * is met on comm. Never fails: without a usable choice it falls back to the
+ * collective's only algorithm. device: the plan runs on device buffers
+ * (src/cuda), where Reduce keeps to the ring (its tree needs host scratch).
+ */
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+                 struct loomTuning *out);
+
+/*
+ * The model itself, for a shape: the choice among the algorithms in
+ * `allowed` (bits 1 << loomAlgo_t; 0 means what LOOM_ALGO allows for coll).
+ * Returns 0, or -1 when no allowed algorithm implements coll (then *out
+ * holds the collective's default algorithm).
+ */
+int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
+               struct loomTuning *out);
+
+/* Name of an algorithm ("ring", "tree", "direct"). */
+const char *tunerAlgoName(loomAlgo_t algo);
+
+/*
+ * Parses a LOOM_ALGO value (NCCL's syntax: "ring", "^tree", "tree,ring",
+ * "allreduce:tree;broadcast:ring") into the algorithms allowed for each
+ * collective (bits 1 << loomAlgo_t). Returns 0, or -1 with the reason in why
+ * (allowed is then left with every algorithm). Exposed for the unit tests.
+ */
+int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen);
+
+#endif /* LOOM_TUNER_H_ */

@@ -1,0 +1,196 @@
+/*
+ * check_tuner.c — LOOM_ALGO's syntax and the tuner's choices.
+ *
+ * The parser is checked on NCCL's forms (a list, an excluded list,
+ * per-collective lists) and on the mistakes a user makes; the model on the
+ * properties any calibration must keep: latency-bound sizes go to the tree on
+ * many ranks, bandwidth-bound sizes to the ring, a restriction is obeyed,
+ * chunks fit the slot, and loomTuningGet reports what the plan would use.
+ * No timing is measured here (bench/tuning-check does that).
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
+#include "tuner.h"
+
+#define RING (1u << LOOM_ALGO_RING)
+#define TREE (1u << LOOM_ALGO_TREE)
+#define DIRECT (1u << LOOM_ALGO_DIRECT)
+
+static void parseOk(const char *spec, uint32_t allowed[LOOM_COLL_NUM])
+{
+    char why[160] = "";
+    ck_assert_msg(tunerParseAlgo(spec, allowed, why, sizeof(why)) == 0, "'%s' refused: %s", spec,
+                  why);
+}
+
+START_TEST(test_parse_lists)
+{
+    uint32_t a[LOOM_COLL_NUM];
+    parseOk(NULL, a);
+    for (int c = 0; c < LOOM_COLL_NUM; c++)
+        ck_assert_uint_eq(a[c], RING | TREE | DIRECT);
+    parseOk("ring", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), RING);
+    ck_assert_uint_eq(a[LOOM_COLL_BROADCAST] & (RING | TREE), RING);
+    parseOk(" Tree ", a); /* any case, spaces around */
+    ck_assert_uint_eq(a[LOOM_COLL_REDUCE] & (RING | TREE), TREE);
+    parseOk("tree,ring", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), RING | TREE);
+    parseOk("^ring", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), TREE);
+    parseOk("tree,collnetdirect,nvls", a); /* NCCL's other algorithms: accepted, never chosen */
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), TREE);
+    for (int c = 0; c < LOOM_COLL_NUM;
+         c++) /* direct is never excluded: AlltoAll has nothing else */
+        ck_assert_uint_ne(a[c] & DIRECT, 0);
+}
+END_TEST
+
+START_TEST(test_parse_per_collective)
+{
+    uint32_t a[LOOM_COLL_NUM];
+    parseOk("allreduce:tree;broadcast:ring", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), TREE);
+    ck_assert_uint_eq(a[LOOM_COLL_BROADCAST] & (RING | TREE), RING);
+    ck_assert_uint_eq(a[LOOM_COLL_REDUCE] & (RING | TREE), RING | TREE); /* untouched */
+    parseOk("ring; AllReduce : ^ring ;", a); /* later items win; empty items are skipped */
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE), TREE);
+    ck_assert_uint_eq(a[LOOM_COLL_REDUCE] & (RING | TREE), RING);
+    parseOk("sendrecv:ring;alltoall:tree", a); /* legal, though they only have direct */
+    ck_assert_uint_eq(a[LOOM_COLL_SEND], a[LOOM_COLL_RECV]);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL], a[LOOM_COLL_ALLTOALLV]);
+}
+END_TEST
+
+START_TEST(test_parse_errors)
+{
+    static const char *const bad[] = {"bogus", "ring,bogus", "allreduce:",  "foo:ring",
+                                      "^",     "ring,,tree", "allreduce:x", ":ring"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint32_t a[LOOM_COLL_NUM];
+        char why[160] = "";
+        ck_assert_msg(tunerParseAlgo(bad[i], a, why, sizeof(why)) == -1, "'%s' accepted", bad[i]);
+        ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
+        for (int c = 0; c < LOOM_COLL_NUM; c++) /* a bad value changes nothing */
+            ck_assert_uint_eq(a[c], RING | TREE | DIRECT);
+    }
+}
+END_TEST
+
+static struct loomTuneShape shape(int n)
+{
+    struct loomTuneShape s = {.nranks = n,
+                              .localRanks = n,
+                              .cpus = 2,
+                              .slotBytes = 128 * 1024,
+                              .nChannels = 4,
+                              .channelsSet = 0};
+    return s;
+}
+
+START_TEST(test_model_latency_and_bandwidth)
+{
+    struct loomTuneShape s = shape(8);
+    struct loomTuning t;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1024, RING | TREE, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_TREE); /* 2 log2 n hops beat 2 (n - 1) */
+    s.cpus = 64, s.localRanks = 8;            /* not sharing cores: the same */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, RING | TREE, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
+    s = shape(8);
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 64 << 20, RING | TREE, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* the ring touches fewer bytes */
+    ck_assert_uint_eq(t.chunkBytes, s.slotBytes);
+    double last = 0;
+    for (size_t bytes = 8; bytes <= (64 << 20); bytes *= 2) {
+        ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, bytes, RING | TREE, &t), 0);
+        ck_assert_msg(t.predictedUs >= last, "predicted time falls from %g to %g at %zu B", last,
+                      t.predictedUs, bytes);
+        ck_assert_uint_le(t.chunkBytes, s.slotBytes);
+        ck_assert_uint_gt(t.chunkBytes, 0);
+        ck_assert_int_eq(t.nChannels, 1);
+        last = t.predictedUs;
+    }
+}
+END_TEST
+
+START_TEST(test_model_obeys_restrictions)
+{
+    struct loomTuneShape s = shape(8);
+    struct loomTuning t;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1024, RING, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING);
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_BROADCAST, 64 << 20, TREE, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
+    /* Nothing allowed that AllGather has: its ring, and -1 to say so. */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 1024, TREE, &t), -1);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING);
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 1024, RING | TREE | DIRECT, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT);
+    s.channelsSet = 1; /* LOOM_NCHANNELS set: every channel is used */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1 << 20, RING, &t), 0);
+    ck_assert_int_eq(t.nChannels, 4);
+}
+END_TEST
+
+START_TEST(test_tuning_get)
+{
+    loomTuningInfo_t info, ring;
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 1024, &info), loomSuccess);
+    ck_assert_str_eq(info.algorithm, "tree");
+    ck_assert_int_gt(info.trees, 0);
+    ck_assert_int_eq(loomTuningGet("AllReduce", "ring", 8, 1024, &ring), loomSuccess);
+    ck_assert_int_eq(ring.trees, 0);
+    ck_assert_str_eq(ring.algorithm, "ring");
+    ck_assert(ring.predictedUs > info.predictedUs);
+    ck_assert_int_eq(loomTuningGet("alltoall", NULL, 4, 4096, &info), loomSuccess);
+    ck_assert_str_eq(info.algorithm, "direct");
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 1, 0, &info), loomSuccess);
+
+    memset(&ring, 0x5a, sizeof(ring));
+    info = ring;
+    ck_assert_int_eq(loomTuningGet("allgather", "tree", 4, 8, &info), loomInvalidArgument);
+    ck_assert_ptr_nonnull(strstr(loomGetLastError(NULL), "tree"));
+    ck_assert_int_eq(loomTuningGet("gather", NULL, 4, 8, &info), loomInvalidArgument);
+    ck_assert_int_eq(loomTuningGet("allreduce", "nvls", 4, 8, &info), loomInvalidArgument);
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 0, 8, &info), loomInvalidArgument);
+    ck_assert_int_eq(loomTuningGet(NULL, NULL, 4, 8, &info), loomInvalidArgument);
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 4, 8, NULL), loomInvalidArgument);
+    ck_assert_mem_eq(&info, &ring, sizeof(info)); /* untouched on failure */
+}
+END_TEST
+
+static TCase *tcase(const char *name, const TTest *test)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_test(tc, test);
+    return tc;
+}
+
+static Suite *tunerSuite(void)
+{
+    Suite *s = suite_create("tuner");
+    suite_add_tcase(s, tcase("LOOM_ALGO lists", test_parse_lists));
+    suite_add_tcase(s, tcase("LOOM_ALGO per collective", test_parse_per_collective));
+    suite_add_tcase(s, tcase("LOOM_ALGO errors", test_parse_errors));
+    suite_add_tcase(s, tcase("latency and bandwidth", test_model_latency_and_bandwidth));
+    suite_add_tcase(s, tcase("restrictions", test_model_obeys_restrictions));
+    suite_add_tcase(s, tcase("loomTuningGet", test_tuning_get));
+    return s;
+}
+
+int main(void)
+{
+    /* loomTuningGet's default answers depend on these; the environment must not decide them. */
+    unsetenv("LOOM_ALGO");
+    unsetenv("LOOM_NCHANNELS");
+    unsetenv("LOOM_BUFFSIZE");
+    SRunner *sr = srunner_create(tunerSuite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
