@@ -188,8 +188,17 @@ loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedu
  * The algorithms. The tuner (src/tuner.c) chooses among those a collective
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
+ * LOOM_ALGO_CMA has no schedule: single copies between the buffers of the
+ * ranks of one host (src/cma.c), run whenever LOOM_ALGO allows it and the
+ * call can (tunerAllows).
  */
-typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE, LOOM_ALGO_DIRECT, LOOM_ALGO_NUM } loomAlgo_t;
+typedef enum {
+    LOOM_ALGO_RING = 0,
+    LOOM_ALGO_TREE,
+    LOOM_ALGO_DIRECT,
+    LOOM_ALGO_CMA,
+    LOOM_ALGO_NUM
+} loomAlgo_t;
 
 /* A generator: appends rank a->rank's steps of one lane to *out. */
 typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);

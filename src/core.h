@@ -161,6 +161,13 @@ struct loomComm {
     struct loomDoorbell localBell;
     void *shm; /* transport state */
     void *net;
+    /*
+     * Set by a transport whose links leave this host: carries a failure
+     * notice (code, this rank, text) to `peer`, where it is posted on the
+     * peer's doorbell. Returns 0 when the peer is not reached that way (its
+     * doorbell is then mapped here). Any thread; never blocks for long.
+     */
+    int (*notifyPeer)(struct loomComm *comm, int peer, loomResult_t code, const char *text);
 
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];
@@ -180,6 +187,9 @@ struct loomComm {
     struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
     _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
     struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
+    /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
+    int cmaOk;
+    struct cmaState *cma;
 
     pthread_mutex_t errLock;
     char lastError[512];

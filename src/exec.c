@@ -37,6 +37,10 @@
  * communicator and rings it, so ranks that were waiting on someone else, and
  * would otherwise sit until their own timeout, stop at once with the same
  * line. A local abort is not posted (loomCommAbort is local, as in NCCL).
+ * Peers on other hosts are reached through comm->notifyPeer: the network
+ * transport sends the notice over the wire and the peer's proxy posts it on
+ * that peer's doorbell (transports/net.c), so every rank of the job hears of
+ * the failure, not only those on the detector's host.
  */
 #include <errno.h>
 #include <limits.h>
@@ -429,14 +433,16 @@ static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
 static loomResult_t timedOut(const struct loomLane *b)
 {
     const struct loomStep *s = &b->steps[b->cur];
-    char stopped[192];
+    char stopped[192], from[32] = "", to[32] = "";
     describeStopped(b->comm, stopped, sizeof(stopped));
+    if (s->recvPeer >= 0)
+        snprintf(from, sizeof(from), "receive from rank %d", s->recvPeer);
+    if (s->sendPeer >= 0)
+        snprintf(to, sizeof(to), "%ssend to rank %d", from[0] ? ", " : "", s->sendPeer);
     return loomSetError(loomTimeout,
                         "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-                        "%zu (receive from rank %d, send to rank %d)%s; a peer is stopped, hung or "
-                        "called a different operation",
-                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, s->recvPeer,
-                        s->sendPeer, stopped);
+                        "%zu (%s%s)%s; a peer is stopped, hung or called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, from, to, stopped);
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
@@ -581,24 +587,32 @@ static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, 
 
 /* ---- failures ---- */
 
+int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text)
+{
+    uint32_t free = 0;
+    if (!atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
+        return 0;
+    bell->noticeCode = (int32_t)res;
+    bell->noticeFrom = from;
+    snprintf(bell->notice, sizeof(bell->notice), "%s", text);
+    atomic_store_explicit(&bell->noticeState, 2, memory_order_release);
+    atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
+    syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    return 1;
+}
+
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason)
 {
     const struct loomChannel *ch = &comm->channels[0];
     for (int p = 0; ch->send && p < comm->nranks; p++) {
-        struct loomDoorbell *bell = ch->send[p].peerBell;
-        uint32_t free = 0;
-        /* Only peers on this host: a network connector's bell is a local one (issue 8 will
-         * forward notices across hosts). */
-        if (p == comm->rank || !ch->send[p].connected || bell == NULL ||
-            comm->peers[p].hostHash != comm->peers[comm->rank].hostHash ||
-            !atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
+        const struct loomConnector *c = &ch->send[p];
+        if (p == comm->rank || !c->connected)
             continue;
-        bell->noticeCode = (int32_t)res;
-        bell->noticeFrom = comm->rank;
-        snprintf(bell->notice, sizeof(bell->notice), "%s", reason);
-        atomic_store_explicit(&bell->noticeState, 2, memory_order_release);
-        atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        /* A network connector's bell is a local one: the transport carries the notice over. */
+        if (comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
+            continue;
+        if (c->peerBell)
+            execPostNotice(c->peerBell, res, comm->rank, reason);
     }
 }
 

@@ -44,9 +44,16 @@ void execRingBell(struct loomDoorbell *bell);
 void execWake(struct loomComm *comm);
 /*
  * Posts `reason` with code `res` on the doorbell of every peer of comm and
- * wakes them, so that they stop waiting for this rank (see exec.c).
+ * wakes them, so that they stop waiting for this rank (see exec.c); peers
+ * behind a network connector get it through comm->notifyPeer.
  */
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason);
+/*
+ * Posts one failure notice (code, posting rank, text) on `bell` and wakes
+ * its owner. Returns 1, or 0 when the bell already holds a notice (the
+ * first one stays).
+ */
+int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text);
 /*
  * loomSuccess, or the failure a peer posted to this rank of comm: loomTimeout
  * for a peer's timeout, else loomRemoteError, with the peer's line recorded.

@@ -36,15 +36,20 @@
 
 #define ALGO_BIT(a) (1u << (a))
 /* LOOM_ALGO names these; the others are the only algorithm of their collectives. */
-#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE))
+#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_CMA))
 #define ALGO_EVERY ((1u << LOOM_ALGO_NUM) - 1)
 /* What a collective runs as when LOOM_ALGO allows none of its algorithms. */
 #define ALGO_FALLBACK (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT))
 
-static const char *const algoNames[LOOM_ALGO_NUM] = {
-    [LOOM_ALGO_RING] = "ring", [LOOM_ALGO_TREE] = "tree", [LOOM_ALGO_DIRECT] = "direct"};
+static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
+                                                     [LOOM_ALGO_TREE] = "tree",
+                                                     [LOOM_ALGO_DIRECT] = "direct",
+                                                     [LOOM_ALGO_CMA] = "cma"};
 
-/* The algorithms coll has a schedule for (algorithms/schedule.c). */
+/*
+ * The algorithms coll can run as over the FIFOs: those it has a schedule
+ * for (algorithms/schedule.c). cma is not among them: see tunerAllows.
+ */
 static uint32_t collAlgos(loomColl_t coll)
 {
     uint32_t m = 0;
@@ -115,8 +120,9 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
         for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
             known = strcasecmp(word, ncclOnly[i]) == 0;
         if (!known) {
-            snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s)", word,
-                     algoNames[LOOM_ALGO_RING], algoNames[LOOM_ALGO_TREE]);
+            snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s, %s)", word,
+                     algoNames[LOOM_ALGO_RING], algoNames[LOOM_ALGO_TREE],
+                     algoNames[LOOM_ALGO_CMA]);
             return -1;
         }
         if (end == NULL)
@@ -188,6 +194,12 @@ static void tuneRead(void)
     const char *spec = paramStr(LOOM_PARAM_ALGO);
     if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
+}
+
+int tunerAllows(loomColl_t coll, loomAlgo_t algo)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    return (unsigned)coll < LOOM_COLL_NUM && (algoAllowed[coll] & ALGO_BIT(algo)) != 0;
 }
 
 /* ---- the model ---- */
@@ -416,6 +428,7 @@ static const struct {
     [LOOM_ALGO_RING] = {ringPipe, 1},
     [LOOM_ALGO_TREE] = {treePipe, 2},
     [LOOM_ALGO_DIRECT] = {ringPipe, 1},
+    [LOOM_ALGO_CMA] = {NULL, 0}, /* never weighed (no schedule): see tunerAllows */
 };
 
 static double algoTime(const struct tuneCase *c, loomAlgo_t algo)

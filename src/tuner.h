@@ -53,7 +53,10 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out);
 
-/* Name of an algorithm ("ring", "tree", "direct"). */
+/* 1 if LOOM_ALGO allows algo for coll. */
+int tunerAllows(loomColl_t coll, loomAlgo_t algo);
+
+/* Name of an algorithm ("ring", "tree", "direct", "cma"). */
 const char *tunerAlgoName(loomAlgo_t algo);
 
 /*

@@ -18,13 +18,13 @@
 
 static int mpiStarted;
 
+#ifdef LOOM_TOOLS_MPI
 static int envSet(const char *name)
 {
     const char *v = getenv(name);
     return v != NULL && *v != '\0';
 }
 
-#ifdef LOOM_TOOLS_MPI
 static int underMpiLauncher(void)
 {
     if (envSet("LOOM_UNIQUE_ID") || envSet("LOOM_ROOT_ADDR"))

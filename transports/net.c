@@ -22,9 +22,16 @@
  *
  * A connection that ends (the peer exited, the network failed) is marked in
  * comm->lost: the executor reports the peer when it waits for it, and other
- * links carry on. Destroy lets the proxy drain what the executor handed over
- * before the sockets close, so a rank may destroy its communicator as soon as
- * its last call returns.
+ * links carry on. A rank that stops on an error tells its peers on other
+ * hosts through comm->notifyPeer (netNotifyPeer): the backend sends
+ * the notice against the data of the connection from that peer, where
+ * nothing else travels, so it never waits behind messages the peer no
+ * longer reads; the peer's backend receives it when its proxy goes idle and
+ * net.c posts it on that rank's doorbell (execPostNotice). Before a lost
+ * connection is reported, the notices already in from that peer are read,
+ * so a survivor names the first failure, not the peer that left after it. Destroy lets the proxy
+ * drain what the executor handed over before the sockets close, so a rank may destroy its
+ * communicator as soon as its last call returns.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -45,6 +52,7 @@
 #include "proxy.h"
 #include "socket.h"
 #include "transport.h"
+#include "wire.h"
 
 #define NET_PAGE 4096
 #define NET_DRAIN_MAX_SEC 30.0
@@ -121,6 +129,38 @@ void netHeaderDecode(const uint8_t *in, uint32_t *bytes, uint32_t *seq)
         *bytes |= (uint32_t)in[i] << (8 * i);
         *seq |= (uint32_t)in[4 + i] << (8 * i);
     }
+}
+
+size_t netNoticeEncode(const struct netNotice *n, uint8_t *out)
+{
+    size_t len = strnlen(n->text, LOOM_NOTICE_BYTES - 1);
+    memcpy(out, "LMNF", 4);
+    wirePut32(out + 4, (uint32_t)n->code);
+    wirePut32(out + 8, (uint32_t)n->from);
+    wirePut32(out + 12, (uint32_t)len);
+    memcpy(out + NET_NOTICE_HEADER_BYTES, n->text, len);
+    return NET_NOTICE_HEADER_BYTES + len;
+}
+
+long netNoticeDecode(const uint8_t *in, size_t len, struct netNotice *n)
+{
+    if (memcmp(in, "LMNF", len < 4 ? len : 4) != 0)
+        return -1;
+    if (len < NET_NOTICE_HEADER_BYTES)
+        return (long)(NET_NOTICE_HEADER_BYTES - len);
+    uint32_t textLen = wireGet32(in + 12);
+    if (textLen >= LOOM_NOTICE_BYTES)
+        return -1;
+    size_t total = NET_NOTICE_HEADER_BYTES + textLen;
+    if (len < total)
+        return (long)(total - len);
+    if (len > total)
+        return -1;
+    n->code = (int32_t)wireGet32(in + 4);
+    n->from = (int32_t)wireGet32(in + 8);
+    memcpy(n->text, in + NET_NOTICE_HEADER_BYTES, textLen);
+    n->text[textLen] = '\0';
+    return 0;
 }
 
 /* ---- the ops table ---- */
@@ -259,9 +299,39 @@ static loomResult_t netAllocate(struct netState *st)
 
 /* ---- moving: the proxy's callbacks and the executor's hook ---- */
 
+/* Posts a notice the backend received on c on this rank's doorbell. Lock held. */
+static void netTakeNotice(struct netState *st, struct netConn *c)
+{
+    struct loomComm *comm = st->comm;
+    if (!c->noticeIn)
+        return;
+    c->noticeIn = 0;
+    /* The connection says who sent it; the code can only be one of the two a notice carries. */
+    loomResult_t code = c->notice.code == loomTimeout ? loomTimeout : loomRemoteError;
+    if (execPostNotice(comm->bell, code, c->peer, c->notice.text))
+        INFO(LOOM_NET, "NET: rank %d (%s) reports: %s", c->peer, comm->peers[c->peer].hostname,
+             c->notice.text);
+}
+
+/* Reads the notices that arrived on send connections (to `peer`, or to all if -1). Lock held. */
+static void netPullNotices(struct netState *st, int peer)
+{
+    for (int i = 0; i < st->nconns; i++) {
+        struct netConn *c = &st->conns[i];
+        const struct netBackend *be = st->backends[st->backendOf[c->peer]];
+        /* Notices travel on channel 0 (netNotifyPeer); a lost connection may still hold one. */
+        if ((peer >= 0 && c->peer != peer) || !c->isSend || c->channel != 0 ||
+            be->pollNotice == NULL)
+            continue;
+        be->pollNotice(st->bstate[st->backendOf[c->peer]], c);
+        netTakeNotice(st, c);
+    }
+}
+
 static void netMarkLost(struct netState *st, struct netConn *c)
 {
     struct loomComm *comm = st->comm;
+    netPullNotices(st, c->peer);
     c->lost = 1;
     if (!atomic_exchange(&comm->lost[c->peer], 1))
         INFO(LOOM_NET, "NET: the connection with rank %d (%s) ended: %s", c->peer,
@@ -316,8 +386,39 @@ static int netBeforeSleep(void *ctx)
     for (int b = 0; b < NET_BACKENDS; b++)
         if (st->backends[b] != NULL && st->backends[b]->beforeSleep(st->bstate[b]) != 0)
             res = -1;
+    netPullNotices(st, -1);
     pthread_mutex_unlock(&st->lock);
     return res;
+}
+
+/*
+ * comm->notifyPeer: sends a failure notice to a network peer, against the
+ * data of the connection from it on channel 0 (net.c carves each recv
+ * connection right after the send connection of the same peer and channel).
+ */
+static int netNotifyPeer(struct loomComm *comm, int peer, loomResult_t code, const char *text)
+{
+    struct netState *st = comm->net;
+    if (st == NULL || st->backendOf[peer] < 0)
+        return 0;
+    const struct netBackend *be = st->backends[st->backendOf[peer]];
+    struct netConn *back = NULL;
+    for (int i = 0; i < st->nconns && back == NULL; i++)
+        if (st->conns[i].peer == peer && st->conns[i].channel == 0 && !st->conns[i].isSend)
+            back = &st->conns[i];
+    if (back == NULL || be->notify == NULL)
+        return 1; /* nothing carries it: the peer finds out by itself */
+    struct netNotice n = {.code = (int32_t)code, .from = comm->rank};
+    uint8_t msg[NET_NOTICE_MAX_BYTES];
+    snprintf(n.text, sizeof(n.text), "%s", text);
+    size_t len = netNoticeEncode(&n, msg);
+    pthread_mutex_lock(&st->lock);
+    if (!back->lost)
+        be->notify(st->bstate[st->backendOf[peer]], back, msg, len);
+    pthread_mutex_unlock(&st->lock);
+    if (st->proxy)
+        execRingBell(proxyBell(st->proxy)); /* it sends the rest, if any */
+    return 1;
 }
 
 static int netDrained(void *ctx)
@@ -365,6 +466,7 @@ static void netTeardown(struct loomComm *comm)
     struct netState *st = comm->net;
     if (st == NULL)
         return;
+    comm->notifyPeer = NULL;
     int aborted = atomic_load(&comm->abortFlag) || atomic_load(&comm->broken);
     double drain = comm->timeoutSec < NET_DRAIN_MAX_SEC ? comm->timeoutSec : NET_DRAIN_MAX_SEC;
     proxyStop(st->proxy, aborted ? 0 : drain);
@@ -443,6 +545,7 @@ static loomResult_t netSetup(struct loomComm *comm)
             k->progress = netKick;
             k->progressCtx = c;
         }
+        comm->notifyPeer = netNotifyPeer;
     }
     netLogLinks(st);
     free(info);

@@ -21,6 +21,21 @@
 
 #include "core.h"
 
+/*
+ * A failure notice between hosts (see exec.c): a rank that stopped on an
+ * error tells its peers on other hosts, whose proxies post it on their
+ * doorbells. Wire form, integers big-endian:
+ *
+ *   "LMNF"(4) code(4) from rank(4) length(4) text(length, < LOOM_NOTICE_BYTES)
+ */
+#define NET_NOTICE_HEADER_BYTES 16
+#define NET_NOTICE_MAX_BYTES (NET_NOTICE_HEADER_BYTES + LOOM_NOTICE_BYTES)
+struct netNotice {
+    int32_t code;
+    int32_t from;
+    char text[LOOM_NOTICE_BYTES];
+};
+
 /* One direction of one (peer, channel) link, as the proxy sees it. */
 struct netConn {
     int peer;
@@ -33,8 +48,11 @@ struct netConn {
     uint64_t done;   /* messages finished (send: left this process; recv: landed) */
     int lost;        /* the connection ended; nothing moves on it any more */
     char why[160];   /* why it ended, set by the backend with loomRemoteError */
-    void *priv;      /* the backend's per-connection state */
-    void *owner;     /* net.c's state */
+    /* A failure notice the backend received from the peer (send connections), for net.c. */
+    int noticeIn;
+    struct netNotice notice;
+    void *priv;  /* the backend's per-connection state */
+    void *owner; /* net.c's state */
 };
 
 struct loomProxy;
@@ -73,6 +91,16 @@ struct netBackend {
     void (*attach)(void *state, struct loomProxy *proxy);
     /* Releases the state and closes its connections (NULL is a no-op). */
     void (*teardown)(void *state);
+    /*
+     * Optional, both or neither (NULL: notices do not travel on this
+     * backend). notify queues the encoded notice `msg` on c, a recv
+     * connection, to travel against its data to the peer, and sends what
+     * goes without blocking; progress sends the rest. pollNotice reads, without
+     * blocking, what arrived that way on c, a send connection, and sets
+     * c->noticeIn and c->notice once a whole notice is in. Lock held.
+     */
+    void (*notify)(void *state, struct netConn *c, const uint8_t *msg, size_t len);
+    void (*pollNotice)(void *state, struct netConn *c);
 };
 
 extern const struct netBackend netSocketBackend;
@@ -108,5 +136,15 @@ int netSplit(size_t bytes, int nsocks, int part, size_t *off, size_t *len);
 #define NET_HEADER_BYTES 8
 void netHeaderEncode(uint32_t bytes, uint32_t seq, uint8_t *out);
 void netHeaderDecode(const uint8_t *in, uint32_t *bytes, uint32_t *seq);
+
+/* Writes the notice's wire form into out (NET_NOTICE_MAX_BYTES); returns its length. */
+size_t netNoticeEncode(const struct netNotice *n, uint8_t *out);
+/*
+ * Reads a notice from the len bytes at in: returns 0 with *n filled when they
+ * hold exactly one, the number of bytes still missing when they hold its
+ * beginning (len < NET_NOTICE_HEADER_BYTES: the header's), -1 when they are
+ * not a notice (wrong magic, length out of range, more bytes than it).
+ */
+long netNoticeDecode(const uint8_t *in, size_t len, struct netNotice *n);
 
 #endif /* LOOM_NET_H_ */

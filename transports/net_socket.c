@@ -21,8 +21,11 @@
  *
  * No credits are needed: the receiver reads message k only once slot
  * k % LOOM_STEPS is free, and until then TCP's own flow control holds the
- * sender back. Nothing ever travels from receiver to sender on a socket, so
- * closing one never discards data the other end has not read.
+ * sender back. The only thing that ever travels from receiver to sender is
+ * a failure notice (net.h), on socket 0, at most one per connection: the
+ * receiver stopped on an error and tells the sender why. That direction
+ * carries nothing else, so the notice never waits behind data; the sender's
+ * proxy reads it when it goes idle (sockPollNotice).
  *
  * Connection: every rank listens on the interface LOOM_SOCKET_IFNAME picks
  * and publishes its address, a random nonce and its nsocks through the
@@ -104,6 +107,12 @@ struct sockConn {
     struct netConn *nc;
     int nsocks;
     int connected;
+    /* A failure notice on socket 0, against the data: out on a recv connection, in on a send one.
+     */
+    uint8_t notice[NET_NOTICE_MAX_BYTES];
+    size_t noticeLen;  /* out: bytes queued */
+    size_t noticeDone; /* out: bytes sent; in: bytes received */
+    int noticeOver;    /* in: the socket ended or sent something else; stop reading it */
     struct sockLink links[SOCK_MAX];
     struct sockMsg msgs[LOOM_STEPS];
 };
@@ -190,6 +199,7 @@ static int recvSome(int fd, char *buf, size_t want, size_t *got, int *err)
 }
 
 static int sockPost(struct sockLink *l, const struct sockOp *op);
+static void noticeFlush(struct sockConn *sc);
 static void helperWake(struct sockState *st, struct sockLink *l);
 
 /* The header of message `slot` is in: check it and post the other parts. Proxy thread only. */
@@ -494,6 +504,8 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
         postSends(st, sc);
     else
         postRecvs(sc);
+    if (sc->noticeDone < sc->noticeLen)
+        noticeFlush(sc);
     for (int i = 0; i < sc->nsocks && failed == NULL; i++) {
         struct sockLink *l = &sc->links[i];
         if (l->helper < 0)
@@ -505,6 +517,71 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
     if (retire(sc))
         *moved = 1;
     return failed ? linkFailed(sc, failed) : loomSuccess;
+}
+
+/* ---- failure notices, against the data on socket 0 ---- */
+
+static void noticeFlush(struct sockConn *sc)
+{
+    while (sc->noticeDone < sc->noticeLen) {
+        ssize_t s = send(sc->links[0].fd, sc->notice + sc->noticeDone,
+                         sc->noticeLen - sc->noticeDone, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (s > 0)
+            sc->noticeDone += (size_t)s;
+        else if (s < 0 && errno == EINTR)
+            continue;
+        else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return; /* the proxy watches the socket and comes back */
+        else
+            sc->noticeDone = sc->noticeLen; /* the peer is gone: nobody to tell */
+    }
+}
+
+static void sockNotify(void *state, struct netConn *c, const uint8_t *msg, size_t len)
+{
+    struct sockConn *sc = c->priv;
+    (void)state;
+    if (sc == NULL || sc->links[0].fd < 0 || sc->noticeLen > 0 || len > sizeof(sc->notice))
+        return; /* one notice per connection: the first failure is the one that counts */
+    memcpy(sc->notice, msg, len);
+    sc->noticeLen = len;
+    noticeFlush(sc);
+}
+
+static void sockPollNotice(void *state, struct netConn *c)
+{
+    struct sockConn *sc = c->priv;
+    (void)state;
+    if (sc == NULL || sc->links[0].fd < 0 || sc->noticeOver || c->noticeIn)
+        return;
+    for (;;) {
+        long missing = netNoticeDecode(sc->notice, sc->noticeDone, &c->notice);
+        if (missing == 0) {
+            c->noticeIn = 1;
+            sc->noticeOver = 1; /* one per connection */
+            return;
+        }
+        if (missing < 0) {
+            INFO(LOOM_NET,
+                 "NET/socket: rank %d sent something other than a failure notice "
+                 "against the data; not read further",
+                 c->peer);
+            sc->noticeOver = 1;
+            return;
+        }
+        ssize_t r =
+            recv(sc->links[0].fd, sc->notice + sc->noticeDone, (size_t)missing, MSG_DONTWAIT);
+        if (r > 0)
+            sc->noticeDone += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        else {
+            sc->noticeOver = 1; /* closed or failed: sending finds out by itself */
+            return;
+        }
+    }
 }
 
 static int sockBeforeSleep(void *state)
@@ -733,4 +810,6 @@ const struct netBackend netSocketBackend = {
     .beforeSleep = sockBeforeSleep,
     .attach = sockAttach,
     .teardown = sockTeardown,
+    .notify = sockNotify,
+    .pollNotice = sockPollNotice,
 };

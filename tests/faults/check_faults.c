@@ -21,13 +21,25 @@
  * parent stops waiting for reports after a bound. Afterwards no segment of
  * any rank may be left in /dev/shm.
  *
- * The cross-host variant (2 hosts x 2 ranks over TCP) waits for the network
- * transport.
+ * Across hosts (test case "tcp"): 2 hosts x 2 ranks, shared memory inside a
+ * host and TCP between them. By default the hosts are made with LOOM_HOSTID
+ * over loopback; tests/multinode/faults.sh runs the same case on real
+ * namespace hosts (LOOM_FAULT_NETNS names the netns.sh prefix): each rank
+ * enters host h1 or h2 (network and UTS namespace, hostname hI) before it
+ * joins, and the parent enters h1, where the bootstrap root listens. The
+ * processes still share one clock and one /dev/shm. Besides the AllReduce
+ * loop, one case tests that failure notices cross hosts: ranks 0..2 wait in
+ * a chain of loomRecv (0 on 1, 1 on 2, 2 on 3) and rank 3 is killed; only
+ * rank 2, on 3's host, can see the death, and ranks 0 and 1 must hear it
+ * from rank 2 over the network (loomRemoteError naming rank 3) rather than
+ * wait out a long LOOM_TIMEOUT (loomTimeout).
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -48,6 +60,9 @@
 #define WATCHDOG_SEC 90
 
 enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
+/* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
+enum work { WORK_ALLREDUCE, WORK_CHAIN };
+#define HOSTS_SHM 0 /* every rank on this host */
 
 struct report {
     int rank;
@@ -65,6 +80,8 @@ struct job {
     int nranks;
     int timeoutSec;
     enum release release;
+    enum work work;
+    int perHost; /* ranks per host (rank r on host r / perHost + 1), HOSTS_SHM: one host */
     pid_t pids[MAX_RANKS];
     int readyFd[2];         /* each rank writes one byte once it loops */
     int reportFd[2];        /* reports, one write each (smaller than PIPE_BUF) */
@@ -106,6 +123,60 @@ static void *abortMain(void *arg)
     return NULL;
 }
 
+/* LOOM_FAULT_NETNS: the netns.sh prefix of namespace hosts, else NULL (LOOM_HOSTID hosts). */
+static const char *netnsPrefix(void)
+{
+    const char *p = getenv("LOOM_FAULT_NETNS");
+    return p && p[0] ? p : NULL;
+}
+
+/* The name survivors must give the host of `rank`. */
+static void hostOf(const struct job *job, int rank, char *buf, size_t len)
+{
+    if (job->perHost != HOSTS_SHM && netnsPrefix())
+        snprintf(buf, len, "h%d", rank / job->perHost + 1);
+    else if (gethostname(buf, len) != 0)
+        snprintf(buf, len, "?");
+    buf[len - 1] = '\0';
+}
+
+/* Enters namespace host hN (its network, a UTS namespace named hN); 0 or -1. */
+static int enterNetns(int host, int uts)
+{
+    char path[256], name[16];
+    snprintf(path, sizeof(path), "/run/netns/%s-h%d", netnsPrefix(), host);
+    snprintf(name, sizeof(name), "h%d", host);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        return -1;
+    close(fd);
+    if (uts && (unshare(CLONE_NEWUTS) != 0 || sethostname(name, strlen(name)) != 0))
+        return -1;
+    return 0;
+}
+
+/* Makes this rank's host: a namespace host, or a LOOM_HOSTID of its own. 0 or -1. */
+static int rankEnterHost(const struct job *job, int rank)
+{
+    char id[32];
+    if (job->perHost == HOSTS_SHM)
+        return 0;
+    if (netnsPrefix())
+        return enterNetns(rank / job->perHost + 1, 1);
+    snprintf(id, sizeof(id), "fault-host-%d", rank / job->perHost + 1);
+    return setenv("LOOM_HOSTID", id, 1);
+}
+
+/* WORK_CHAIN: rank r waits to receive from r + 1; the last rank sends nothing and waits. */
+static loomResult_t chainWait(loomComm_t comm, int rank, int nranks, float *buf)
+{
+    if (rank == nranks - 1) {
+        for (;;)
+            pause();
+    }
+    return loomRecv(buf, 1024, loomFloat32, rank + 1, comm, NULL);
+}
+
 static void rankRelease(struct report *rep, loomComm_t comm)
 {
     rep->aborted = rep->rank % 2 == 0;
@@ -127,6 +198,8 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     memset(&rep, 0, sizeof(rep));
     rep.rank = rank;
     config.timeoutSec = job->timeoutSec;
+    if (rankEnterHost(job, rank) != 0)
+        return 15;
     if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
         return 10;
     float *buf = malloc(COUNT * sizeof(*buf));
@@ -142,6 +215,8 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
         if (res == loomSuccess && rep.iterations++ == 0 && write(job->readyFd[1], "r", 1) != 1)
             return 13;
+        if (res == loomSuccess && job->work == WORK_CHAIN)
+            res = chainWait(comm, rank, nranks, buf);
     }
     rep.returnedAt = monoNow();
     rep.result = res;
@@ -156,13 +231,16 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
 
 /* ---- the parent ---- */
 
-static void jobStart(struct job *job, int nranks, int timeoutSec, enum release release)
+static void jobStart(struct job *job, int nranks, int timeoutSec, enum release release,
+                     enum work work, int perHost)
 {
     loomUniqueId id;
     memset(job, 0, sizeof(*job));
     job->nranks = nranks;
     job->timeoutSec = timeoutSec;
     job->release = release;
+    job->work = work;
+    job->perHost = perHost;
     ck_assert_int_eq(pipe(job->readyFd), 0);
     ck_assert_int_eq(pipe(job->reportFd), 0);
     for (int r = 0; r < nranks; r++)
@@ -170,6 +248,10 @@ static void jobStart(struct job *job, int nranks, int timeoutSec, enum release r
     struct testRanks t;
     ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, job), 0);
     memcpy(job->pids, t.pids, sizeof(pid_t) * (size_t)nranks);
+    /* The bootstrap root listens where the ranks can reach it: on host h1. */
+    if (perHost != HOSTS_SHM && netnsPrefix())
+        ck_assert_msg(enterNetns(1, 0) == 0, "cannot enter %s-h1: %s", netnsPrefix(),
+                      strerror(errno));
     ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
     ck_assert_int_eq(testRanksGo(&t, &id), 0);
     /* Every rank has finished one AllReduce: all of them are in the loop. */
@@ -202,11 +284,8 @@ static void reportPrint(const char *fault, const struct report *rep, double faul
     fflush(stdout);
 }
 
-static void assertNames(const struct report *rep, const char *what)
+static void assertNames(const struct report *rep, const char *what, const char *host)
 {
-    char host[256];
-    ck_assert_int_eq(gethostname(host, sizeof(host)), 0);
-    host[sizeof(host) - 1] = '\0';
     ck_assert_msg(strstr(rep->error, what) != NULL, "rank %d: \"%s\" does not name \"%s\"",
                   rep->rank, rep->error, what);
     ck_assert_msg(strstr(rep->error, host) != NULL, "rank %d: \"%s\" does not name host %s",
@@ -263,6 +342,8 @@ struct faultCase {
     int nranks;
     int timeoutSec;
     enum release release;
+    enum work work;
+    int perHost; /* HOSTS_SHM, or ranks per host */
     int victim;
     int sig;             /* SIGKILL or SIGSTOP */
     int abortDelayMs;    /* RELEASE_FROM_THREAD: from the fault to the survivors' aborts */
@@ -275,7 +356,9 @@ struct faultCase {
 static void faultRun(const struct faultCase *fc)
 {
     struct job job;
-    jobStart(&job, fc->nranks, fc->timeoutSec, fc->release);
+    char victimHost[64];
+    jobStart(&job, fc->nranks, fc->timeoutSec, fc->release, fc->work, fc->perHost);
+    hostOf(&job, fc->victim, victimHost, sizeof(victimHost));
     double faultAt = monoNow();
     ck_assert_int_eq(kill(job.pids[fc->victim], fc->sig), 0);
     if (fc->sig == SIGKILL)
@@ -297,7 +380,7 @@ static void faultRun(const struct faultCase *fc)
                       "rank %d returned %d, not %s", rep.rank, rep.result,
                       loomGetErrorString(fc->want));
         if (fc->names)
-            assertNames(&rep, fc->names);
+            assertNames(&rep, fc->names, victimHost);
         if (fc->word)
             ck_assert_msg(strstr(rep.error, fc->word) != NULL, "rank %d: \"%s\" lacks \"%s\"",
                           rep.rank, rep.error, fc->word);
@@ -358,9 +441,54 @@ static const struct faultCase faultCases[] = {
 };
 #define NCASES (int)(sizeof(faultCases) / sizeof(faultCases[0]))
 
+/*
+ * Across hosts, 2 x 2 (ranks 0 1 on h1, 2 3 on h2):
+ * - SIGKILL of rank 3 in the AllReduce loop: the survivors of both hosts
+ *   hear of it (loomRemoteError, rank 3 and h2 named) long before LOOM_TIMEOUT;
+ * - SIGSTOP of rank 1: the others return loomTimeout after LOOM_TIMEOUT;
+ * - chain: the notice of rank 3's death crosses from h2 to h1 (see the top).
+ */
+static const struct faultCase tcpCases[] = {
+    {.label = "tcp SIGKILL",
+     .nranks = NRANKS,
+     .timeoutSec = 30,
+     .release = RELEASE_BY_PARITY,
+     .perHost = 2,
+     .victim = 3,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 3 (pid"},
+    {.label = "tcp SIGSTOP",
+     .nranks = NRANKS,
+     .timeoutSec = 2,
+     .release = RELEASE_BY_PARITY,
+     .perHost = 2,
+     .victim = 1,
+     .sig = SIGSTOP,
+     .want = loomTimeout,
+     .word = "LOOM_TIMEOUT"},
+    {.label = "tcp chain",
+     .nranks = NRANKS,
+     .timeoutSec = 60,
+     .release = RELEASE_BY_PARITY,
+     .work = WORK_CHAIN,
+     .perHost = 2,
+     .victim = 3,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 3 (pid"},
+};
+#define NTCPCASES (int)(sizeof(tcpCases) / sizeof(tcpCases[0]))
+
 START_TEST(test_fault)
 {
     faultRun(&faultCases[_i]);
+}
+END_TEST
+
+START_TEST(test_fault_tcp)
+{
+    faultRun(&tcpCases[_i]);
 }
 END_TEST
 
@@ -371,12 +499,16 @@ static Suite *faultSuite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_fault, 0, NCASES);
     suite_add_tcase(s, tc);
+    tc = tcase_create("tcp");
+    tcase_set_timeout(tc, 150);
+    tcase_add_loop_test(tc, test_fault_tcp, 0, NTCPCASES);
+    suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    setenv("LOOM_SOCKET_IFNAME", "lo", 0);
+    setenv("LOOM_SOCKET_IFNAME", netnsPrefix() ? "eth0" : "lo", 0);
     SRunner *sr = srunner_create(faultSuite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -29,6 +29,10 @@
 #   perf_check LOG STATUS CASE  judge a loom-perf -c 1 run: record a failure naming CASE
 #                             unless STATUS is 0, every #wrong reads 0 or N/A, there are
 #                             result rows and the out-of-bounds footer says OK
+#   train_check LOG STATUS NAME STEPS  judge a loom-train --check run: record a failure
+#                             naming NAME unless STATUS is 0, the check PASSED and the
+#                             parameters are bitwise identical across ranks (after step
+#                             STEPS, or sharded) and at the end; prints the check lines
 #   comm_check LOG STATUS CASE NRANKS PATTERN...  judge loom-info --comm run with
 #                             LOOM_DEBUG=INFO: STATUS 0, every PATTERN (grep) in LOG, and
 #                             one "NET/IB: not used" line per rank
@@ -172,6 +176,26 @@ perf_check() {
         return 0
     fi
     return 1
+}
+
+train_check() {
+    _tlog=$1
+    _tstatus=$2
+    _tname=$3
+    if [ "$_tstatus" -ne 0 ]; then
+        show_log "$_tlog"
+        record_failure "$_tname: loom-train exited with status $_tstatus"
+        return 1
+    fi
+    if ! grep -q "^check: PASSED" "$_tlog" ||
+        ! grep -q -e "^verify: .* bitwise identical after step $4" \
+            -e "^verify: every parameter is sharded" "$_tlog" ||
+        ! grep -q "^check: final weights gathered on every rank are bitwise identical" "$_tlog"; then
+        show_log "$_tlog"
+        record_failure "$_tname: no PASSED verdict or parameters not identical across ranks"
+        return 1
+    fi
+    grep "^check:   " "$_tlog" | sed "s/^/    $_tname: /"
 }
 
 comm_check() {

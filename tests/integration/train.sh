@@ -27,21 +27,8 @@ train() {
     _name=$1
     shift
     _log=$TEST_TMPDIR/$_name.log
-    if ! run_logged "$_log" "$LOOMRUN" -n 4 "$LOOM_TRAIN" --check --steps 20 --log-every 5 "$@"
-    then
-        show_log "$_log"
-        record_failure "$_name: loom-train $* exited non-zero"
-        return 1
-    fi
-    if ! grep -q "^check: PASSED" "$_log" ||
-        ! grep -q -e "^verify: .* bitwise identical after step 20" \
-            -e "^verify: every parameter is sharded" "$_log" ||
-        ! grep -q "^check: final weights gathered on every rank are bitwise identical" "$_log"; then
-        show_log "$_log"
-        record_failure "$_name: no PASSED verdict or parameters not identical across ranks"
-        return 1
-    fi
-    grep "^check:   " "$_log" | sed "s/^/    $_name: /"
+    run_logged "$_log" "$LOOMRUN" -n 4 "$LOOM_TRAIN" --check --steps 20 --log-every 5 "$@"
+    train_check "$_log" $? "$_name" 20
 }
 
 # ledger NAME MAXDEV: measured/formula of the model state within MAXDEV of 1

@@ -1,7 +1,8 @@
 /*
  * check_net.c — the parts of the network transport that need no network
  * and no RDMA device: FIFO and credit bookkeeping, how TCP cuts a message
- * over sockets and frames it, and the InfiniBand helpers (connection
+ * over sockets and frames it, the failure notices hosts send each other,
+ * and the InfiniBand helpers (connection
  * records, GIDs, LOOM_IB_HCA matching, the registration cache with a fake
  * device behind it).
  */
@@ -144,6 +145,62 @@ START_TEST(header_round_trip_is_little_endian)
     netHeaderDecode(h, &bytes, &seq);
     ck_assert_uint_eq(bytes, 0x01020304u);
     ck_assert_uint_eq(seq, 0xa0b0c0d0u);
+}
+END_TEST
+
+/* ---- failure notices between hosts ---- */
+
+START_TEST(notice_round_trip_in_pieces)
+{
+    struct netNotice in = {.code = 8, .from = 3}, out;
+    uint8_t w[NET_NOTICE_MAX_BYTES];
+    snprintf(in.text, sizeof(in.text), "rank 2 (pid 42 on h2) exited while rank 3 waited for it");
+    size_t len = netNoticeEncode(&in, w);
+    ck_assert_uint_eq(len, NET_NOTICE_HEADER_BYTES + strlen(in.text));
+    ck_assert_int_eq(memcmp(w, "LMNF", 4), 0);
+    ck_assert_uint_eq(w[7], 8); /* big-endian code */
+    /* What a non-blocking reader sees as bytes trickle in: how many are still missing. */
+    ck_assert_int_eq(netNoticeDecode(w, 0, &out), NET_NOTICE_HEADER_BYTES);
+    ck_assert_int_eq(netNoticeDecode(w, 3, &out), NET_NOTICE_HEADER_BYTES - 3);
+    ck_assert_int_eq(netNoticeDecode(w, NET_NOTICE_HEADER_BYTES, &out), (long)strlen(in.text));
+    ck_assert_int_eq(netNoticeDecode(w, len - 1, &out), 1);
+    memset(&out, 0x5a, sizeof(out));
+    ck_assert_int_eq(netNoticeDecode(w, len, &out), 0);
+    ck_assert_int_eq(out.code, 8);
+    ck_assert_int_eq(out.from, 3);
+    ck_assert_str_eq(out.text, in.text);
+}
+END_TEST
+
+START_TEST(notice_long_text_is_cut)
+{
+    struct netNotice in = {.code = 9, .from = 0}, out;
+    uint8_t w[NET_NOTICE_MAX_BYTES];
+    memset(in.text, 'x', sizeof(in.text)); /* not terminated: the encoder stops in time */
+    size_t len = netNoticeEncode(&in, w);
+    ck_assert_uint_eq(len, NET_NOTICE_MAX_BYTES - 1);
+    ck_assert_int_eq(netNoticeDecode(w, len, &out), 0);
+    ck_assert_uint_eq(strlen(out.text), LOOM_NOTICE_BYTES - 1);
+}
+END_TEST
+
+START_TEST(notice_rejects_what_is_not_one)
+{
+    struct netNotice in = {.code = 8, .from = 1}, out;
+    uint8_t w[NET_NOTICE_MAX_BYTES];
+    snprintf(in.text, sizeof(in.text), "why");
+    size_t len = netNoticeEncode(&in, w);
+    ck_assert_int_eq(netNoticeDecode((const uint8_t *)"LMX", 3, &out), -1); /* early wrong magic */
+    ck_assert_int_eq(netNoticeDecode(w, len + 1, &out), -1);                /* trailing bytes */
+    w[0] = 'X';
+    ck_assert_int_eq(netNoticeDecode(w, len, &out), -1);
+    w[0] = 'L';
+    w[12] = 0x7f; /* a length beyond any notice */
+    ck_assert_int_eq(netNoticeDecode(w, NET_NOTICE_HEADER_BYTES, &out), -1);
+    w[12] = 0;
+    w[14] = (uint8_t)(LOOM_NOTICE_BYTES >> 8);
+    w[15] = (uint8_t)LOOM_NOTICE_BYTES; /* one over: the text must leave room for its NUL */
+    ck_assert_int_eq(netNoticeDecode(w, NET_NOTICE_HEADER_BYTES, &out), -1);
 }
 END_TEST
 
@@ -386,6 +443,9 @@ static Suite *netSuite(void)
     addTest(s, "split_small_is_one_part", split_small_is_one_part);
     addTest(s, "split_parts_cover_exactly", split_parts_cover_exactly);
     addTest(s, "header_round_trip_is_little_endian", header_round_trip_is_little_endian);
+    addTest(s, "notice_round_trip_in_pieces", notice_round_trip_in_pieces);
+    addTest(s, "notice_long_text_is_cut", notice_long_text_is_cut);
+    addTest(s, "notice_rejects_what_is_not_one", notice_rejects_what_is_not_one);
     addTest(s, "ib_record_round_trip", ib_record_round_trip);
     addTest(s, "ib_record_rejects_malformed", ib_record_rejects_malformed);
     addTest(s, "ib_record_empty_entry", ib_record_empty_entry);

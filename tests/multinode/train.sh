@@ -1,0 +1,39 @@
+#!/bin/sh
+# train.sh — the training drivers across hosts: loom-train --check under
+# Open MPI's mpirun on 2 namespace hosts x 2 ranks (netns.sh), for every
+# mode (ddp, zero1, zero2, zero3, moe). Shared memory carries the traffic
+# inside a host and TCP between the hosts; each run is compared with the
+# single-process reference and its parameters must be bitwise identical
+# across ranks, as in tests/integration/train.sh. loom-train links nothing
+# of MPI: the ranks join through LOOM_ROOT_ADDR (rank 0's host) and the
+# rank variables mpirun sets.
+#
+# Skipped, in one line, unless run as root where network namespaces work.
+set -u
+. "$(dirname "$0")/../integration/common.sh"
+. "$(dirname "$0")/netns.sh"
+
+LOOM_TRAIN=${LOOM_TRAIN:-$top_builddir/train/loom-train}
+[ -x "$LOOM_TRAIN" ] || skip "$LOOM_TRAIN is not built (run make first)"
+"$LOOM_TRAIN" -h >/dev/null 2>&1 || fail "$LOOM_TRAIN -h failed"
+mn_require
+trap 'mn_cleanup; rm -rf "$TEST_TMPDIR"' EXIT
+trap 'mn_cleanup; rm -rf "$TEST_TMPDIR"; exit 130' INT TERM
+
+LOOM_TEST_TIMEOUT=${LOOM_TEST_TIMEOUT:-240}
+mn_hosts 2
+port=29541
+for mode in ddp zero1 zero2 zero3 moe; do
+    log=$TEST_TMPDIR/$mode.log
+    # LOOM_SPIN=0: both hosts share this machine's few CPUs (see mpirun.sh). The INIT
+    # log says how many hosts the communicator spans.
+    run_logged "$log" "$MN_MPIRUN" 2 2 -x LOOM_TIMEOUT=120 -x LOOM_SPIN=0 \
+        -x LOOM_DEBUG=INFO -x LOOM_DEBUG_SUBSYS=INIT -x LOOM_ROOT_ADDR="$(mn_addr h1):$port" \
+        "$LOOM_TRAIN" --mode "$mode" --check --steps 20 --log-every 10
+    if train_check "$log" $? "$mode on 2 hosts x 2 ranks" 20; then
+        grep -q "4 ranks on 2 hosts, 2 on this one (h2)" "$log" ||
+            record_failure "$mode: the ranks did not span hosts h1 and h2"
+    fi
+    port=$((port + 1))
+done
+finish
