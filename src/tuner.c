@@ -497,12 +497,18 @@ static int sizeClass(size_t bytes)
 }
 
 /* Logs a decision the first time its (collective, size class) is met on comm. */
+/* 1 the first time (collective, size class) is met on comm. */
+static int tuneFirst(struct loomComm *comm, loomColl_t coll, size_t bytes)
+{
+    uint64_t bit = 1ULL << sizeClass(bytes);
+    return !(atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) &&
+           !(atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit);
+}
+
 static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
                     const struct loomTuning *t, int fellBack)
 {
-    uint64_t bit = 1ULL << sizeClass(bytes);
-    if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
-        (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
+    if (!tuneFirst(comm, coll, bytes))
         return;
     INFO(LOOM_TUNING,
          "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s%s",
@@ -510,6 +516,13 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
          t->nChannels, t->predictedUs,
          t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
+}
+
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes)
+{
+    if (tuneFirst(comm, coll, bytes))
+        INFO(LOOM_TUNING, "loom%s %zu B (class 2^%d): %s, one copy between the ranks' buffers",
+             collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA));
 }
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,

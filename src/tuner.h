@@ -53,6 +53,9 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out);
 
+/* Logs (TUNING, as tunerChoose does) that a call of coll moving bytes runs as cma. */
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes);
+
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);
 
