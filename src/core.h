@@ -187,6 +187,9 @@ struct loomComm {
     struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
     _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
     struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
+    /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
+    int cmaOk;
+    struct cmaState *cma;
 
     pthread_mutex_t errLock;
     char lastError[512];

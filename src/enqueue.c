@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cma.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -574,6 +575,9 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c). */
+    if (dev == NULL && nops == 1 && cmaEligible(&ops[0]))
+        return cmaRun(&ops[0]);
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,

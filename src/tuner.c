@@ -35,12 +35,15 @@
 #include "tuner.h"
 
 #define ALGO_BIT(a) (1u << (a))
-#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE))
+#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_CMA))
 #define ALGO_EVERY (ALGO_USER | ALGO_BIT(LOOM_ALGO_DIRECT))
 
-static const char *const algoNames[LOOM_ALGO_NUM] = {"ring", "tree", "direct"};
+static const char *const algoNames[LOOM_ALGO_NUM] = {"ring", "tree", "direct", "cma"};
 
-/* What each collective can run as, and what it runs as when nothing else is allowed. */
+/*
+ * What each collective can run as over the FIFOs, and what it runs as when
+ * nothing else is allowed. cma is not among them: see tunerAllows.
+ */
 static const uint32_t collAlgos[LOOM_COLL_NUM] = {
     [LOOM_COLL_BROADCAST] = ALGO_USER,
     [LOOM_COLL_REDUCE] = ALGO_USER,
@@ -114,7 +117,7 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
         for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
             known = strcasecmp(word, ncclOnly[i]) == 0;
         if (!known) {
-            snprintf(why, whyLen, "'%s' is not an algorithm (ring, tree)", word);
+            snprintf(why, whyLen, "'%s' is not an algorithm (ring, tree, cma)", word);
             return -1;
         }
         if (end == NULL)
@@ -186,6 +189,12 @@ static void tuneRead(void)
     const char *spec = paramStr(LOOM_PARAM_ALGO);
     if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
+}
+
+int tunerAllows(loomColl_t coll, loomAlgo_t algo)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    return (unsigned)coll < LOOM_COLL_NUM && (algoAllowed[coll] & ALGO_BIT(algo)) != 0;
 }
 
 /* ---- the model ---- */

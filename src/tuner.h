@@ -14,7 +14,18 @@
 #include "core.h"
 #include "schedule.h"
 
-typedef enum { LOOM_ALGO_RING = 0, LOOM_ALGO_TREE, LOOM_ALGO_DIRECT, LOOM_ALGO_NUM } loomAlgo_t;
+/*
+ * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one host
+ * (src/cma.c). The model never weighs it: a call runs it whenever LOOM_ALGO
+ * allows it and cmaEligible says the call can (see tunerAllows).
+ */
+typedef enum {
+    LOOM_ALGO_RING = 0,
+    LOOM_ALGO_TREE,
+    LOOM_ALGO_DIRECT,
+    LOOM_ALGO_CMA,
+    LOOM_ALGO_NUM
+} loomAlgo_t;
 
 /* A decision for one call. */
 struct loomTuning {
@@ -55,7 +66,10 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out);
 
-/* Name of an algorithm ("ring", "tree", "direct"). */
+/* 1 if LOOM_ALGO allows algo for coll. */
+int tunerAllows(loomColl_t coll, loomAlgo_t algo);
+
+/* Name of an algorithm ("ring", "tree", "direct", "cma"). */
 const char *tunerAlgoName(loomAlgo_t algo);
 
 /*

@@ -314,8 +314,13 @@ static loomResult_t opKind(const struct loomOp *op, const char *fn, int *kind, v
     int n = 0;
     *kind = -1;
     *ctx = NULL;
-    if (op->count == 0 && op->coll != LOOM_COLL_ALLTOALLV)
+    if ((op->count == 0 && op->coll != LOOM_COLL_ALLTOALLV) || (!useSend && !useRecv))
         return loomSuccess;
+    /* Without the driver in the process every buffer is host memory: ask the loader once. */
+    if (!cudaLibLoaded()) {
+        *kind = 0;
+        return loomSuccess;
+    }
     if (useSend)
         classify(op->sendbuff, "sendbuff", &b[n++]);
     if (useRecv)

@@ -1,0 +1,422 @@
+/*
+ * cma.c — single-copy collectives between the processes of one host, with
+ * cross-memory attach (process_vm_readv / process_vm_writev).
+ *
+ * The FIFO path (exec.c over transports/shm.c) copies every byte twice: into
+ * a slot of the receiver's segment, and out of it. With cross-memory attach a
+ * rank reads a peer's user buffer straight into its own, or writes its own
+ * into the peer's, in one copy done by the kernel. When every rank of a
+ * communicator sits on this host and the kernel lets every rank reach every
+ * other, a collective of at least LOOM_CMA_MIN_BYTES (the size loom-perf
+ * prints: the largest buffer), alone in its plan (not in a group), on host
+ * buffers, runs here instead of as a schedule when LOOM_ALGO allows "cma"
+ * (the tuner's LOOM_ALGO_CMA):
+ *
+ *   1. the ranks allgather their buffer addresses (a small AllGather over
+ *      the FIFOs, so waiting, abort, timeouts and dead peers are handled as
+ *      for any call);
+ *   2. each rank moves its share:
+ *      AllReduce      rank i reduces slice i of the vector (1/n): reads the
+ *                     peers' slices chunk by chunk into a scratch buffer the
+ *                     size of a chunk, reduces into its own recvbuff, and
+ *                     writes the reduced chunk into every peer's recvbuff;
+ *      ReduceScatter  rank i reduces its own block, reading the peers' blocks;
+ *      Reduce         as AllReduce, but each reduced chunk goes to the root only;
+ *      AllGather      rank i reads every peer's sendbuff into its block;
+ *      Broadcast      every rank reads the root's sendbuff;
+ *      AlltoAll       rank i reads block i of every peer's sendbuff;
+ *   3. the ranks allgather their status, which is also the barrier that keeps
+ *      a rank from returning (and its caller from reusing its buffers) while a
+ *      peer still reads or writes them.
+ * Every element of a result is written by exactly one rank, and no rank reads
+ * memory another writes in the same call, in place included (NCCL's layouts:
+ * AllGather's send block at rank*count of recvbuff, ReduceScatter's recvbuff at
+ * rank*recvcount of sendbuff); an in-place AlltoAll is staged first. Each
+ * AllReduce slice is reduced by one rank in one order, so all ranks get
+ * bit-identical results.
+ *
+ * Whether the kernel allows it is found at connect (cmaSetup): each rank
+ * reads and writes back a random word of every peer. Yama's ptrace_scope >= 1,
+ * a seccomp filter, other users or PID namespaces make that fail (EPERM,
+ * ENOSYS, ESRCH, or a word that does not match), and then the ranks agree to
+ * use the FIFO path, as they do when any rank sets LOOM_CMA_DISABLE=1.
+ * LOOM_CMA_MIN_BYTES must be equal on all ranks, like LOOM_BUFFSIZE.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "cma.h"
+#include "debug.h"
+#include "param.h"
+#include "reduce.h"
+#include "tuner.h"
+
+/* Elements are reduced in chunks this big, which stay in the L2 cache. */
+#define CMA_CHUNK (128 * 1024)
+
+/* What a rank tells the others at the start and at the end of a call. */
+struct cmaDesc {
+    uint64_t send, recv;
+    int32_t status; /* 0, or the errno of a failed copy */
+    int32_t peer;   /* the peer that copy was with */
+};
+
+struct cmaState {
+    struct cmaDesc *all; /* [nranks] */
+    char *scratch;       /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
+    size_t minBytes;
+};
+
+static __thread int tlInCma; /* this thread runs cmaRun: its own AllGathers go the FIFO way */
+
+/* ---- probe ---- */
+
+static uint64_t cmaProbeWord;
+static pthread_once_t cmaProbeOnce = PTHREAD_ONCE_INIT;
+
+static void cmaProbeInit(void)
+{
+    uint64_t r;
+    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+        r = loomClockNs() ^ ((uint64_t)getpid() << 32);
+    cmaProbeWord = r | 1;
+}
+
+struct cmaHello {
+    uint64_t addr, nonce;
+    int32_t ok, pad;
+};
+
+/* 0 if this process may read and write `peer`'s probe word, else an errno. */
+static int cmaProbePeer(const struct loomComm *comm, int peer, const struct cmaHello *h)
+{
+    uint64_t v = 0;
+    struct iovec local = {&v, sizeof(v)}, remote = {(void *)(uintptr_t)h->addr, sizeof(v)};
+    if (process_vm_readv(comm->peers[peer].pid, &local, 1, &remote, 1, 0) != sizeof(v))
+        return errno ? errno : EIO;
+    if (v != h->nonce)
+        return ESRCH; /* another process under that pid: a PID namespace between us */
+    if (process_vm_writev(comm->peers[peer].pid, &local, 1, &remote, 1, 0) != sizeof(v))
+        return errno ? errno : EIO;
+    return 0;
+}
+
+loomResult_t cmaSetup(struct loomComm *comm, int present)
+{
+    int n = comm->nranks, me = comm->rank;
+    const char *why = "";
+    int err = 0, bad = -1;
+    comm->cmaOk = 0;
+    struct cmaHello *h = calloc((size_t)n, sizeof(*h));
+    if (h == NULL)
+        return loomSetError(loomSystemError, "out of memory probing cross-memory attach");
+    int want = present && n > 1 && comm->localSize == n;
+    if (paramInt(LOOM_PARAM_CMA_DISABLE))
+        want = 0, why = "LOOM_CMA_DISABLE=1";
+    else if (!want)
+        why = "not all ranks share memory on this host";
+    if (want) {
+        pthread_once(&cmaProbeOnce, cmaProbeInit);
+        h[me].addr = (uintptr_t)&cmaProbeWord;
+        h[me].nonce = cmaProbeWord;
+    }
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, h, sizeof(*h));
+    if (res != loomSuccess)
+        goto out;
+    for (int p = 0; want && p < n; p++) {
+        if (p == me)
+            continue;
+        if (h[p].addr == 0) {
+            want = 0, why = "another rank does not use it";
+            break;
+        }
+        err = cmaProbePeer(comm, p, &h[p]);
+        if (err != 0) {
+            want = 0, bad = p;
+            break;
+        }
+    }
+    struct cmaState *st = NULL;
+    if (want) {
+        st = calloc(1, sizeof(*st));
+        if (st == NULL || (st->all = calloc((size_t)n, sizeof(*st->all))) == NULL ||
+            (st->scratch = malloc(2 * CMA_CHUNK)) == NULL)
+            want = 0, why = "out of memory";
+    }
+    int mine = want;
+    memset(h, 0, (size_t)n * sizeof(*h));
+    h[me].ok = mine;
+    res = bootstrapAllGather(comm->bootstrap, h, sizeof(*h));
+    for (int p = 0; res == loomSuccess && p < n; p++)
+        if (!h[p].ok) {
+            if (mine)
+                why = "another rank cannot use it";
+            want = 0;
+        }
+    if (res == loomSuccess && want) {
+        st->minBytes = (size_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
+        comm->cma = st;
+        comm->cmaOk = 1;
+        st = NULL;
+        INFO(LOOM_SHM, "cma: single-copy collectives from %zu bytes (process_vm_readv/writev)",
+             comm->cma->minBytes);
+    } else if (bad >= 0) {
+        INFO(LOOM_SHM, "cma: off, rank %d cannot reach rank %d (pid %d): %s; FIFO copies only",
+             me, bad, (int)comm->peers[bad].pid, debugErrnoText(err));
+    } else {
+        INFO(LOOM_SHM, "cma: off (%s); FIFO copies only", why);
+    }
+    if (st) {
+        free(st->all);
+        free(st->scratch);
+        free(st);
+    }
+out:
+    free(h);
+    return res;
+}
+
+void cmaTeardown(struct loomComm *comm)
+{
+    struct cmaState *st = comm->cma;
+    comm->cmaOk = 0;
+    if (st == NULL)
+        return;
+    free(st->all);
+    free(st->scratch);
+    free(st);
+    comm->cma = NULL;
+}
+
+/* ---- one call ---- */
+
+static size_t opBytes(const struct loomOp *op)
+{
+    size_t b = op->count * reduceTypeSize(op->dt);
+    switch (op->coll) {
+    case LOOM_COLL_ALLGATHER:
+    case LOOM_COLL_REDUCESCATTER:
+    case LOOM_COLL_ALLTOALL:
+        return b * (size_t)op->comm->nranks;
+    default:
+        return b;
+    }
+}
+
+int cmaEligible(const struct loomOp *op)
+{
+    const struct loomComm *comm = op->comm;
+    if (tlInCma || !comm->cmaOk || op->count == 0)
+        return 0;
+    switch (op->coll) {
+    case LOOM_COLL_ALLREDUCE:
+    case LOOM_COLL_ALLGATHER:
+    case LOOM_COLL_REDUCESCATTER:
+    case LOOM_COLL_BROADCAST:
+    case LOOM_COLL_REDUCE:
+    case LOOM_COLL_ALLTOALL:
+        return opBytes(op) >= comm->cma->minBytes && tunerAllows(op->coll, LOOM_ALGO_CMA);
+    default:
+        return 0;
+    }
+}
+
+/* Copies bytes between this process and `pid`: from there (write 0) or to there (write 1). */
+static int cmaMove(pid_t pid, int write, char *local, uint64_t remote, size_t bytes)
+{
+    while (bytes > 0) {
+        struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? errno : EFAULT;
+        local += got, remote += (uint64_t)got, bytes -= (size_t)got;
+    }
+    return 0;
+}
+
+struct cmaCall {
+    struct loomComm *comm;
+    const struct loomOp *op;
+    const char *send; /* this rank's send buffer (staged for an in-place AlltoAll) */
+    char *recv;
+    size_t es;
+    int failPeer;
+};
+
+static int cmaPeerMove(struct cmaCall *c, int p, int write, char *local, uint64_t remote,
+                       size_t bytes)
+{
+    pid_t pid = c->comm->peers[p].pid;
+    int err = cmaMove(pid, write, local, remote, bytes);
+    if (err) {
+        c->failPeer = p;
+        if (kill(pid, 0) != 0 && errno == ESRCH)
+            err = ESRCH; /* the peer is gone, whatever the copy said */
+    }
+    return err;
+}
+
+/*
+ * Reduces elements [off, off + count) of all ranks' send buffers, a chunk at
+ * a time. Each reduced chunk lands at `acc` (+ its offset in the range), or,
+ * when acc is NULL, in scratch, and is then written to the recv buffer of
+ * every peer (toAll) or of `root` (root >= 0, not this rank), at `off`.
+ */
+static int cmaReduceRange(struct cmaCall *c, size_t off, size_t count, char *acc, int toAll,
+                          int root)
+{
+    struct loomComm *comm = c->comm;
+    struct cmaState *st = comm->cma;
+    const struct loomOp *op = c->op;
+    int n = comm->nranks, me = comm->rank;
+    size_t es = c->es, step = CMA_CHUNK / es;
+    char *in = st->scratch;
+    for (size_t done = 0; done < count; done += step) {
+        size_t m = count - done < step ? count - done : step, pos = (off + done) * es;
+        char *dst = acc ? acc + done * es : st->scratch + CMA_CHUNK;
+        for (int k = 1; k < n; k++) {
+            int p = (me + k) % n;
+            int err = cmaPeerMove(c, p, 0, in, st->all[p].send + pos, m * es);
+            if (err)
+                return err;
+            const char *a = k == 1 ? c->send + pos : dst;
+            if (k == n - 1)
+                reduceApplyFinal(dst, a, in, m, op->dt, op->op, n);
+            else
+                reduceApply(dst, a, in, m, op->dt, op->op);
+        }
+        for (int k = 1; k < n; k++) {
+            int p = (me + k) % n;
+            if (!toAll && p != root)
+                continue;
+            int err = cmaPeerMove(c, p, 1, dst, st->all[p].recv + pos, m * es);
+            if (err)
+                return err;
+        }
+    }
+    return 0;
+}
+
+/* This rank's part of the call; 0 or the errno of a failed copy (c->failPeer says with whom). */
+static int cmaMoveShare(struct cmaCall *c)
+{
+    const struct loomOp *op = c->op;
+    struct cmaState *st = c->comm->cma;
+    int n = c->comm->nranks, me = c->comm->rank;
+    size_t es = c->es, cnt = op->count, blk = cnt * es;
+    size_t lo = cnt * (size_t)me / (size_t)n, hi = cnt * (size_t)(me + 1) / (size_t)n;
+    int err = 0;
+
+    switch (op->coll) {
+    case LOOM_COLL_ALLREDUCE:
+        return cmaReduceRange(c, lo, hi - lo, c->recv + lo * es, 1, -1);
+    case LOOM_COLL_REDUCE:
+        return cmaReduceRange(c, lo, hi - lo, me == op->root ? c->recv + lo * es : NULL, 0,
+                              op->root);
+    case LOOM_COLL_REDUCESCATTER:
+        /* Block `me` of every send buffer; the (in-place) recv buffer is this rank's own. */
+        return cmaReduceRange(c, (size_t)me * cnt, cnt, c->recv, 0, -1);
+    case LOOM_COLL_BROADCAST:
+        if (me != op->root)
+            return cmaPeerMove(c, op->root, 0, c->recv, st->all[op->root].send, blk);
+        if (c->send != c->recv)
+            memcpy(c->recv, c->send, blk);
+        return 0;
+    case LOOM_COLL_ALLGATHER:
+        for (int k = 1; k < n && !err; k++) {
+            int p = (me + k) % n;
+            err = cmaPeerMove(c, p, 0, c->recv + (size_t)p * blk, st->all[p].send, blk);
+        }
+        if (!err && c->send != c->recv + (size_t)me * blk)
+            memcpy(c->recv + (size_t)me * blk, c->send, blk);
+        return err;
+    case LOOM_COLL_ALLTOALL:
+        for (int k = 1; k < n && !err; k++) {
+            int p = (me + k) % n;
+            err = cmaPeerMove(c, p, 0, c->recv + (size_t)p * blk,
+                              st->all[p].send + (uint64_t)me * blk, blk);
+        }
+        if (!err)
+            memcpy(c->recv + (size_t)me * blk, c->send + (size_t)me * blk, blk);
+        return err;
+    default:
+        return EINVAL;
+    }
+}
+
+/* AllGathers this rank's descriptor into comm->cma->all, over the FIFOs. */
+static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
+{
+    struct loomOp o = {LOOM_COLL_ALLGATHER, mine, comm->cma->all, sizeof(*mine), loomUint8,
+                       loomSum,             0,    comm,           NULL,           NULL};
+    tlInCma = 1;
+    loomResult_t res = planExecute(&o, 1);
+    tlInCma = 0;
+    return res;
+}
+
+/*
+ * An in-place AlltoAll overwrites blocks the peers still read: its send buffer
+ * is staged in the communicator's plan scratch, which no other op of this
+ * plan uses (the descriptor AllGathers take none).
+ */
+static loomResult_t cmaStage(struct cmaCall *c)
+{
+    struct loomComm *comm = c->comm;
+    size_t bytes = opBytes(c->op);
+    if (c->op->coll != LOOM_COLL_ALLTOALL || c->send != c->recv)
+        return loomSuccess;
+    if (comm->scratchBytes < bytes) {
+        void *grown = realloc(comm->scratch, bytes);
+        if (grown == NULL)
+            return loomSetError(loomSystemError, "out of memory staging %zu bytes", bytes);
+        comm->scratch = grown, comm->scratchBytes = bytes;
+    }
+    c->send = memcpy(comm->scratch, c->send, bytes);
+    return loomSuccess;
+}
+
+loomResult_t cmaRun(struct loomOp *op)
+{
+    struct loomComm *comm = op->comm;
+    struct cmaState *st = comm->cma;
+    struct cmaCall c = {comm, op, op->sendbuff, op->recvbuff, reduceTypeSize(op->dt), -1};
+    LOOMCHECK(cmaStage(&c));
+    struct cmaDesc mine = {(uintptr_t)c.send, (uintptr_t)c.recv, 0, -1};
+    TRACE(LOOM_COLL, "cma: coll %d count %zu", (int)op->coll, op->count);
+    LOOMCHECK(cmaExchange(comm, &mine));
+    mine.status = cmaMoveShare(&c);
+    mine.peer = c.failPeer;
+    LOOMCHECK(cmaExchange(comm, &mine));
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct cmaDesc *d = &st->all[p];
+        if (d->status == 0)
+            continue;
+        if (d->status == ESRCH) { /* the peer exited in the middle: as a dead peer on the FIFOs */
+            loomSetError(loomRemoteError, "rank %d (pid %d on %s) exited while rank %d copied data "
+                         "with it",
+                         d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                         d->peer >= 0 ? comm->peers[d->peer].hostname : "?", p);
+            commSetBroken(comm, loomRemoteError, debugLastError(NULL));
+            return loomRemoteError;
+        }
+        return loomSetError(loomSystemError,
+                            "rank %d could not reach rank %d's memory (pid %d) in a single-copy "
+                            "collective: %s; the buffers passed may be invalid "
+                            "(LOOM_CMA_DISABLE=1 turns single copies off)",
+                            p, d->peer,
+                            d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                            debugErrnoText(d->status));
+    }
+    return loomSuccess;
+}
