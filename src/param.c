@@ -90,10 +90,10 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_HOSTID] = {"LOOM_HOSTID", PARAM_STR, "", 0, 0, NULL, NULL,
                            "overrides this host's identity (ranks with equal ids share "
                            "memory); unset: hash of hostname and boot id"},
-    [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "200", 0, 10000000, "a number of iterations",
+    [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "20000", 0, 10000000, "a number of iterations",
                          NULL,
                          "busy-poll iterations (pause instructions) of a wait before it "
-                         "yields the CPU, "
+                         "yields the CPU (capped at 32 with more ranks than cores), "
                          "0..10000000"},
     [LOOM_PARAM_CUDA_LIB] = {"LOOM_CUDA_LIB", PARAM_STR, "libcuda.so.1", 0, 0, NULL, NULL,
                              "the CUDA driver library loaded at run time for device buffers "
