@@ -222,7 +222,7 @@ int cmaEligible(const struct loomOp *op)
     case LOOM_COLL_BROADCAST:
     case LOOM_COLL_REDUCE:
     case LOOM_COLL_ALLTOALL:
-        return opBytes(op) >= comm->cma->minBytes && tunerUseCma(comm, op->coll);
+        return opBytes(op) >= comm->cma->minBytes && tunerAllows(op->coll, LOOM_ALGO_CMA);
     default:
         return 0;
     }

@@ -202,20 +202,6 @@ int tunerAllows(loomColl_t coll, loomAlgo_t algo)
     return (unsigned)coll < LOOM_COLL_NUM && (algoAllowed[coll] & ALGO_BIT(algo)) != 0;
 }
 
-/*
- * When ranks outnumber cores, the single copies lose to the FIFO schedules:
- * bench/tuning-check -n "4 8" -r 3 (AllReduce, 2-core VM, load 6-12), cma
- * against the best of ring and tree from 64 KiB to 64 MiB: 1.5-2.7x slower
- * at n=4, 1.2-3.5x at n=8 (64 KiB, n=8: 726 us against the tree's 206). So
- * there cma runs only when LOOM_ALGO leaves the collective nothing else.
- */
-int tunerUseCma(const struct loomComm *comm, loomColl_t coll)
-{
-    if (!tunerAllows(coll, LOOM_ALGO_CMA))
-        return 0;
-    return !comm->oversubscribed || !(algoAllowed[coll] & collAlgos(coll) & ALGO_USER);
-}
-
 /* ---- the model ---- */
 
 /*

@@ -58,12 +58,6 @@ void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes);
 
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);
-/*
- * 1 if a call of coll on comm that can take the single copy (cma.c) should:
- * LOOM_ALGO allows it, and ranks do not outnumber cores unless LOOM_ALGO
- * allows coll nothing else.
- */
-int tunerUseCma(const struct loomComm *comm, loomColl_t coll);
 
 /* Name of an algorithm ("ring", "tree", "direct", "cma"). */
 const char *tunerAlgoName(loomAlgo_t algo);

@@ -56,15 +56,11 @@ state=$(cma_state 2 $PERF_ENV)
 note "cross-memory attach here: $state"
 case $state in
 on)
-    # LOOM_ALGO=cma: with more ranks than cores the tuner keeps to the FIFOs (tunerUseCma)
-    # unless LOOM_ALGO leaves nothing else
-    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=cma"
     for n in 2 3 4; do
         perf_case $n $ALL $SIZES
     done
     perf_case 3 $ALL $SIZES -O 3
     perf_case 4 $ALL $SIZES -z 1
-    PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
     ;;
 off*) note "the kernel refuses it here: the single-copy sweep is not run" ;;
 *) record_failure "ranks disagree on single copies: $state" ;;
