@@ -36,7 +36,8 @@
 
 #define ALGO_BIT(a) (1u << (a))
 #define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_CMA))
-#define ALGO_EVERY (ALGO_USER | ALGO_BIT(LOOM_ALGO_DIRECT))
+/* cma (single copies) is off unless LOOM_ALGO names it: see tunerAllows. */
+#define ALGO_EVERY (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_DIRECT))
 
 static const char *const algoNames[LOOM_ALGO_NUM] = {"ring", "tree", "direct", "cma"};
 
@@ -124,7 +125,7 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
             break;
         p = end + 1;
     }
-    *mask = (exclude ? ALGO_USER & ~m : m) | ALGO_BIT(LOOM_ALGO_DIRECT);
+    *mask = (exclude ? ALGO_EVERY & ~m : m) | ALGO_BIT(LOOM_ALGO_DIRECT);
     return 0;
 }
 

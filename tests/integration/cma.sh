@@ -1,7 +1,8 @@
 #!/bin/sh
 # cma.sh — single-copy collectives (src/cma.c): results, agreement, fallback.
 #
-# With LOOM_CMA_MIN_BYTES at its floor (4096) every collective of 4 KiB or
+# With LOOM_ALGO naming cma (single copies are off by default) and
+# LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
 # more between ranks of this host runs with process_vm_readv/writev, so the
 # exact-result sweep of loom-perf (all collectives, datatypes, operations and
 # roots, out of place and in place, misaligned at 3 ranks, blocking at 4)
@@ -52,7 +53,8 @@ cma_state() {
     fi
 }
 
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
+# Single copies are off unless LOOM_ALGO names cma.
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
 state=$(cma_state 2 $PERF_ENV)
 note "cross-memory attach here: $state"
 case $state in
@@ -74,7 +76,7 @@ cat >"$LOOM_PERF" <<EOS
 exec "$REAL_PERF" "\$@"
 EOS
 chmod +x "$LOOM_PERF"
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
 state=$(cma_state 3 $PERF_ENV)
 case $state in
 off*) note "disabled on rank 1: $state" ;;
@@ -83,7 +85,7 @@ esac
 perf_case 3 $FALLBACK $SIZES
 LOOM_PERF=$REAL_PERF
 
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_CMA_DISABLE=1"
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma LOOM_CMA_DISABLE=1"
 state=$(cma_state 2 $PERF_ENV)
 case $state in
 off*LOOM_CMA_DISABLE=1*) ;;
@@ -92,7 +94,7 @@ esac
 
 # Refused by the kernel, on all ranks and on rank 1 only.
 for ranks in "" 1; do
-    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LD_PRELOAD=$DENY CMADENY_RANKS=$ranks"
+    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma LD_PRELOAD=$DENY CMADENY_RANKS=$ranks"
     state=$(cma_state 3 $PERF_ENV)
     case $state in
     off*) note "refused on ranks '${ranks:-all}': $state" ;;
