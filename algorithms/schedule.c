@@ -48,22 +48,25 @@ void scheduleFree(struct loomSchedule *s)
     s->cap = 0;
 }
 
-/* Indexed by loomColl_t: the ring or direct generator, and the tree's where there is one. */
-static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][2] = {
-    [LOOM_COLL_BROADCAST] = {ringBroadcastSchedule, treeBroadcastSchedule},
-    [LOOM_COLL_REDUCE] = {ringReduceSchedule, treeReduceSchedule},
-    [LOOM_COLL_ALLREDUCE] = {ringAllReduceSchedule, treeAllReduceSchedule},
-    [LOOM_COLL_ALLGATHER] = {ringAllGatherSchedule, NULL},
-    [LOOM_COLL_REDUCESCATTER] = {ringReduceScatterSchedule, NULL},
-    [LOOM_COLL_ALLTOALL] = {directAlltoAllSchedule, NULL},
-    [LOOM_COLL_ALLTOALLV] = {directAlltoAllvSchedule, NULL},
-    [LOOM_COLL_SEND] = {directSendSchedule, NULL},
-    [LOOM_COLL_RECV] = {directRecvSchedule, NULL},
+/* Indexed by loomColl_t, then loomAlgo_t; NULL where a collective lacks the algorithm. */
+#define RING LOOM_ALGO_RING
+#define TREE LOOM_ALGO_TREE
+#define DIRECT LOOM_ALGO_DIRECT
+static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
+    [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastSchedule, [TREE] = treeBroadcastSchedule},
+    [LOOM_COLL_REDUCE] = {[RING] = ringReduceSchedule, [TREE] = treeReduceSchedule},
+    [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReduceSchedule, [TREE] = treeAllReduceSchedule},
+    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherSchedule},
+    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterSchedule},
+    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllSchedule},
+    [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvSchedule},
+    [LOOM_COLL_SEND] = {[DIRECT] = directSendSchedule},
+    [LOOM_COLL_RECV] = {[DIRECT] = directRecvSchedule},
 };
 
-loomGenerator_t scheduleGenerator(loomColl_t coll, int tree)
+loomGenerator_t scheduleGenerator(loomColl_t coll, loomAlgo_t algo)
 {
-    if ((unsigned)coll >= LOOM_COLL_NUM)
+    if ((unsigned)coll >= LOOM_COLL_NUM || (unsigned)algo >= LOOM_ALGO_NUM)
         return NULL;
-    return scheduleGenerators[coll][tree != 0];
+    return scheduleGenerators[coll][algo];
 }

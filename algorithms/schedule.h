@@ -184,13 +184,30 @@ loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomS
 loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 
+/*
+ * The algorithms. The tuner (src/tuner.c) chooses among those a collective
+ * has a generator for; adding one takes a value here, its generators in
+ * schedule.c's table, and a cost model and a name in tuner.c.
+ * LOOM_ALGO_CMA has no schedule: single copies between the buffers of the
+ * ranks of one host (src/cma.c), run where LOOM_ALGO names it (it is off
+ * otherwise) and the call can (tunerAllows).
+ */
+typedef enum {
+    LOOM_ALGO_RING = 0,
+    LOOM_ALGO_TREE,
+    LOOM_ALGO_DIRECT,
+    LOOM_ALGO_CMA,
+    LOOM_ALGO_NUM
+} loomAlgo_t;
+
 /* A generator: appends rank a->rank's steps of one lane to *out. */
 typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);
 /*
- * The generator for coll: with tree set the double binary tree's, else the
- * ring's (direct for AlltoAll(v), Send and Recv). NULL when coll has no such
- * schedule (a tree AllGather) or is out of range.
+ * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
+ * tree (AllReduce, Broadcast, Reduce) or direct (AlltoAll(v), Send, Recv).
+ * NULL when coll has no such schedule (a tree AllGather) or either is out
+ * of range.
  */
-loomGenerator_t scheduleGenerator(loomColl_t coll, int tree);
+loomGenerator_t scheduleGenerator(loomColl_t coll, loomAlgo_t algo);
 
 #endif /* LOOM_SCHEDULE_H_ */

@@ -352,7 +352,7 @@ static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
 
 static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomSchedule *s)
 {
-    loomGenerator_t gen = scheduleGenerator(a->coll, algo == LOOM_ALGO_TREE);
+    loomGenerator_t gen = scheduleGenerator(a->coll, algo);
     return gen ? gen(a, s) : loomInternalError;
 }
 
@@ -576,8 +576,10 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
     /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c). */
-    if (dev == NULL && nops == 1 && cmaEligible(&ops[0]))
+    if (dev == NULL && nops == 1 && cmaEligible(&ops[0])) {
+        tunerLogCma(ops[0].comm, ops[0].coll, opBytes(&ops[0]));
         return cmaRun(&ops[0]);
+    }
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,

@@ -35,27 +35,36 @@
 #include "tuner.h"
 
 #define ALGO_BIT(a) (1u << (a))
+/* LOOM_ALGO names these; the others are the only algorithm of their collectives. */
 #define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_CMA))
-/* cma (single copies) is off unless LOOM_ALGO names it: see tunerAllows. */
-#define ALGO_EVERY (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_DIRECT))
+#define ALGO_EVERY ((1u << LOOM_ALGO_NUM) - 1)
+/* What a collective runs as when LOOM_ALGO allows none of its algorithms. */
+#define ALGO_FALLBACK (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT))
+/*
+ * What an unset LOOM_ALGO, or a list after ^, allows: all but cma, which runs
+ * only where a list names it (measured on the 2-core machine, the FIFOs beat
+ * single copies about 2x for AllReduce on 2 ranks from 128 KiB to 64 MiB,
+ * and for Broadcast and Reduce; single copies won only under heavy load).
+ */
+#define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
-static const char *const algoNames[LOOM_ALGO_NUM] = {"ring", "tree", "direct", "cma"};
+static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
+                                                     [LOOM_ALGO_TREE] = "tree",
+                                                     [LOOM_ALGO_DIRECT] = "direct",
+                                                     [LOOM_ALGO_CMA] = "cma"};
 
 /*
- * What each collective can run as over the FIFOs, and what it runs as when
- * nothing else is allowed. cma is not among them: see tunerAllows.
+ * The algorithms coll can run as over the FIFOs: those it has a schedule
+ * for (algorithms/schedule.c). cma is not among them: see tunerAllows.
  */
-static const uint32_t collAlgos[LOOM_COLL_NUM] = {
-    [LOOM_COLL_BROADCAST] = ALGO_USER,
-    [LOOM_COLL_REDUCE] = ALGO_USER,
-    [LOOM_COLL_ALLREDUCE] = ALGO_USER,
-    [LOOM_COLL_ALLGATHER] = ALGO_BIT(LOOM_ALGO_RING),
-    [LOOM_COLL_REDUCESCATTER] = ALGO_BIT(LOOM_ALGO_RING),
-    [LOOM_COLL_ALLTOALL] = ALGO_BIT(LOOM_ALGO_DIRECT),
-    [LOOM_COLL_ALLTOALLV] = ALGO_BIT(LOOM_ALGO_DIRECT),
-    [LOOM_COLL_SEND] = ALGO_BIT(LOOM_ALGO_DIRECT),
-    [LOOM_COLL_RECV] = ALGO_BIT(LOOM_ALGO_DIRECT),
-};
+static uint32_t collAlgos(loomColl_t coll)
+{
+    uint32_t m = 0;
+    for (int a = 0; a < LOOM_ALGO_NUM; a++)
+        if (scheduleGenerator(coll, (loomAlgo_t)a))
+            m |= ALGO_BIT(a);
+    return m;
+}
 
 static const char *const collNames[LOOM_COLL_NUM] = {"Broadcast", "Reduce",        "AllReduce",
                                                      "AllGather", "ReduceScatter", "AlltoAll",
@@ -118,14 +127,16 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
         for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
             known = strcasecmp(word, ncclOnly[i]) == 0;
         if (!known) {
-            snprintf(why, whyLen, "'%s' is not an algorithm (ring, tree, cma)", word);
+            snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s, %s)", word,
+                     algoNames[LOOM_ALGO_RING], algoNames[LOOM_ALGO_TREE],
+                     algoNames[LOOM_ALGO_CMA]);
             return -1;
         }
         if (end == NULL)
             break;
         p = end + 1;
     }
-    *mask = (exclude ? ALGO_EVERY & ~m : m) | ALGO_BIT(LOOM_ALGO_DIRECT);
+    *mask = (exclude ? ALGO_USER & ALGO_DEFAULT & ~m : m) | (ALGO_EVERY & ~ALGO_USER);
     return 0;
 }
 
@@ -164,7 +175,7 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     uint32_t work[LOOM_COLL_NUM];
     char item[160];
     for (int c = 0; c < LOOM_COLL_NUM; c++)
-        allowed[c] = work[c] = ALGO_EVERY;
+        allowed[c] = work[c] = ALGO_DEFAULT;
     if (spec == NULL)
         return 0;
     for (const char *p = spec; p != NULL;) {
@@ -222,16 +233,17 @@ int tunerAllows(loomColl_t coll, loomAlgo_t algo)
  */
 struct tuneCosts {
     const char *transport;
-    double callUs;         /* a call's fixed cost: plan, executor entry and exit */
-    double hopUs;          /* a message between two ranks that each have a core */
-    double switchUs;       /* added per hop when ranks outnumber cores */
-    double crowdUs;        /* and for each rank a core holds beyond two */
-    double treeSwitches;   /* switches of a tree time unit, in ring hops */
-    double tree1Switches;  /* the same with all data in one tree */
-    double ringSparse;     /* the part of a ring hop's switches paid even with no block */
-    double rootedSwitches; /* switches of a Broadcast or Reduce tree's time unit */
-    double stepUs;         /* the executor's overhead of one step */
-    double byteNs;         /* one byte read or written by a copy or a reduction */
+    double callUs;          /* a call's fixed cost: plan, executor entry and exit */
+    double hopUs;           /* a message between two ranks that each have a core */
+    double switchUs;        /* added per hop when ranks outnumber cores */
+    double crowdUs;         /* and for each rank a core holds beyond two */
+    double treeSwitches;    /* switches of a tree time unit, in ring hops */
+    double tree1Switches;   /* the same with all data in one tree */
+    double ringSparse;      /* the part of a ring hop's switches paid even with no block */
+    double rootedSwitches;  /* switches of a Broadcast or Reduce unit over both trees */
+    double rooted1Switches; /* the same over one tree */
+    double stepUs;          /* the executor's overhead of one step */
+    double byteNs;          /* one byte read or written by a copy or a reduction */
 };
 
 /*
@@ -254,10 +266,21 @@ struct tuneCosts {
  *                  n=4, 8 .. 512 B (4 units): ~13 us against ~22: 1.0 .. 1.4
  *   tree1Switches  one tree against two, 8 B, n=8, 21 alternations: equal or
  *                  up to 10% faster: 1.15
- *   rootedSwitches Broadcast and Reduce, n=4 and 8: up to 4 KiB the tree is
- *                  within noise of the chain (1-4 us a call back to back),
- *                  from 8 KiB 1.5-3x slower; 3.0 keeps them on the chain
- *                  whenever ranks share cores
+ *   rootedSwitches Broadcast and Reduce over both trees, n=4 and 8: 1.5-8x
+ *                  slower than the chain back to back. The chain (and one
+ *                  tree) lets each rank run several calls' steps in one
+ *                  time slice, since data only flows down (or up); over two
+ *                  trees a rank interior in one waits for its peers of the
+ *                  other in every call, so ranks that share cores switch
+ *                  at least once a call. 3.0 keeps two trees off the shm
+ *                  path whenever ranks share cores
+ *   rooted1Switches one tree against the chain (loom-perf -z 1 -c 0 back to
+ *                  back, one tree forced by a switch used for the
+ *                  measurement only, medians of 3 interleaved runs on the
+ *                  loaded machine, load average 12-20): n=8 Broadcast 8 KiB
+ *                  10.7 against 30 us, 64 KiB 138 against 160, 4 MiB 7.5
+ *                  against 6.9 ms (two trees: 48 us, 166 us, 6.6 ms); n=4
+ *                  even up to 1 KiB: 1.2
  *   byteNs         n=2, 64 MiB, CPU-bound: 8 x 64 MiB touched on 2 cores in
  *                  ~17.5 ms (tree; the ring's loops wait on each other)
  *   stepUs         not separable from hopUs at these sizes; small
@@ -265,7 +288,8 @@ struct tuneCosts {
  * The resulting AllReduce choices: n=2 tree up to 512 B (a tie), ring to
  * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 4 KiB,
  * ring above; n=8 tree up to 64 KiB (one tree up to 512 B), ring above.
- * Broadcast and Reduce: the chain whenever ranks share cores. To redo on
+ * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
+ * and 16 KiB at n=4, the chain above; never both trees. To redo on
  * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
  * ring, forced tree and the automatic choice for n = 2, 4, 8 from 8 B to
  * 64 MiB), read the figures above from its ring and tree columns, set them
@@ -282,6 +306,7 @@ static const struct tuneCosts shmCosts = {
     .tree1Switches = 1.15,
     .ringSparse = 0.6,
     .rootedSwitches = 3.0,
+    .rooted1Switches = 1.2,
     .stepUs = 0.05,
     .byteNs = 0.065,
 };
@@ -391,22 +416,34 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
     }
-    p->switches = c->k->rootedSwitches;
+    p->switches = two ? c->k->rootedSwitches : c->k->rooted1Switches;
     p->units = (n > 1 ? floorLog2(n - 1) + 1 : 0) + pieces - 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
 }
 
+/*
+ * Each algorithm's pipeline, and how many variants the tuner tries (the
+ * tree: data over both trees, or one). Direct exchanges: a ring's count of
+ * pieces and hops is close enough. A new algorithm adds a row.
+ */
+static const struct {
+    void (*pipe)(const struct tuneCase *c, struct tunePipe *p);
+    int variants;
+} algoModels[LOOM_ALGO_NUM] = {
+    [LOOM_ALGO_RING] = {ringPipe, 1},
+    [LOOM_ALGO_TREE] = {treePipe, 2},
+    [LOOM_ALGO_DIRECT] = {ringPipe, 1},
+    [LOOM_ALGO_CMA] = {NULL, 0}, /* never weighed (no schedule): see tunerAllows */
+};
+
 static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
 {
     struct tunePipe p;
     if (c->s->nranks == 1 || c->bytes == 0) /* a local copy, or nothing */
         return c->k->callUs + 2 * c->bytes * c->k->byteNs / 1e3;
-    if (algo == LOOM_ALGO_TREE)
-        treePipe(c, &p);
-    else
-        ringPipe(c, &p); /* direct exchanges: a ring's count of pieces and hops is close enough */
+    algoModels[algo].pipe(c, &p);
     return pipeTime(c, &p);
 }
 
@@ -429,18 +466,19 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
                struct loomTuning *out)
 {
     pthread_once(&tuneOnce, tuneRead);
-    uint32_t can = collAlgos[coll] & (allowed ? allowed : algoAllowed[coll]);
+    uint32_t can = collAlgos(coll) & (allowed ? allowed : algoAllowed[coll]);
     struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
     int res = 0;
     if (can == 0) { /* nothing allowed that coll has: its first algorithm */
-        can = collAlgos[coll] & (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT));
+        can = collAlgos(coll) & ALGO_FALLBACK;
         res = -1;
     }
     out->predictedUs = -1;
     for (int a = 0; a < LOOM_ALGO_NUM; a++) {
         if (!(can & ALGO_BIT(a)))
             continue;
-        for (c.trees = 2; c.trees >= (a == LOOM_ALGO_TREE ? 1 : 2); c.trees--) {
+        for (int v = 0; v < algoModels[a].variants; v++) {
+            c.trees = 2 - v;
             double chunk = (double)shape->slotBytes;
             double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
             if (out->predictedUs < 0 || t < out->predictedUs) {
@@ -466,12 +504,18 @@ static int sizeClass(size_t bytes)
 }
 
 /* Logs a decision the first time its (collective, size class) is met on comm. */
+/* 1 the first time (collective, size class) is met on comm. */
+static int tuneFirst(struct loomComm *comm, loomColl_t coll, size_t bytes)
+{
+    uint64_t bit = 1ULL << sizeClass(bytes);
+    return !(atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) &&
+           !(atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit);
+}
+
 static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
                     const struct loomTuning *t, int fellBack)
 {
-    uint64_t bit = 1ULL << sizeClass(bytes);
-    if ((atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) ||
-        (atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit))
+    if (!tuneFirst(comm, coll, bytes))
         return;
     INFO(LOOM_TUNING,
          "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s%s",
@@ -479,6 +523,13 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
          t->nChannels, t->predictedUs,
          t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
+}
+
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes)
+{
+    if (tuneFirst(comm, coll, bytes))
+        INFO(LOOM_TUNING, "loom%s %zu B (class 2^%d): %s, one copy between the ranks' buffers",
+             collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA));
 }
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
@@ -539,7 +590,7 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
     for (int a = 0; algorithm != NULL && a < LOOM_ALGO_NUM; a++)
         if (strcasecmp(algorithm, algoNames[a]) == 0)
             allowed = ALGO_BIT(a);
-    if (algorithm != NULL && !(allowed & collAlgos[coll]))
+    if (algorithm != NULL && !(allowed & collAlgos((loomColl_t)coll)))
         return loomSetError(loomInvalidArgument, "%s: %s has no '%s' algorithm", fn, collective,
                             algorithm);
     pthread_once(&tuneOnce, tuneRead);

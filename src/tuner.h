@@ -14,22 +14,6 @@
 #include "core.h"
 #include "schedule.h"
 
-/*
- * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one host
- * (src/cma.c). The model never weighs it, and it is off unless LOOM_ALGO
- * names it ("ring,tree,cma", "allgather:cma,ring"): measured on the 2-core
- * machine, the FIFOs were faster (AllReduce on 2 ranks, 2 MiB to 64 MiB,
- * about 2x) except under heavy load. A call runs it when LOOM_ALGO allows
- * it and cmaEligible says the call can (see tunerAllows).
- */
-typedef enum {
-    LOOM_ALGO_RING = 0,
-    LOOM_ALGO_TREE,
-    LOOM_ALGO_DIRECT,
-    LOOM_ALGO_CMA,
-    LOOM_ALGO_NUM
-} loomAlgo_t;
-
 /* A decision for one call. */
 struct loomTuning {
     loomAlgo_t algo;
@@ -68,6 +52,9 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
  */
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out);
+
+/* Logs (TUNING, as tunerChoose does) that a call of coll moving bytes runs as cma. */
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes);
 
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);

@@ -436,6 +436,14 @@ static int collIsReduction(loomColl_t coll)
            coll == LOOM_COLL_REDUCESCATTER;
 }
 
+/* The tree when asked for, else the ring, or direct where there is no ring. */
+static loomAlgo_t collAlgo(const struct coll *c)
+{
+    if (c->tree)
+        return LOOM_ALGO_TREE;
+    return scheduleGenerator(c->coll, LOOM_ALGO_RING) ? LOOM_ALGO_RING : LOOM_ALGO_DIRECT;
+}
+
 static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
                                  struct loomSchedule *out)
 {
@@ -456,7 +464,7 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
             return directSendSchedule(a, out);
         return a->rank == c->peer ? directRecvSchedule(a, out) : loomSuccess;
     default: {
-        loomGenerator_t gen = scheduleGenerator(c->coll, c->tree);
+        loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
         return gen ? gen(a, out) : loomInternalError;
     }
     }
