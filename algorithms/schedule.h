@@ -189,8 +189,8 @@ loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedu
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
  * LOOM_ALGO_CMA has no schedule: single copies between the buffers of the
- * ranks of one host (src/cma.c), run whenever LOOM_ALGO allows it and the
- * call can (tunerAllows).
+ * ranks of one host (src/cma.c), run where LOOM_ALGO names it (it is off
+ * otherwise) and the call can (tunerAllows).
  */
 typedef enum {
     LOOM_ALGO_RING = 0,

@@ -62,8 +62,8 @@ static const struct paramRow paramTable[] = {
                                "file log lines are appended to (%h host, %p pid); unset: "
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
-                         "algorithms allowed: ring, tree, cma, e.g. ring or ^tree (NCCL list "
-                         "syntax); unset: chosen per call by the tuner"},
+                         "algorithms allowed: ring, tree, cma (single copies, off unless named), "
+                         "e.g. ring or ^tree (NCCL list syntax); unset: ring or tree per call"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
                               "channels (parallel rings/trees) per communicator, 1..32"},
     [LOOM_PARAM_BUFFSIZE] = {"LOOM_BUFFSIZE", PARAM_INT, "1048576", 512, 1073741824,
@@ -116,7 +116,7 @@ static const struct paramRow paramTable[] = {
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
     [LOOM_PARAM_CMA_DISABLE] = {"LOOM_CMA_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1: no single-copy collectives between the ranks of one host "
-                                "(process_vm_readv/writev); every byte goes through shm FIFOs"},
+                                "(process_vm_readv/writev) even where LOOM_ALGO names cma"},
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "65536", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,
                                   "smallest collective (largest buffer, as loom-perf's size) "

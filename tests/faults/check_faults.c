@@ -255,11 +255,30 @@ static void jobStart(struct job *job, int nranks, int timeoutSec, enum release r
     ck_assert_int_eq(loomGetUniqueId(&id), loomSuccess);
     ck_assert_int_eq(testRanksGo(&t, &id), 0);
     /* Every rank has finished one AllReduce: all of them are in the loop. */
-    for (int got = 0; got < nranks;) {
+    for (int got = 0, waitedMs = 0; got < nranks;) {
         struct pollfd p = {job->readyFd[0], POLLIN, 0};
-        ck_assert_msg(poll(&p, 1, 60000) == 1, "only %d of %d ranks started looping", got, nranks);
-        char c;
-        got += read(job->readyFd[0], &c, 1) == 1;
+        if (poll(&p, 1, 200) == 1) {
+            char c;
+            got += read(job->readyFd[0], &c, 1) == 1;
+            continue;
+        }
+        /* A rank that left before its first AllReduce ended (init or that call failed,
+         * e.g. LOOM_TIMEOUT passed on a crowded machine) is named at once. */
+        for (int r = 0; r < nranks; r++) {
+            int st;
+            if (job->pids[r] > 0 && waitpid(job->pids[r], &st, WNOHANG) == job->pids[r]) {
+                job->pids[r] = -1;
+                for (int k = 0; k < nranks; k++)
+                    if (job->pids[k] > 0)
+                        kill(job->pids[k], SIGKILL);
+                ck_abort_msg("rank %d exited (%s %d) before its first AllReduce ended; %d of %d "
+                             "ranks were looping",
+                             r, WIFEXITED(st) ? "status" : "signal",
+                             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), got, nranks);
+            }
+        }
+        waitedMs += 200;
+        ck_assert_msg(waitedMs < 60000, "only %d of %d ranks started looping", got, nranks);
     }
     sleepMs(50); /* and they are well inside it */
 }
@@ -414,7 +433,7 @@ static const struct faultCase faultCases[] = {
      .names = "rank 2 (pid"},
     {.label = "SIGSTOP",
      .nranks = NRANKS,
-     .timeoutSec = 2,
+     .timeoutSec = 5,
      .release = RELEASE_BY_PARITY,
      .victim = 1,
      .sig = SIGSTOP,
@@ -460,7 +479,7 @@ static const struct faultCase tcpCases[] = {
      .names = "rank 3 (pid"},
     {.label = "tcp SIGSTOP",
      .nranks = NRANKS,
-     .timeoutSec = 2,
+     .timeoutSec = 5,
      .release = RELEASE_BY_PARITY,
      .perHost = 2,
      .victim = 1,

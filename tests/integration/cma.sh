@@ -1,12 +1,14 @@
 #!/bin/sh
 # cma.sh — single-copy collectives (src/cma.c): results, agreement, fallback.
 #
-# With LOOM_CMA_MIN_BYTES at its floor (4096) every collective of 4 KiB or
+# With LOOM_ALGO naming cma (single copies are off by default) and
+# LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
 # more between ranks of this host runs with process_vm_readv/writev, so the
 # exact-result sweep of loom-perf (all collectives, datatypes, operations and
-# roots, out of place and in place, misaligned) covers the single-copy code
-# at 2, 3 and 4 ranks, with sizes whose counts fill no vector or slice evenly
-# and with chunks (128 KiB) cut in the middle of a slice. Then the same sweep
+# roots, out of place and in place, misaligned at 3 ranks, blocking at 4)
+# covers the single-copy code at 2, 3 and 4 ranks, with sizes whose counts
+# fill no vector or slice evenly and with chunks (128 KiB) cut in the middle
+# of a slice. Then the same sweep
 # runs with LOOM_CMA_DISABLE=1 on one rank only, and with the kernel refusing
 # (an LD_PRELOAD shim returns EPERM, as under Yama ptrace_scope or seccomp)
 # on all ranks or on one: every rank must then agree to stay on the FIFO
@@ -51,14 +53,13 @@ cma_state() {
     fi
 }
 
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
+# Single copies are off unless LOOM_ALGO names cma.
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
 state=$(cma_state 2 $PERF_ENV)
 note "cross-memory attach here: $state"
 case $state in
 on)
-    for n in 2 3 4; do
-        perf_case $n $ALL $SIZES
-    done
+    perf_case 2 $ALL $SIZES
     perf_case 3 $ALL $SIZES -O 3
     perf_case 4 $ALL $SIZES -z 1
     ;;
@@ -75,7 +76,7 @@ cat >"$LOOM_PERF" <<EOS
 exec "$REAL_PERF" "\$@"
 EOS
 chmod +x "$LOOM_PERF"
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
 state=$(cma_state 3 $PERF_ENV)
 case $state in
 off*) note "disabled on rank 1: $state" ;;
@@ -84,7 +85,7 @@ esac
 perf_case 3 $FALLBACK $SIZES
 LOOM_PERF=$REAL_PERF
 
-PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_CMA_DISABLE=1"
+PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma LOOM_CMA_DISABLE=1"
 state=$(cma_state 2 $PERF_ENV)
 case $state in
 off*LOOM_CMA_DISABLE=1*) ;;
@@ -93,7 +94,7 @@ esac
 
 # Refused by the kernel, on all ranks and on rank 1 only.
 for ranks in "" 1; do
-    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LD_PRELOAD=$DENY CMADENY_RANKS=$ranks"
+    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma LD_PRELOAD=$DENY CMADENY_RANKS=$ranks"
     state=$(cma_state 3 $PERF_ENV)
     case $state in
     off*) note "refused on ranks '${ranks:-all}': $state" ;;

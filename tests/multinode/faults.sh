@@ -9,7 +9,7 @@
 #                rank 3 and h2, long before LOOM_TIMEOUT (30 s); abort or
 #                destroy then return
 #   tcp SIGSTOP  rank 1 (h1) stopped: the others return loomTimeout after
-#                LOOM_TIMEOUT (2 s)
+#                LOOM_TIMEOUT (5 s)
 #   tcp chain    ranks 0 and 1 (h1) wait on live ranks while rank 3 (h2) is
 #                killed: they hear of it from rank 2 over the network
 #                (loomRemoteError), not by their own 60 s timeout
