@@ -286,8 +286,15 @@ struct tuneCosts {
  *   stepUs         not separable from hopUs at these sizes; small
  *
  * The resulting AllReduce choices: n=2 tree up to 512 B (a tie), ring to
- * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 4 KiB,
+ * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 32 KiB,
  * ring above; n=8 tree up to 64 KiB (one tree up to 512 B), ring above.
+ * (The n=4 crossover moved from 4 to 32 KiB when the tree's first piece was
+ * charged 6 piece sizes a level instead of 11: four interleaved
+ * `bench/tuning-check -n "4 8" -r 7 -b 4K -e 256K` runs on the quiet
+ * machine gave ring/tree at n=4 of 1.20 at 4 KiB, 1.09 at 8 KiB, 1.05 at
+ * 16 KiB, 1.02 at 32 KiB, 0.92 at 64 KiB; at n=8 1.31, 1.29, 1.17, 1.16,
+ * 1.10 from 4 to 64 KiB, 1.03 at 128 KiB (a coin toss, run to run) and
+ * 0.88 at 256 KiB.)
  * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
  * and 16 KiB at n=4, the chain above; never both trees. To redo on
  * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
@@ -409,9 +416,15 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
     double leaves = (n + 1) / 2, edges = n - 1;
     p->switches = two ? c->k->treeSwitches : c->k->tree1Switches;
     if (c->coll == LOOM_COLL_ALLREDUCE) {
-        p->units = 2 * floorLog2(n) + pieces - 1;
+        double fill = 2 * floorLog2(n);
+        p->units = fill + pieces - 1;
         p->unitSteps = n > 2 ? 3 : 2;
-        p->unitBytes = (n > 2 ? 11 : 4 + 4 * two) * piece;
+        /* The first piece's way up and down touches 6 piece sizes a level
+         * (two children's reduced into the parent's slot, or the parent's
+         * copied out and to two children); the 11 above are paid only once
+         * both directions run at once, by the pieces behind it. */
+        p->unitBytes = n > 2 ? (fill * 6 + (pieces - 1) * 11) / p->units * piece
+                             : (4 + 4 * two) * piece;
         p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         return;
