@@ -11,7 +11,18 @@
  * loading anything: only if the driver is in the process already. It asks
  * the dynamic loader (dl_iterate_phdr) and, while the answer is no, only
  * rescans when the loader reports that objects were added since the last
- * look, so a host-only program pays about 50 ns per collective for it.
+ * look. Even that look costs: glibc's dl_iterate_phdr takes the loader's
+ * lock and searches every loaded object's headers for the caller before
+ * the first callback (70 ns a call in loom-perf, growing with the objects
+ * a process has loaded; a collective asks twice). So a "no" is trusted
+ * while the coarse monotonic clock (a read of the kernel's tick, 5 ns where
+ * CLOCK_MONOTONIC costs 60 ns on the development VM) still shows the tick
+ * of the scan that gave it: at most one tick, 1-10 ms. A device pointer can
+ * exist only after the driver was loaded, initialised (cuInit), given a
+ * context and asked for memory, which takes far longer (on the order of
+ * 100 ms), so none can be passed within a tick of a scan that did not find
+ * the driver. (tests/unit/fakecuda.c, a test double, loads in no time; its
+ * tests load it before their first call.)
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -19,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cudalib.h"
 #include "debug.h"
@@ -81,6 +93,8 @@ static loomResult_t cudaState = loomInternalError;
 static char cudaWhy[384];
 static atomic_int cudaSeenLoaded;
 static _Atomic unsigned long long cudaScannedAdds = ~0ULL;
+static _Atomic unsigned long long cudaScannedTick; /* CLOCK_MONOTONIC_COARSE (ns) of the last
+                                                       scan that found no driver, 0: none */
 
 static void cudaLibLoad(void)
 {
@@ -180,6 +194,12 @@ int cudaLibLoaded(void)
 {
     if (atomic_load_explicit(&cudaSeenLoaded, memory_order_acquire))
         return 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    unsigned long long now =
+        (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+    if (now != 0 && now == atomic_load_explicit(&cudaScannedTick, memory_order_acquire))
+        return 0;
     const char *name = paramStr(LOOM_PARAM_CUDA_LIB);
     const char *slash = strrchr(name, '/');
     struct libScan s = {slash ? slash + 1 : name, atomic_load(&cudaScannedAdds), 0, 1, 0};
@@ -189,6 +209,7 @@ int cudaLibLoaded(void)
         return 1;
     }
     atomic_store(&cudaScannedAdds, s.adds);
+    atomic_store_explicit(&cudaScannedTick, now, memory_order_release);
     return 0;
 }
 
