@@ -35,6 +35,24 @@ loomResult_t scheduleAppend(struct loomSchedule *s, const struct loomStep *step)
     return loomSuccess;
 }
 
+loomResult_t scheduleAppendOp(struct loomSchedule *s, loomStepOp_t op, uint8_t flags, int recvPeer,
+                              int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
+                              size_t count)
+{
+    struct loomStep st = {
+        .op = (uint8_t)op,
+        .srcBuf = srcBuf,
+        .dstBuf = LOOM_BUF_RECV,
+        .flags = flags,
+        .sendPeer = sendPeer,
+        .recvPeer = recvPeer,
+        .srcOff = srcOff,
+        .dstOff = dstOff,
+        .count = count,
+    };
+    return scheduleAppend(s, &st);
+}
+
 void scheduleReset(struct loomSchedule *s)
 {
     s->nsteps = 0;
@@ -52,10 +70,13 @@ void scheduleFree(struct loomSchedule *s)
 #define RING LOOM_ALGO_RING
 #define TREE LOOM_ALGO_TREE
 #define DIRECT LOOM_ALGO_DIRECT
+#define DOUBLING LOOM_ALGO_DOUBLING
 static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
     [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastSchedule, [TREE] = treeBroadcastSchedule},
     [LOOM_COLL_REDUCE] = {[RING] = ringReduceSchedule, [TREE] = treeReduceSchedule},
-    [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReduceSchedule, [TREE] = treeAllReduceSchedule},
+    [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReduceSchedule,
+                             [TREE] = treeAllReduceSchedule,
+                             [DOUBLING] = doublingAllReduceSchedule},
     [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherSchedule},
     [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterSchedule},
     [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllSchedule},

@@ -123,6 +123,10 @@ struct loomSchedule {
 
 /* Appends one step, growing the array. Returns loomSystemError if out of memory. */
 loomResult_t scheduleAppend(struct loomSchedule *s, const struct loomStep *step);
+/* Appends a step that writes to LOOM_BUF_RECV (if it writes): the common case, spelled out. */
+loomResult_t scheduleAppendOp(struct loomSchedule *s, loomStepOp_t op, uint8_t flags, int recvPeer,
+                              int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
+                              size_t count);
 /* Empties s (keeps its memory). */
 void scheduleReset(struct loomSchedule *s);
 /* Frees s's memory and empties it. */
@@ -185,6 +189,13 @@ loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedu
 loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 
 /*
+ * Recursive doubling (algorithms/doubling.c): AllReduce in log2 n exchanges
+ * of the whole vector between partners (two more when n is not a power of
+ * two), for the smallest messages. Same contract as the ring generators.
+ */
+loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+
+/*
  * The algorithms. The tuner (src/tuner.c) chooses among those a collective
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
@@ -196,6 +207,7 @@ typedef enum {
     LOOM_ALGO_RING = 0,
     LOOM_ALGO_TREE,
     LOOM_ALGO_DIRECT,
+    LOOM_ALGO_DOUBLING,
     LOOM_ALGO_CMA,
     LOOM_ALGO_NUM
 } loomAlgo_t;
@@ -204,7 +216,8 @@ typedef enum {
 typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
- * tree (AllReduce, Broadcast, Reduce) or direct (AlltoAll(v), Send, Recv).
+ * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce) or direct
+ * (AlltoAll(v), Send, Recv).
  * NULL when coll has no such schedule (a tree AllGather) or either is out
  * of range.
  */

@@ -458,18 +458,7 @@ static loomResult_t treeStep(const struct treeLane *l, loomStepOp_t op, uint8_t 
                              int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
                              size_t count)
 {
-    struct loomStep st = {
-        .op = (uint8_t)op,
-        .srcBuf = srcBuf,
-        .dstBuf = LOOM_BUF_RECV,
-        .flags = flags,
-        .sendPeer = sendPeer,
-        .recvPeer = recvPeer,
-        .srcOff = srcOff,
-        .dstOff = dstOff,
-        .count = count,
-    };
-    return scheduleAppend(l->out, &st);
+    return scheduleAppendOp(l->out, op, flags, recvPeer, sendPeer, srcBuf, srcOff, dstOff, count);
 }
 
 /*

@@ -36,7 +36,9 @@
 
 #define ALGO_BIT(a) (1u << (a))
 /* LOOM_ALGO names these; the others are the only algorithm of their collectives. */
-#define ALGO_USER (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_CMA))
+#define ALGO_USER                                                                                  \
+    (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_TREE) | ALGO_BIT(LOOM_ALGO_DOUBLING) |          \
+     ALGO_BIT(LOOM_ALGO_CMA))
 #define ALGO_EVERY ((1u << LOOM_ALGO_NUM) - 1)
 /* What a collective runs as when LOOM_ALGO allows none of its algorithms. */
 #define ALGO_FALLBACK (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT))
@@ -51,6 +53,7 @@
 static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_TREE] = "tree",
                                                      [LOOM_ALGO_DIRECT] = "direct",
+                                                     [LOOM_ALGO_DOUBLING] = "doubling",
                                                      [LOOM_ALGO_CMA] = "cma"};
 
 /*
@@ -127,9 +130,9 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
         for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
             known = strcasecmp(word, ncclOnly[i]) == 0;
         if (!known) {
-            snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s, %s)", word,
+            snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s, %s, %s)", word,
                      algoNames[LOOM_ALGO_RING], algoNames[LOOM_ALGO_TREE],
-                     algoNames[LOOM_ALGO_CMA]);
+                     algoNames[LOOM_ALGO_DOUBLING], algoNames[LOOM_ALGO_CMA]);
             return -1;
         }
         if (end == NULL)
@@ -437,6 +440,22 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
 }
 
 /*
+ * Recursive doubling (AllReduce only): R rounds (log2 n, two more when n is
+ * not a power of two), each a hop on which a rank sends its whole piece and
+ * adds its partner's (2 steps, 5 piece sizes touched). Pieces do not overlap
+ * on a rank: R units per piece.
+ */
+static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    int n = c->s->nranks, pow2 = 1 << floorLog2(n);
+    double rounds = floorLog2(n) + (pow2 < n ? 2 : 0);
+    double S = c->bytes, pieces = ceilDiv(S, c->chunk), piece = pieces > 0 ? S / pieces : 0;
+    p->units = rounds * pieces, p->switches = 1;
+    p->unitSteps = 2, p->unitBytes = 5 * piece;
+    p->totalSteps = n * 2 * p->units, p->totalBytes = n * 5 * S * rounds;
+}
+
+/*
  * Each algorithm's pipeline, and how many variants the tuner tries (the
  * tree: data over both trees, or one). Direct exchanges: a ring's count of
  * pieces and hops is close enough. A new algorithm adds a row.
@@ -448,6 +467,7 @@ static const struct {
     [LOOM_ALGO_RING] = {ringPipe, 1},
     [LOOM_ALGO_TREE] = {treePipe, 2},
     [LOOM_ALGO_DIRECT] = {ringPipe, 1},
+    [LOOM_ALGO_DOUBLING] = {doublingPipe, 1},
     [LOOM_ALGO_CMA] = {NULL, 0}, /* never weighed (no schedule): see tunerAllows */
 };
 

@@ -15,7 +15,10 @@
 # The whole matrix runs twice: with the tuner's choices, and with
 # LOOM_ALGO=tree, which sends AllReduce, Broadcast and Reduce through the
 # double binary tree at every size (the other collectives have no tree and
-# keep their ring or direct schedules).
+# keep their ring or direct schedules). Then AllReduce alone with
+# LOOM_ALGO=allreduce:doubling (recursive doubling at every size) on 1 to 8
+# ranks (powers of two and not), misaligned, blocking, with zero counts and
+# with tiny FIFOs and two channels.
 #
 # The sweep is sized to finish well within a few minutes on a 2-core machine
 # with more ranks than cores (about 30 s a pass when this was written).
@@ -75,6 +78,27 @@ matrix() {
     PERF_ENV=
 }
 
+# Recursive doubling: AllReduce only (the other collectives have no such schedule).
+doubling() {
+    PERF_ENV="LOOM_ALGO=allreduce:doubling"
+    AR="-G 0 -C allreduce -d all -o all"
+    if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
+        for n in 2 3; do
+            perf_case $n $AR $SIZES
+        done
+    else
+        for n in 1 2 3 4 5 6 7 8; do
+            perf_case $n $AR $SIZES
+        done
+        perf_case 3 $AR $SIZES -O 3
+        perf_case 6 $AR $SIZES -z 1
+        perf_case 5 $AR -b 0 -e 0
+    fi
+    PERF_ENV="LOOM_ALGO=allreduce:doubling LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+    perf_case 5 $AR $SIZES
+    PERF_ENV=
+}
+
 pass=matrix
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then
     note "LOOM_TEST_QUICK=1: a reduced matrix"
@@ -84,5 +108,7 @@ ALGO_ENV=
 $pass
 ALGO_ENV="LOOM_ALGO=tree"
 $pass
+ALGO_ENV=
+doubling
 
 finish

@@ -396,6 +396,7 @@ struct coll {
     const size_t *sc, *sd, *rc, *rd;
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
     int tree;           /* 1: the double binary tree instead of the ring */
+    int doubling;       /* 1: recursive doubling (AllReduce) instead of the ring */
     int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
     const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
@@ -436,11 +437,13 @@ static int collIsReduction(loomColl_t coll)
            coll == LOOM_COLL_REDUCESCATTER;
 }
 
-/* The tree when asked for, else the ring, or direct where there is no ring. */
+/* The tree or recursive doubling when asked for, else the ring, or direct where there is no ring. */
 static loomAlgo_t collAlgo(const struct coll *c)
 {
     if (c->tree)
         return LOOM_ALGO_TREE;
+    if (c->doubling)
+        return LOOM_ALGO_DOUBLING;
     return scheduleGenerator(c->coll, LOOM_ALGO_RING) ? LOOM_ALGO_RING : LOOM_ALGO_DIRECT;
 }
 
@@ -573,7 +576,7 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 }
                 continue;
             }
-            int writesOk = v->writes == 1 || (c->tree && reduced && v->writes > 1);
+            int writesOk = v->writes == 1 || ((c->tree || c->doubling) && reduced && v->writes > 1);
             if (!writesOk || !symEqual(v, &e, reduced)) {
                 snprintf(
                     err, ERR_LEN,
@@ -626,7 +629,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     }
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
-    s.multiWrite = c->tree && collIsReduction(c->coll);
+    s.multiWrite = (c->tree || c->doubling) && collIsReduction(c->coll);
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
@@ -670,7 +673,7 @@ static void collExpectOk(const struct coll *c, const char *ring, unsigned caseNo
             0x9e3779b97f4a7c15ULL ^ ((uint64_t)c->n << 32) ^ (c->count << 8) ^ (uint64_t)c->root;
         int rc = collRun(c, randomOrder, seed, err);
         ck_assert_msg(rc == 0, "coll %d %s n %d root %d count %zu chunk %zu order %s %s: %s",
-                      c->coll, c->tree ? "tree" : "ring", c->n, c->root, c->count, c->chunk, ring,
+                      c->coll, c->tree ? "tree" : c->doubling ? "doubling" : "ring", c->n, c->root, c->count, c->chunk, ring,
                       randomOrder ? "random" : "round-robin", err);
     }
 }
@@ -712,24 +715,26 @@ static size_t treeCount(size_t chunk)
  * Every n in 1..64 (1..128 for the tree), every chunk size, the interesting
  * counts, the given roots.
  */
-static void sweep(loomColl_t coll, int allRoots, int tree)
+/* algo: 0 the ring (or direct), 1 the tree, 2 recursive doubling. */
+static void sweep(loomColl_t coll, int allRoots, int algo)
 {
     unsigned caseNo = 0;
     uint64_t rng = 0x5eeded + (uint64_t)coll;
-    for (int n = 1; n <= (tree ? MAX_RANKS : RING_RANKS); n++) {
+    int tree = algo == 1, doubling = algo == 2;
+    for (int n = 1; n <= (tree || doubling ? MAX_RANKS : RING_RANKS); n++) {
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
             size_t ch = chunks[ci], nn = (size_t)n;
             size_t counts[] = {0, 1, perBlock(coll, n) ? ch : nn - 1, midCount(coll, n, ch),
                                tree ? treeCount(ch) : bigCount(coll, n, ch)};
             int roots[] = {0, n - 1, (int)rngBelow(&rng, (size_t)n), n / 2};
             int nroots = !allRoots ? 1 : n <= 8 ? n : 4;
-            if (tree && n > SMALL_RANKS) {
+            if ((tree || doubling) && n > SMALL_RANKS) {
                 /* A tree's pieces depend on count and chunk, not on n: keep the runs short. */
                 counts[2] = 2 * ch + 1, counts[3] = 0;
                 nroots = allRoots ? 3 : 1;
             }
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
-                if (k == 3 && tree && n > SMALL_RANKS)
+                if (k == 3 && (tree || doubling) && n > SMALL_RANKS)
                     continue;
                 for (int ri = 0; ri < nroots; ri++) {
                     struct coll c = {.coll = coll,
@@ -738,6 +743,7 @@ static void sweep(loomColl_t coll, int allRoots, int tree)
                                      .chunk = ch,
                                      .root = n <= 8 ? ri : roots[ri],
                                      .tree = tree,
+                                     .doubling = doubling,
                                      .trees = tree && caseNo % 3 == 1 ? 1 : 2};
                     collExpectOk(&c, "identity", caseNo++);
                 }
@@ -1206,6 +1212,70 @@ START_TEST(test_tree_allreduce)
 }
 END_TEST
 
+START_TEST(test_doubling_allreduce)
+{
+    sweep(LOOM_COLL_ALLREDUCE, 0, 2);
+}
+END_TEST
+
+/* Recursive doubling's partners, and the one exchange of two ranks. */
+START_TEST(test_doubling_shape)
+{
+    struct loomSchedule s = {0};
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLREDUCE,
+                              .nranks = 2,
+                              .rank = 1,
+                              .count = 5,
+                              .lo = 0,
+                              .hi = 5,
+                              .chunkElems = 8};
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 2); /* one hop: send mine, add the peer's */
+    ck_assert_int_eq(s.steps[0].op, LOOM_STEP_SEND);
+    ck_assert_int_eq(s.steps[0].sendPeer, 0);
+    ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV_REDUCE_COPY);
+    ck_assert_int_eq(s.steps[1].recvPeer, 0);
+    ck_assert_int_eq(s.steps[1].srcBuf, LOOM_BUF_SEND);
+    ck_assert_int_eq(s.steps[1].flags, LOOM_STEP_FINAL);
+    /* 8 ranks: rank 5 meets 4, 7 and 1, one round each. */
+    scheduleReset(&s);
+    a.nranks = 8, a.rank = 5;
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 6);
+    int want8[] = {4, 7, 1};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(s.steps[2 * k].sendPeer, want8[k]);
+        ck_assert_int_eq(s.steps[2 * k + 1].recvPeer, want8[k]);
+        ck_assert_int_eq(s.steps[2 * k + 1].srcBuf, k == 0 ? LOOM_BUF_SEND : LOOM_BUF_RECV);
+        ck_assert_int_eq(s.steps[2 * k + 1].flags, k == 2 ? LOOM_STEP_FINAL : 0);
+    }
+    /* 6 ranks (4 + 2): rank 0 hands its vector to 1 and gets the result back; rank 1 plays
+     * participant 0 against 3 and 4, then returns the result to 0. */
+    scheduleReset(&s);
+    a.nranks = 6, a.rank = 0;
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 2);
+    ck_assert_int_eq(s.steps[0].sendPeer, 1);
+    ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV);
+    ck_assert_int_eq(s.steps[1].recvPeer, 1);
+    scheduleReset(&s);
+    a.rank = 1;
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_uint_eq(s.nsteps, 6);
+    ck_assert_int_eq(s.steps[0].recvPeer, 0);
+    ck_assert_int_eq(s.steps[1].sendPeer, 3);
+    ck_assert_int_eq(s.steps[3].sendPeer, 4);
+    ck_assert_int_eq(s.steps[5].sendPeer, 0);
+    ck_assert_int_eq(s.steps[5].srcBuf, LOOM_BUF_RECV);
+    /* A rank outside the communicator or a zero chunk is a core bug: refused. */
+    a.rank = 6;
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    a.rank = 0, a.chunkElems = 0;
+    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    scheduleFree(&s);
+}
+END_TEST
+
 START_TEST(test_tree_broadcast)
 {
     sweep(LOOM_COLL_BROADCAST, 1, 1);
@@ -1596,6 +1666,8 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("ring order", test_random_ring_order));
     suite_add_tcase(s, tcase("tree allreduce", test_tree_allreduce));
     suite_add_tcase(s, tcase("tree broadcast", test_tree_broadcast));
+    suite_add_tcase(s, tcase("doubling allreduce", test_doubling_allreduce));
+    suite_add_tcase(s, tcase("doubling shape", test_doubling_shape));
     suite_add_tcase(s, tcase("tree reduce", test_tree_reduce));
     suite_add_tcase(s, tcase("tree shape", test_tree_shape));
     suite_add_tcase(s, tcase("tree halves", test_tree_halves));

@@ -18,6 +18,7 @@
 #define RING (1u << LOOM_ALGO_RING)
 #define TREE (1u << LOOM_ALGO_TREE)
 #define DIRECT (1u << LOOM_ALGO_DIRECT)
+#define DOUBLING (1u << LOOM_ALGO_DOUBLING)
 #define CMA (1u << LOOM_ALGO_CMA)
 
 static void parseOk(const char *spec, uint32_t allowed[LOOM_COLL_NUM])
@@ -32,11 +33,15 @@ START_TEST(test_parse_lists)
     uint32_t a[LOOM_COLL_NUM];
     parseOk(NULL, a);
     for (int c = 0; c < LOOM_COLL_NUM; c++)
-        ck_assert_uint_eq(a[c], RING | TREE | DIRECT); /* cma only when named */
+        ck_assert_uint_eq(a[c], RING | TREE | DIRECT | DOUBLING); /* cma only when named */
     parseOk("ring", a);
     ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & CMA, 0);
     parseOk("^tree", a);
     ck_assert_uint_eq(a[LOOM_COLL_ALLGATHER] & (RING | TREE | CMA), RING);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE | DOUBLING), RING | DOUBLING);
+    parseOk("allreduce:doubling", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & (RING | TREE | DOUBLING | CMA), DOUBLING);
+    ck_assert_uint_eq(a[LOOM_COLL_BROADCAST] & DOUBLING, DOUBLING); /* untouched */
     parseOk("ring,tree,cma", a);
     ck_assert_uint_eq(a[LOOM_COLL_BROADCAST] & (RING | TREE | CMA), RING | TREE | CMA);
     parseOk("allreduce:cma,ring", a);
@@ -84,7 +89,7 @@ START_TEST(test_parse_errors)
         ck_assert_msg(tunerParseAlgo(bad[i], a, why, sizeof(why)) == -1, "'%s' accepted", bad[i]);
         ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
         for (int c = 0; c < LOOM_COLL_NUM; c++) /* a bad value changes nothing */
-            ck_assert_uint_eq(a[c], RING | TREE | DIRECT);
+            ck_assert_uint_eq(a[c], RING | TREE | DIRECT | DOUBLING);
     }
 }
 END_TEST
@@ -110,6 +115,11 @@ START_TEST(test_model_latency_and_bandwidth)
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, RING | TREE, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
     s = shape(8);
+    /* Fewer hops still: log2 n exchanges of the whole vector, for small vectors only. */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, RING | TREE | DOUBLING, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DOUBLING);
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1 << 20, RING | TREE | DOUBLING, &t), 0);
+    ck_assert_int_ne(t.algo, LOOM_ALGO_DOUBLING);
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 64 << 20, RING | TREE, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* the ring touches fewer bytes */
     ck_assert_uint_eq(t.chunkBytes, s.slotBytes);
@@ -148,9 +158,14 @@ END_TEST
 START_TEST(test_tuning_get)
 {
     loomTuningInfo_t info, ring;
-    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 1024, &info), loomSuccess);
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 64 << 10, &info), loomSuccess);
     ck_assert_str_eq(info.algorithm, "tree");
     ck_assert_int_gt(info.trees, 0);
+    ck_assert_int_eq(loomTuningGet("allreduce", "ring", 8, 64 << 10, &ring), loomSuccess);
+    ck_assert(ring.predictedUs > info.predictedUs);
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 1024, &info), loomSuccess);
+    ck_assert_str_eq(info.algorithm, "doubling"); /* 3 hops beat the tree's 6 */
+    ck_assert_int_eq(info.trees, 0);
     ck_assert_int_eq(loomTuningGet("AllReduce", "ring", 8, 1024, &ring), loomSuccess);
     ck_assert_int_eq(ring.trees, 0);
     ck_assert_str_eq(ring.algorithm, "ring");
