@@ -175,6 +175,21 @@ struct loomComm {
     struct loomSchedule *pool;
     int poolSize;
     int poolUsed; /* entries taken by the plan being built */
+    uint64_t schedGen; /* bumped whenever a cached or pooled schedule is (re)built */
+    /*
+     * The last ungrouped host call's plan (enqueue.c): a call with the same
+     * arguments, buffers included, reuses its schedules without asking the
+     * tuner or the cache again, while schedGen is unchanged.
+     */
+    struct {
+        int valid;
+        int coll, dt, op, root, nlanes;
+        size_t count;
+        const void *send;
+        void *recv;
+        uint64_t gen;
+        const struct loomSchedule *sched[LOOM_MAX_CHANNELS];
+    } memo;
     /* Lane ownership of connectors inside one plan (exec.c). */
     int *owner; /* [2 * nChannels * nranks] */
     /* Per-plan scratch: in-place AlltoAll staging, tree Reduce partial sums. */

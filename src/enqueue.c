@@ -315,6 +315,7 @@ struct planOp {
     struct loomTuning tune;
     size_t chunkElems;
     int lanes;
+    const struct loomSchedule *sched[LOOM_MAX_CHANNELS]; /* each lane's */
     size_t stageBytes; /* in-place AlltoAll: the send buffer staged */
     size_t accBytes;   /* tree Reduce off the root: partial sums, per lane */
     size_t scratchOff; /* where both start in comm->scratch */
@@ -420,6 +421,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
             return loomSuccess;
         }
         if (e->epoch != comm->planEpoch) {
+            comm->schedGen++;
             e->valid = 0;
             scheduleReset(&e->sched);
             LOOMCHECK(buildSchedule(a, algo, &e->sched));
@@ -430,6 +432,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
             return loomSuccess;
         }
     }
+    comm->schedGen++;
     LOOMCHECK(poolTake(comm, &comm->poolUsed, &s));
     LOOMCHECK(buildSchedule(a, algo, s));
     *out = s;
@@ -511,7 +514,7 @@ static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char
     return loomSuccess;
 }
 
-static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlanes)
+static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt), n = (size_t)comm->nranks;
@@ -541,6 +544,7 @@ static loomResult_t opLanes(struct loomOp *op, const struct planOp *p, int *nlan
             recv = scratch + p->stageBytes + (size_t)c * p->accBytes;
         const struct loomSchedule *s;
         LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
+        p->sched[c] = s;
         tlLanes[(*nlanes)++] = (struct loomLane){
             comm, c, s->steps, s->nsteps, 0, {(char *)send, recv}, op->dt, op->op, es, 0};
     }
@@ -569,18 +573,82 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
     return loomSuccess;
 }
 
+/*
+ * The memo: the last ungrouped host call of a communicator, with the
+ * schedules its lanes ran. A call that repeats it exactly (a training loop's
+ * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
+ * the schedules depend only on arguments that match, and schedGen says no
+ * cache entry was rebuilt since. Calls that use scratch (an in-place
+ * AlltoAll, a tree Reduce off the root) or a pool schedule (AlltoAllv), and
+ * single copies, are not kept.
+ */
+static int memoMatches(const struct loomOp *op)
+{
+    const struct loomComm *comm = op->comm;
+    return comm->memo.valid && comm->memo.gen == comm->schedGen &&
+           comm->memo.coll == (int)op->coll && comm->memo.count == op->count &&
+           comm->memo.send == op->sendbuff && comm->memo.recv == op->recvbuff &&
+           comm->memo.dt == (int)op->dt && comm->memo.op == (int)op->op &&
+           comm->memo.root == op->root;
+}
+
+static void memoKeep(struct loomOp *op, const struct planOp *p)
+{
+    struct loomComm *comm = op->comm;
+    comm->memo.valid = 0;
+    if (op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->accBytes || p->lanes < 1 ||
+        p->lanes > LOOM_MAX_CHANNELS)
+        return;
+    comm->memo.coll = (int)op->coll, comm->memo.dt = (int)op->dt, comm->memo.op = (int)op->op;
+    comm->memo.root = op->root, comm->memo.count = op->count;
+    comm->memo.send = op->sendbuff, comm->memo.recv = op->recvbuff;
+    comm->memo.nlanes = p->lanes;
+    memcpy(comm->memo.sched, p->sched, (size_t)p->lanes * sizeof(p->sched[0]));
+    comm->memo.gen = comm->schedGen;
+    comm->memo.valid = 1;
+}
+
+/* The memo's lanes for op (memoMatches said yes). */
+static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
+{
+    struct loomComm *comm = op->comm;
+    int broken = atomic_load_explicit(&comm->broken, memory_order_acquire);
+    if (broken)
+        return loomSetError((loomResult_t)broken,
+                            "%s: the communicator is unusable after an earlier error (%s)",
+                            collNames[op->coll], comm->abortReason);
+    LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, comm->memo.nlanes, sizeof(*tlLanes)));
+    size_t es = reduceTypeSize(op->dt);
+    for (int c = 0; c < comm->memo.nlanes; c++) {
+        const struct loomSchedule *s = comm->memo.sched[c];
+        tlLanes[c] = (struct loomLane){comm,   c,      s->steps, s->nsteps,
+                                       0,      {(char *)op->sendbuff, op->recvbuff},
+                                       op->dt, op->op, es,       0};
+    }
+    *nlanes = comm->memo.nlanes;
+    return loomSuccess;
+}
+
 loomResult_t planExecute(struct loomOp *ops, int nops)
 {
     int nlanes = 0;
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    if (dev == NULL && nops == 1 && memoMatches(&ops[0])) {
+        loomResult_t res = memoLanes(&ops[0], &nlanes);
+        return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
+    }
     /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c). */
     if (dev == NULL && nops == 1 && cmaEligible(&ops[0])) {
         tunerLogCma(ops[0].comm, ops[0].coll, opBytes(&ops[0]));
         return cmaRun(&ops[0]);
     }
     loomResult_t res = planLanes(ops, nops, &nlanes);
+    if (dev == NULL && nops == 1)
+        ops[0].comm->memo.valid = 0;
+    if (res == loomSuccess && dev == NULL && nops == 1)
+        memoKeep(&ops[0], &tlPlan[0]);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
               collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
