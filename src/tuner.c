@@ -443,7 +443,13 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
  * Recursive doubling (AllReduce only): R rounds (log2 n, two more when n is
  * not a power of two), each a hop on which a rank sends its whole piece and
  * adds its partner's (2 steps, 5 piece sizes touched). Pieces do not overlap
- * on a rank: R units per piece.
+ * on a rank: R units per piece. The CPU total counts 3.5 piece sizes a round,
+ * not 5: fitted to `bench/tuning-check -n "2 4 8" -a "ring tree doubling"`
+ * (quiet machine, medians of 5; at n=4 16 KiB-128 KiB took 21, 41, 65 and
+ * 122 us against 26, 48, 91 and 176 predicted with 5; at n=8 64 KiB 190 us
+ * against 268), where ranks share cores and the CPU total decides; on 2
+ * ranks, where the critical path decides, 5 fits (32 KiB: 14.7 us, the
+ * ring's 5.4, so the ring is chosen from 16 KiB there).
  */
 static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
 {
@@ -452,7 +458,7 @@ static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
     double S = c->bytes, pieces = ceilDiv(S, c->chunk), piece = pieces > 0 ? S / pieces : 0;
     p->units = rounds * pieces, p->switches = 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
-    p->totalSteps = n * 2 * p->units, p->totalBytes = n * 5 * S * rounds;
+    p->totalSteps = n * 2 * p->units, p->totalBytes = n * 3.5 * S * rounds;
 }
 
 /*
