@@ -288,9 +288,12 @@ struct tuneCosts {
  *                  ~17.5 ms (tree; the ring's loops wait on each other)
  *   stepUs         not separable from hopUs at these sizes; small
  *
- * The resulting AllReduce choices: n=2 tree up to 512 B (a tie), ring to
- * 256 KiB, tree above (measured 15-45% faster there); n=4 tree up to 32 KiB,
- * ring above; n=8 tree up to 64 KiB (one tree up to 512 B), ring above.
+ * The resulting AllReduce choices: n=2 recursive doubling up to 8 KiB, ring
+ * to 256 KiB, tree above (measured 15-45% faster there); n=4 doubling up to
+ * 32 KiB, ring above; n=8 doubling up to 8 KiB, tree to 64 KiB, ring above.
+ * (Doubling measured against the others: see doublingPipe. Before it
+ * existed the tree took the small sizes: n=2 up to 512 B, n=4 up to 32 KiB,
+ * n=8 up to 64 KiB, one tree up to 512 B.)
  * (The n=4 crossover moved from 4 to 32 KiB when the tree's first piece was
  * charged 6 piece sizes a level instead of 11: four interleaved
  * `bench/tuning-check -n "4 8" -r 7 -b 4K -e 256K` runs on the quiet
@@ -301,8 +304,8 @@ struct tuneCosts {
  * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
  * and 16 KiB at n=4, the chain above; never both trees. To redo on
  * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
- * ring, forced tree and the automatic choice for n = 2, 4, 8 from 8 B to
- * 64 MiB), read the figures above from its ring and tree columns, set them
+ * ring, tree and doubling and the automatic choice for n = 2, 4, 8 from 8 B
+ * to 64 MiB), read the figures above from its columns, set them
  * here, and check that its chosen/best column stays within 1.10;
  * loom-info --tuning shows what the model then predicts.
  */
