@@ -318,13 +318,13 @@ loomResult_t loomTransportInfo(int index, const char **name, int *usable, const 
  * "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
  * "alltoall" or "sendrecv"; bytes is the size loom-perf reports (count x
  * element size; for AllGather, ReduceScatter and AlltoAll, times nranks).
- * algorithm NULL gives the tuner's choice within LOOM_ALGO; "ring" or "tree"
- * gives the model's figures for that algorithm. loomInvalidArgument for an
+ * algorithm NULL gives the tuner's choice within LOOM_ALGO; "ring", "tree" or
+ * "doubling" gives the model's figures for that algorithm. loomInvalidArgument for an
  * unknown collective, an algorithm the collective does not have, nranks < 1
  * or a NULL info; *info is then unchanged.
  */
 typedef struct {
-    const char *algorithm; /* "ring", "tree" or "direct"; library-owned */
+    const char *algorithm; /* "ring", "tree", "doubling" or "direct"; library-owned */
     int trees;             /* tree: 2 when the data is split over both trees, 1 when
                               it all takes one (latency-bound sizes); else 0 */
     size_t chunkBytes;     /* the largest piece one step moves */
