@@ -177,7 +177,7 @@ struct loomComm {
     int poolUsed; /* entries taken by the plan being built */
     uint64_t schedGen; /* bumped whenever a cached or pooled schedule is (re)built */
     /*
-     * The last ungrouped host call's plan (enqueue.c): a call with the same
+     * The last single-op host plan (enqueue.c): a call with the same
      * arguments, buffers included, reuses its schedules without asking the
      * tuner or the cache again, while schedGen is unchanged.
      */

@@ -551,6 +551,17 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
     return loomSuccess;
 }
 
+/* loomSuccess, or the error that left op's communicator unusable. */
+static loomResult_t commUsable(const struct loomOp *op)
+{
+    int broken = atomic_load_explicit(&op->comm->broken, memory_order_acquire);
+    if (broken)
+        return loomSetError((loomResult_t)broken,
+                            "%s: the communicator is unusable after an earlier error (%s)",
+                            collNames[op->coll], op->comm->abortReason);
+    return loomSuccess;
+}
+
 static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
@@ -560,11 +571,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
         ops[i].comm->scratchTaken = 0;
     }
     for (int i = 0; i < nops; i++) {
-        int broken = atomic_load_explicit(&ops[i].comm->broken, memory_order_acquire);
-        if (broken)
-            return loomSetError((loomResult_t)broken,
-                                "%s: the communicator is unusable after an earlier error (%s)",
-                                collNames[ops[i].coll], ops[i].comm->abortReason);
+        LOOMCHECK(commUsable(&ops[i]));
         planTune(&ops[i], &tlPlan[i]);
     }
     LOOMCHECK(planScratch(ops, nops));
@@ -574,7 +581,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
 }
 
 /*
- * The memo: the last ungrouped host call of a communicator, with the
+ * The memo: the last single-op host plan of a communicator, with the
  * schedules its lanes ran. A call that repeats it exactly (a training loop's
  * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
  * the schedules depend only on arguments that match, and schedGen says no
@@ -592,12 +599,12 @@ static int memoMatches(const struct loomOp *op)
            comm->memo.root == op->root;
 }
 
-static void memoKeep(struct loomOp *op, const struct planOp *p)
+/* Keeps op's plan p as the memo when it qualifies; res is how building it went. */
+static void memoKeep(struct loomOp *op, const struct planOp *p, loomResult_t res)
 {
     struct loomComm *comm = op->comm;
     comm->memo.valid = 0;
-    if (op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->accBytes || p->lanes < 1 ||
-        p->lanes > LOOM_MAX_CHANNELS)
+    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->accBytes)
         return;
     comm->memo.coll = (int)op->coll, comm->memo.dt = (int)op->dt, comm->memo.op = (int)op->op;
     comm->memo.root = op->root, comm->memo.count = op->count;
@@ -612,11 +619,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p)
 static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
 {
     struct loomComm *comm = op->comm;
-    int broken = atomic_load_explicit(&comm->broken, memory_order_acquire);
-    if (broken)
-        return loomSetError((loomResult_t)broken,
-                            "%s: the communicator is unusable after an earlier error (%s)",
-                            collNames[op->coll], comm->abortReason);
+    LOOMCHECK(commUsable(op));
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, comm->memo.nlanes, sizeof(*tlLanes)));
     size_t es = reduceTypeSize(op->dt);
     for (int c = 0; c < comm->memo.nlanes; c++) {
@@ -646,9 +649,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     }
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (dev == NULL && nops == 1)
-        ops[0].comm->memo.valid = 0;
-    if (res == loomSuccess && dev == NULL && nops == 1)
-        memoKeep(&ops[0], &tlPlan[0]);
+        memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
               collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),

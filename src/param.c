@@ -62,8 +62,9 @@ static const struct paramRow paramTable[] = {
                                "file log lines are appended to (%h host, %p pid); unset: "
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
-                         "algorithms allowed: ring, tree, cma (single copies, off unless named), "
-                         "e.g. ring or ^tree (NCCL list syntax); unset: ring or tree per call"},
+                         "algorithms allowed: ring, tree, doubling (AllReduce), cma (single "
+                         "copies, off unless named), e.g. ring or ^tree (NCCL list syntax); "
+                         "unset: the tuner chooses per call"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
                               "channels (parallel rings/trees) per communicator, 1..32"},
     [LOOM_PARAM_BUFFSIZE] = {"LOOM_BUFFSIZE", PARAM_INT, "1048576", 512, 1073741824,
