@@ -61,7 +61,8 @@
 
 enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
 /* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
-enum work { WORK_ALLREDUCE, WORK_CHAIN };
+/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single copies, src/cma.c). */
+enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA };
 #define HOSTS_SHM 0 /* every rank on this host */
 
 struct report {
@@ -200,6 +201,8 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     config.timeoutSec = job->timeoutSec;
     if (rankEnterHost(job, rank) != 0)
         return 15;
+    if (job->work == WORK_CMA && setenv("LOOM_ALGO", "allreduce:cma", 1) != 0)
+        return 16;
     if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
         return 10;
     float *buf = malloc(COUNT * sizeof(*buf));
@@ -421,6 +424,10 @@ static void faultRun(const struct faultCase *fc)
  * - SIGKILL+abort: the same with a dead peer, aborted at once: whichever comes
  *   first, the death or the abort, nothing hangs (an abort that lands between
  *   two calls makes the next one find the communicator destroyed).
+ * - SIGKILL cma, SIGSTOP cma: the first two with single copies (a killed
+ *   rank's memory vanishes under its peers' process_vm_readv; a stopped
+ *   rank's stays readable, so the survivors finish their copies and wait
+ *   for it in the closing exchange).
  */
 static const struct faultCase faultCases[] = {
     {.label = "SIGKILL",
@@ -457,6 +464,25 @@ static const struct faultCase faultCases[] = {
      .sig = SIGKILL,
      .want = loomRemoteError,
      .alsoOk = loomInvalidUsage},
+    {.label = "SIGKILL cma",
+     .nranks = NRANKS,
+     .timeoutSec = 30,
+     .release = RELEASE_BY_PARITY,
+     .work = WORK_CMA,
+     .victim = 3,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 3 (pid"},
+    {.label = "SIGSTOP cma",
+     .nranks = NRANKS,
+     .timeoutSec = 5,
+     .release = RELEASE_BY_PARITY,
+     .work = WORK_CMA,
+     .victim = 2,
+     .sig = SIGSTOP,
+     .want = loomTimeout,
+     .names = "rank 2 (pid",
+     .word = "LOOM_TIMEOUT"},
 };
 #define NCASES (int)(sizeof(faultCases) / sizeof(faultCases[0]))
 
