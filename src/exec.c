@@ -463,6 +463,27 @@ static loomResult_t heardFailure(struct loomLane *lanes, int nlanes)
     return loomSuccess;
 }
 
+/*
+ * The notice a dead peer on this host had heard, if any. A rank that heard
+ * of a failure (a peer's death, say, posted on its doorbell) returns, and
+ * its process may exit before the notice reaches the ranks that wait for it
+ * (from another host it travels over the network, to each rank apart). Its
+ * doorbell stays mapped here, so those ranks report the first failure, not
+ * the exit it caused.
+ */
+static const struct loomDoorbell *deadPeerNotice(const struct loomComm *comm, int dead)
+{
+    const struct loomChannel *ch = &comm->channels[0];
+    if (ch->send == NULL)
+        return NULL;
+    const struct loomConnector *c = &ch->send[dead];
+    /* A network connector's bell is this process's own, not the peer's. */
+    if (!c->connected || c->progress != NULL || c->peerBell == NULL ||
+        atomic_load_explicit(&c->peerBell->noticeState, memory_order_acquire) != 2)
+        return NULL;
+    return c->peerBell;
+}
+
 static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
                                 struct execWait *w)
 {
@@ -476,6 +497,12 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
         for (int i = 0; i < nlanes; i++) {
             struct loomComm *comm = lanes[i].comm;
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
+            const struct loomDoorbell *told = dead >= 0 ? deadPeerNotice(comm, dead) : NULL;
+            if (told != NULL)
+                return loomSetError(told->noticeCode == loomTimeout ? loomTimeout
+                                                                    : loomRemoteError,
+                                    "%.*s (reported to rank %d, which has since exited, by rank %d)",
+                                    LOOM_NOTICE_BYTES, told->notice, dead, (int)told->noticeFrom);
             if (dead >= 0)
                 return loomSetError(loomRemoteError,
                                     "rank %d (pid %d on %s) %s while rank %d waited for it", dead,
