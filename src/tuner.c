@@ -247,6 +247,10 @@ struct tuneCosts {
     double rooted1Switches; /* the same over one tree */
     double stepUs;          /* the executor's overhead of one step */
     double byteNs;          /* one byte read or written by a copy or a reduction */
+    double ringShareSmall;  /* the part of the ring's byte total paid up to ringSmallBytes, */
+    double ringSmallBytes;  /* when ranks share cores; */
+    double ringShareLarge;  /* and from ringLargeBytes (linear between) */
+    double ringLargeBytes;
 };
 
 /*
@@ -288,9 +292,29 @@ struct tuneCosts {
  *                  ~17.5 ms (tree; the ring's loops wait on each other)
  *   stepUs         not separable from hopUs at these sizes; small
  *
+ *   ringShare*     the ring's byte total, (6n - 4) S priced at byteNs,
+ *                  over-predicted it at every size wherever ranks share
+ *                  cores. Three tuning-check runs (-r 7, quiet machine):
+ *                  ring n=4 33-34 us at 32 KiB (model 39.6), 45-46 at 64 KiB
+ *                  (60.9), 67-72 at 128 KiB (103.5), 310-390 at 1 MiB
+ *                  (718), 2.1-2.9 ms at 4 MiB (2.87), 34-50 ms at 64 MiB
+ *                  (46); n=8 126-140 at 64 KiB (153.8), 249-291 at 256 KiB
+ *                  (435), 1.09-1.28 ms at 1 MiB (1.56), 4.8-5.7 ms at 4 MiB
+ *                  (6.2), 84-95 ms at 64 MiB (100). The byte totals that fit
+ *                  are 0.5-0.8 of the formula up to 1 MiB (a block, a
+ *                  fraction of a slot, stays in the cache while it goes
+ *                  round) and 0.75-0.9 from 2 MiB. The tree's and
+ *                  doubling's fits needed no such share. 0.5 up to 1 MiB,
+ *                  0.85 from 4 MiB, linear between.
+ *
  * The resulting AllReduce choices: n=2 recursive doubling up to 8 KiB, ring
  * to 256 KiB, tree above (measured 15-45% faster there); n=4 doubling up to
- * 32 KiB, ring above; n=8 doubling up to 8 KiB, tree to 64 KiB, ring above.
+ * 16 KiB, ring above; n=8 doubling up to 16 KiB, ring above. (Before
+ * ringShare*: n=4 doubling to 32 KiB, n=8 doubling to 8 KiB and the tree to
+ * 64 KiB; the three runs above measured the ring fastest at n=4 32 KiB, at
+ * n=8 32 KiB (by 2%, 17%, 10% over the tree) and 64 KiB, and doubling
+ * at or below the tree at n=8 16 KiB (58.6/58.5, 53.5/63.6, 47.7/54.7 us),
+ * which treeSwitches 1.25 rather than 1.2 tips.)
  * (Doubling measured against the others: see doublingPipe. Before it
  * existed the tree took the small sizes: n=2 up to 512 B, n=4 up to 32 KiB,
  * n=8 up to 64 KiB, one tree up to 512 B.)
@@ -315,13 +339,17 @@ static const struct tuneCosts shmCosts = {
     .hopUs = 0.2,
     .switchUs = 2.5,
     .crowdUs = 0.65,
-    .treeSwitches = 1.2,
+    .treeSwitches = 1.25,
     .tree1Switches = 1.15,
     .ringSparse = 0.6,
     .rootedSwitches = 3.0,
     .rooted1Switches = 1.2,
     .stepUs = 0.05,
     .byteNs = 0.065,
+    .ringShareSmall = 0.5,
+    .ringSmallBytes = 1024 * 1024,
+    .ringShareLarge = 0.85,
+    .ringLargeBytes = 4 * 1024 * 1024,
 };
 
 /* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
@@ -393,6 +421,14 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
         p->switches = k->ringSparse + (1 - k->ringSparse) * blocks / n;
         p->unitSteps = 1, p->unitBytes = 3 * block;
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
+        if (c->s->localRanks > c->s->cpus) /* see ringShare* in shmCosts */
+            p->totalBytes *= S <= k->ringSmallBytes   ? k->ringShareSmall
+                             : S >= k->ringLargeBytes ? k->ringShareLarge
+                                                      : k->ringShareSmall +
+                                                            (k->ringShareLarge - k->ringShareSmall) *
+                                                                (S - k->ringSmallBytes) /
+                                                                (k->ringLargeBytes -
+                                                                 k->ringSmallBytes);
         return;
     }
     double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;

@@ -158,10 +158,10 @@ END_TEST
 START_TEST(test_tuning_get)
 {
     loomTuningInfo_t info, ring;
-    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 64 << 10, &info), loomSuccess);
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 2, 4 << 20, &info), loomSuccess);
     ck_assert_str_eq(info.algorithm, "tree");
     ck_assert_int_gt(info.trees, 0);
-    ck_assert_int_eq(loomTuningGet("allreduce", "ring", 8, 64 << 10, &ring), loomSuccess);
+    ck_assert_int_eq(loomTuningGet("allreduce", "ring", 2, 4 << 20, &ring), loomSuccess);
     ck_assert(ring.predictedUs > info.predictedUs);
     ck_assert_int_eq(loomTuningGet("allreduce", NULL, 8, 1024, &info), loomSuccess);
     ck_assert_str_eq(info.algorithm, "doubling"); /* 3 hops beat the tree's 6 */
