@@ -10,13 +10,10 @@
  * other, a collective of at least LOOM_CMA_MIN_BYTES (the size loom-perf
  * prints: the largest buffer), alone in its plan (not in a group), on host
  * buffers, runs here instead of as a schedule when LOOM_ALGO names "cma"
- * (the tuner's LOOM_ALGO_CMA), and, with LOOM_ALGO silent about it, for
- * AlltoAll from 2 MiB on ranks that outnumber their cores (tunerCmaByDefault,
- * where the measurement is). Otherwise off by default: measured on the
- * 2-core development machine the FIFOs, whose slots stay in cache, beat
- * these page pinning copies about 2x for AllReduce from 2 MiB to 64 MiB on
- * 2 ranks, and for Broadcast and Reduce; single copies won only under heavy
- * load:
+ * (the tuner's LOOM_ALGO_CMA; off by default: measured on the 2-core
+ * development machine the FIFOs, whose slots stay in cache, beat these page
+ * pinning copies about 2x for AllReduce from 2 MiB to 64 MiB on 2 ranks, and
+ * for Broadcast and Reduce; single copies won only under heavy load):
  *
  *   1. the ranks exchange their buffer addresses (a Send to and a Recv from
  *      every peer over the FIFOs, so waiting, abort, timeouts and dead peers
@@ -234,9 +231,7 @@ int cmaEligible(const struct loomOp *op)
     case LOOM_COLL_BROADCAST:
     case LOOM_COLL_REDUCE:
     case LOOM_COLL_ALLTOALL:
-        return opBytes(op) >= comm->cma->minBytes &&
-               (tunerAllows(op->coll, LOOM_ALGO_CMA) ||
-                tunerCmaByDefault(op->coll, comm->localSize, opBytes(op)));
+        return opBytes(op) >= comm->cma->minBytes && tunerAllows(op->coll, LOOM_ALGO_CMA);
     default:
         return 0;
     }

@@ -173,14 +173,12 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
     return -1;
 }
 
-/* tunerParseAlgo with each collective starting from `init` rather than ALGO_DEFAULT. */
-static int parseAlgoFrom(const char *spec, uint32_t init, uint32_t allowed[LOOM_COLL_NUM],
-                         char *why, size_t whyLen)
+int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
 {
     uint32_t work[LOOM_COLL_NUM];
     char item[160];
     for (int c = 0; c < LOOM_COLL_NUM; c++)
-        allowed[c] = work[c] = init;
+        allowed[c] = work[c] = ALGO_DEFAULT;
     if (spec == NULL)
         return 0;
     for (const char *p = spec; p != NULL;) {
@@ -194,62 +192,24 @@ static int parseAlgoFrom(const char *spec, uint32_t init, uint32_t allowed[LOOM_
     return 0;
 }
 
-int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
-{
-    return parseAlgoFrom(spec, ALGO_DEFAULT, allowed, why, whyLen);
-}
-
 /* Read once per process: what LOOM_ALGO allows, and the cores this process may use. */
 static uint32_t algoAllowed[LOOM_COLL_NUM];
-static int algoUnset[LOOM_COLL_NUM]; /* LOOM_ALGO says nothing about this collective */
 static int tuneCpus;
 static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
 
 static void tuneRead(void)
 {
     char why[160];
-    uint32_t named[LOOM_COLL_NUM];
     tuneCpus = commCpuCount();
     const char *spec = paramStr(LOOM_PARAM_ALGO);
-    if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0) {
+    if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
-        spec = NULL;
-    }
-    /* No list has every bit set: an entry left at ~0 was not named. */
-    parseAlgoFrom(spec, ~0u, named, why, sizeof(why));
-    for (int c = 0; c < LOOM_COLL_NUM; c++)
-        algoUnset[c] = named[c] == ~0u;
 }
 
 int tunerAllows(loomColl_t coll, loomAlgo_t algo)
 {
     pthread_once(&tuneOnce, tuneRead);
     return (unsigned)coll < LOOM_COLL_NUM && (algoAllowed[coll] & ALGO_BIT(algo)) != 0;
-}
-
-/*
- * Single copies where LOOM_ALGO leaves the choice to the tuner: AlltoAll of
- * TUNE_CMA_ALLTOALL_BYTES or more (all blocks together) on ranks that
- * outnumber the cores they share. There, on the 2-core machine, each peer
- * block read once with process_vm_readv beat the FIFOs' two copies (the
- * FIFOs' second copy needs a core the peers are using): interleaved
- * loom-perf runs on the quiet machine, 4 ranks, cma against FIFOs (Open MPI,
- * which reads with CMA too, in brackets): 4 MiB 1.66, 2.34 and 1.76 ms
- * against 2.00, 2.15 and 2.42 (1.66, 1.87, 2.06); 16 MiB 8.4, 7.5, 7.9
- * against 8.8, 7.9, 8.8 (7.4, 7.1, 8.1); 64 MiB 30.3 and 30.1 against 35.3
- * and 33.5 (28.0, 27.6); 8 ranks 4 MiB 3.8 against 5.6, 16 MiB 14.5
- * against 16.9; 3 ranks 4 MiB 1.17 against 1.41. At 1 MiB a coin toss
- * (4 ranks: 357, 302, 342 us against 397, 369, 307); at 64 KiB the FIFOs
- * won (52-54 us against 60-83). With a core for each rank (2 ranks here)
- * neither won across sizes.
- */
-#define TUNE_CMA_ALLTOALL_BYTES (2u << 20)
-
-int tunerCmaByDefault(loomColl_t coll, int localRanks, size_t bytes)
-{
-    pthread_once(&tuneOnce, tuneRead);
-    return coll == LOOM_COLL_ALLTOALL && algoUnset[coll] && localRanks > tuneCpus &&
-           bytes >= TUNE_CMA_ALLTOALL_BYTES;
 }
 
 /* ---- the model ---- */

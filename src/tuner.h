@@ -58,8 +58,6 @@ void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes);
 
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);
-/* 1: single copies (cma.c) although LOOM_ALGO does not name cma, where they measured faster. */
-int tunerCmaByDefault(loomColl_t coll, int localRanks, size_t bytes);
 
 /* Name of an algorithm ("ring", "tree", "direct", "cma"). */
 const char *tunerAlgoName(loomAlgo_t algo);

@@ -67,34 +67,6 @@ off*) note "the kernel refuses it here: the single-copy sweep is not run" ;;
 *) record_failure "ranks disagree on single copies: $state" ;;
 esac
 
-# With LOOM_ALGO silent about AlltoAll, AlltoAll of 2 MiB or more runs with
-# single copies where the ranks outnumber the cores (tunerCmaByDefault);
-# LOOM_ALGO naming AlltoAll's algorithms, or LOOM_CMA_DISABLE=1, keeps it on
-# the FIFOs. Each run also checks its results.
-# alltoall_path ENV... : the path rank 0 logs for a 4 MiB AlltoAll ("cma" or "direct")
-alltoall_path() {
-    _log=$TEST_TMPDIR/a2a.log
-    run_logged "$_log" env "$@" LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNING "$LOOMRUN" -n "$a2a_n" \
-        --timeout 120 "$LOOM_PERF" -G 0 -C alltoall -b 4M -e 4M -n 1 -w 0 -c 1 >&2 ||
-        { show_log "$_log"; record_failure "loom-perf alltoall failed with $*"; }
-    grep -m1 ":0 .*loomAlltoAll [0-9]* B" "$_log" | sed 's/.*): //; s/,.*//'
-}
-cores=$(nproc)
-if [ "$state" = on ] && [ "$cores" -le 6 ]; then
-    a2a_n=$((cores + 1))
-    [ "$a2a_n" -ge 3 ] || a2a_n=3
-    for case in "cma:" "cma:LOOM_ALGO=allreduce:tree" "direct:LOOM_ALGO=alltoall:^cma" \
-        "direct:LOOM_ALGO=ring" "direct:LOOM_CMA_DISABLE=1"; do
-        want=${case%%:*}
-        env_=${case#*:}
-        got=$(alltoall_path $env_)
-        [ "$got" = "$want" ] ||
-            record_failure "4 MiB AlltoAll on $a2a_n ranks, $cores cores, '${env_:-LOOM_ALGO unset}': $got, expected $want"
-    done
-else
-    note "single copies by default not checked ($cores cores, cma $state)"
-fi
-
 # Turned off on one rank only (a wrapper sets it in rank 1): every rank stays on the FIFO path.
 REAL_PERF=$LOOM_PERF
 LOOM_PERF=$TEST_TMPDIR/rank1-nocma.sh

@@ -187,19 +187,6 @@ START_TEST(test_tuning_get)
 }
 END_TEST
 
-/* Single copies by default: AlltoAll only, from 2 MiB, where ranks outnumber cores. */
-START_TEST(test_cma_default)
-{
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLTOALL, 4096, 4 << 20), 1);
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLTOALL, 4096, 2 << 20), 1);
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLTOALL, 4096, 1 << 20), 0);
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLTOALL, 1, 64 << 20), 0); /* a core each */
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLREDUCE, 4096, 64 << 20), 0);
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLGATHER, 4096, 64 << 20), 0);
-    ck_assert_int_eq(tunerCmaByDefault(LOOM_COLL_ALLTOALLV, 4096, 64 << 20), 0);
-}
-END_TEST
-
 static TCase *tcase(const char *name, const TTest *test)
 {
     TCase *tc = tcase_create(name);
@@ -211,7 +198,6 @@ static Suite *tunerSuite(void)
 {
     Suite *s = suite_create("tuner");
     suite_add_tcase(s, tcase("LOOM_ALGO lists", test_parse_lists));
-    suite_add_tcase(s, tcase("cma by default", test_cma_default));
     suite_add_tcase(s, tcase("LOOM_ALGO per collective", test_parse_per_collective));
     suite_add_tcase(s, tcase("LOOM_ALGO errors", test_parse_errors));
     suite_add_tcase(s, tcase("latency and bandwidth", test_model_latency_and_bandwidth));
