@@ -501,8 +501,8 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             if (told != NULL)
                 return loomSetError(told->noticeCode == loomTimeout ? loomTimeout
                                                                     : loomRemoteError,
-                                    "%.*s (reported to rank %d, which has since exited, by rank %d)",
-                                    LOOM_NOTICE_BYTES, told->notice, dead, (int)told->noticeFrom);
+                                    "%.*s (reported by rank %d to rank %d, which has since exited)",
+                                    LOOM_NOTICE_BYTES, told->notice, (int)told->noticeFrom, dead);
             if (dead >= 0)
                 return loomSetError(loomRemoteError,
                                     "rank %d (pid %d on %s) %s while rank %d waited for it", dead,
@@ -641,7 +641,8 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
         /* A network connector's bell is a local one: the transport carries the notice over. */
         if (comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
             continue;
-        if (c->peerBell)
+        /* Not on a dead peer's bell: what is there is what that peer heard (deadPeerNotice). */
+        if (c->peerBell && !peerGone(comm, p))
             execPostNotice(c->peerBell, res, comm->rank, reason);
     }
 }

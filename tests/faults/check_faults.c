@@ -427,7 +427,8 @@ static void faultRun(const struct faultCase *fc)
  * - SIGKILL cma, SIGSTOP cma: the first two with single copies (a killed
  *   rank's memory vanishes under its peers' process_vm_readv; a stopped
  *   rank's stays readable, so the survivors finish their copies and wait
- *   for it in the closing exchange).
+ *   for it in the closing exchange). Where the kernel refuses cross-memory
+ *   attach, single copies are off and these repeat the first two cases.
  */
 static const struct faultCase faultCases[] = {
     {.label = "SIGKILL",
