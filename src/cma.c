@@ -78,8 +78,6 @@ struct cmaState {
     size_t minBytes;
 };
 
-static __thread int tlInCma; /* this thread runs cmaRun: its own exchanges go the FIFO way */
-
 /* ---- probe ---- */
 
 static uint64_t cmaProbeWord;
@@ -151,7 +149,7 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
     if (want) {
         st = calloc(1, sizeof(*st));
         if (st == NULL || (st->all = calloc((size_t)n, sizeof(*st->all))) == NULL ||
-            (st->ops = calloc(2 * (size_t)n, sizeof(*st->ops))) == NULL ||
+            (st->ops = calloc(2 * (size_t)(n - 1), sizeof(*st->ops))) == NULL ||
             (st->scratch = malloc(2 * CMA_CHUNK)) == NULL)
             want = 0, why = "out of memory";
     }
@@ -222,7 +220,7 @@ static size_t opBytes(const struct loomOp *op)
 int cmaEligible(const struct loomOp *op)
 {
     const struct loomComm *comm = op->comm;
-    if (tlInCma || !comm->cmaOk || op->count == 0)
+    if (!comm->cmaOk || op->count == 0)
         return 0;
     switch (op->coll) {
     case LOOM_COLL_ALLREDUCE:
@@ -385,10 +383,8 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
         st->ops[k++] = (struct loomOp){LOOM_COLL_RECV, NULL, &st->all[p], sizeof(*mine),
                                        loomUint8,      loomSum, p, comm, NULL, NULL};
     }
-    tlInCma = 1;
-    loomResult_t res = planExecute(st->ops, k);
-    tlInCma = 0;
-    return res;
+    /* A plan of several ops never takes this path again (planExecute), so no recursion. */
+    return planExecute(st->ops, k);
 }
 
 /*

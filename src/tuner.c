@@ -408,6 +408,17 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
  * (Broadcast, Reduce) and the per-block collectives: a piece per unit once
  * the pipeline of n - 1 hops is full.
  */
+/* The part of the ring AllReduce's byte total paid when ranks share cores (see ringShare*). */
+static double ringByteShare(const struct tuneCosts *k, double S)
+{
+    if (S <= k->ringSmallBytes)
+        return k->ringShareSmall;
+    if (S >= k->ringLargeBytes)
+        return k->ringShareLarge;
+    double f = (S - k->ringSmallBytes) / (k->ringLargeBytes - k->ringSmallBytes);
+    return k->ringShareSmall + (k->ringShareLarge - k->ringShareSmall) * f;
+}
+
 static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
 {
     const struct tuneCosts *k = c->k;
@@ -421,14 +432,8 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
         p->switches = k->ringSparse + (1 - k->ringSparse) * blocks / n;
         p->unitSteps = 1, p->unitBytes = 3 * block;
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
-        if (c->s->localRanks > c->s->cpus) /* see ringShare* in shmCosts */
-            p->totalBytes *= S <= k->ringSmallBytes   ? k->ringShareSmall
-                             : S >= k->ringLargeBytes ? k->ringShareLarge
-                                                      : k->ringShareSmall +
-                                                            (k->ringShareLarge - k->ringShareSmall) *
-                                                                (S - k->ringSmallBytes) /
-                                                                (k->ringLargeBytes -
-                                                                 k->ringSmallBytes);
+        if (c->s->localRanks > c->s->cpus)
+            p->totalBytes *= ringByteShare(k, S);
         return;
     }
     double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;
