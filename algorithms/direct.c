@@ -16,6 +16,9 @@
  * nothing when every pair talks.
  *
  * Send and Recv are one stream of pieces to or from args->root.
+ *
+ * AlltoAll and AllGather also have single-copy schedules (LOOM_ALGO_CMA,
+ * below).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -132,6 +135,70 @@ loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSc
             return res;
     }
     return loomSuccess;
+}
+
+/*
+ * Single copies (AlltoAll and AllGather). Each peer is offered this rank's
+ * block for it (AllGather: the whole send buffer) before anything else, so no
+ * rank waits for an offer behind a copy; the own block is copied while the
+ * peers start reading; the pulls go r - 1, r - 2, ..., so that in each round
+ * every rank's memory is read by one peer; the drains come last. Whole
+ * blocks: a pull goes through no slot, and one long process_vm_readv pins
+ * pages in fewer calls than many short ones. `gather`: every peer is offered
+ * the same elements, the send buffer's [lo, hi).
+ */
+static loomResult_t directCma(const struct loomSchedArgs *a, struct loomSchedule *out, int gather)
+{
+    loomResult_t res = directCheck(a);
+    if (res != loomSuccess)
+        return res;
+    int n = a->nranks, r = a->rank;
+    size_t len = a->hi - a->lo, own = (size_t)r * a->count + a->lo;
+    if (len == 0)
+        return loomSuccess;
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        int p = (r + k) % n;
+        struct loomStep st = {.op = LOOM_STEP_OFFER,
+                              .srcBuf = LOOM_BUF_SEND,
+                              .dstBuf = LOOM_BUF_RECV,
+                              .sendPeer = p,
+                              .recvPeer = -1,
+                              .srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo,
+                              .count = len};
+        res = scheduleAppend(out, &st);
+    }
+    if (res == loomSuccess)
+        res = directCopyPieces(out, gather ? a->lo : own, own, len, a->chunkElems);
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        int p = (r - k + n) % n;
+        struct loomStep st = {.op = LOOM_STEP_PULL,
+                              .srcBuf = LOOM_BUF_SEND,
+                              .dstBuf = LOOM_BUF_RECV,
+                              .sendPeer = -1,
+                              .recvPeer = p,
+                              .dstOff = (size_t)p * a->count + a->lo,
+                              .count = len};
+        res = scheduleAppend(out, &st);
+    }
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        struct loomStep st = {.op = LOOM_STEP_DRAIN,
+                              .srcBuf = LOOM_BUF_SEND,
+                              .dstBuf = LOOM_BUF_RECV,
+                              .sendPeer = (r + k) % n,
+                              .recvPeer = -1};
+        res = scheduleAppend(out, &st);
+    }
+    return res;
+}
+
+loomResult_t directAlltoAllCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+{
+    return directCma(a, out, 0);
+}
+
+loomResult_t directAllGatherCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+{
+    return directCma(a, out, 1);
 }
 
 loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)

@@ -71,15 +71,16 @@ void scheduleFree(struct loomSchedule *s)
 #define TREE LOOM_ALGO_TREE
 #define DIRECT LOOM_ALGO_DIRECT
 #define DOUBLING LOOM_ALGO_DOUBLING
+#define CMA LOOM_ALGO_CMA
 static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
     [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastSchedule, [TREE] = treeBroadcastSchedule},
     [LOOM_COLL_REDUCE] = {[RING] = ringReduceSchedule, [TREE] = treeReduceSchedule},
     [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReduceSchedule,
                              [TREE] = treeAllReduceSchedule,
                              [DOUBLING] = doublingAllReduceSchedule},
-    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherSchedule},
+    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherSchedule, [CMA] = directAllGatherCmaSchedule},
     [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterSchedule},
-    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllSchedule},
+    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllSchedule, [CMA] = directAlltoAllCmaSchedule},
     [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvSchedule},
     [LOOM_COLL_SEND] = {[DIRECT] = directSendSchedule},
     [LOOM_COLL_RECV] = {[DIRECT] = directRecvSchedule},

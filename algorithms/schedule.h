@@ -14,6 +14,19 @@
  *   RECV_COPY_SEND          recvPeer --> dst[dstOff..] and sendPeer
  *   COPY                    src[srcOff..] -------------------------> dst[dstOff..]
  *
+ * and three for single copies between the processes of one host (the cma
+ * algorithm), where no data passes through the FIFOs:
+ *
+ *   OFFER                   the address of src[srcOff..], count ----> sendPeer
+ *   PULL                    recvPeer's offered elements, read straight
+ *                           from its memory (process_vm_readv) -----> dst[dstOff..]
+ *   DRAIN                   waits until sendPeer has taken every message sent
+ *                           to it (so has finished reading what was offered)
+ *
+ * A rank must DRAIN every peer it offered to before its schedule ends: that
+ * is what keeps its buffers valid until the peers have read them. OFFER and
+ * PULL may move more than chunkElems (nothing goes through a slot); DRAIN
+ * has count 0.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -44,6 +57,9 @@ typedef enum {
     LOOM_STEP_RECV_REDUCE_COPY_SEND,
     LOOM_STEP_RECV_COPY_SEND,
     LOOM_STEP_COPY,
+    LOOM_STEP_OFFER,
+    LOOM_STEP_PULL,
+    LOOM_STEP_DRAIN,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -60,7 +76,7 @@ struct loomStep {
     int32_t recvPeer; /* rank data is received from, or -1 */
     size_t srcOff;    /* element offset into src (ops that read local input) */
     size_t dstOff;    /* element offset into dst (ops that write local output) */
-    size_t count;     /* elements, 1 .. chunkElems (never 0) */
+    size_t count;     /* elements, 1 .. chunkElems (OFFER, PULL: 1 or more; DRAIN: 0) */
 };
 
 /* Collectives and point-to-point kinds a schedule can be built for. */
@@ -185,6 +201,14 @@ loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTree
  */
 loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+/*
+ * AlltoAll by single copies (LOOM_ALGO_CMA): a rank offers each peer its
+ * block, copies its own, pulls its block of every peer's send buffer, and
+ * drains. Only where every rank can read every other's memory (cma.c).
+ */
+loomResult_t directAlltoAllCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+/* AllGather the same way: every peer is offered this rank's send buffer. */
+loomResult_t directAllGatherCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
 
@@ -199,9 +223,10 @@ loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loo
  * The algorithms. The tuner (src/tuner.c) chooses among those a collective
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
- * LOOM_ALGO_CMA has no schedule: single copies between the buffers of the
- * ranks of one host (src/cma.c), run where LOOM_ALGO names it (it is off
- * otherwise) and the call can (tunerAllows).
+ * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
+ * host. AlltoAll and AllGather have schedules for it (OFFER, PULL, DRAIN steps); the other
+ * collectives run it without one, in src/cma.c, where LOOM_ALGO names it
+ * and the call can (tunerAllows).
  */
 typedef enum {
     LOOM_ALGO_RING = 0,
@@ -216,8 +241,8 @@ typedef enum {
 typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
- * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce) or direct
- * (AlltoAll(v), Send, Recv).
+ * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce), direct
+ * (AlltoAll(v), Send, Recv) or cma (AlltoAll, AllGather).
  * NULL when coll has no such schedule (a tree AllGather) or either is out
  * of range.
  */

@@ -324,7 +324,7 @@ loomResult_t loomTransportInfo(int index, const char **name, int *usable, const 
  * or a NULL info; *info is then unchanged.
  */
 typedef struct {
-    const char *algorithm; /* "ring", "tree", "doubling" or "direct"; library-owned */
+    const char *algorithm; /* "ring", "tree", "doubling", "direct" or "cma"; library-owned */
     int trees;             /* tree: 2 when the data is split over both trees, 1 when
                               it all takes one (latency-bound sizes); else 0 */
     size_t chunkBytes;     /* the largest piece one step moves */

@@ -5,7 +5,10 @@
  * The FIFO path (exec.c over transports/shm.c) copies every byte twice: into
  * a slot of the receiver's segment, and out of it. With cross-memory attach a
  * rank reads a peer's user buffer straight into its own, or writes its own
- * into the peer's, in one copy done by the kernel. When every rank of a
+ * into the peer's, in one copy done by the kernel. AlltoAll and AllGather
+ * do so as schedules (OFFER, PULL and DRAIN steps, algorithms/direct.c; the
+ * PULL's read is cmaRead below), which the tuner weighs like any other. For
+ * the other collectives: when every rank of a
  * communicator sits on this host and the kernel lets every rank reach every
  * other, a collective of at least LOOM_CMA_MIN_BYTES (the size loom-perf
  * prints: the largest buffer), alone in its plan (not in a group), on host
@@ -25,16 +28,13 @@
  *                     writes the reduced chunk into every peer's recvbuff;
  *      ReduceScatter  rank i reduces its own block, reading the peers' blocks;
  *      Reduce         as AllReduce, but each reduced chunk goes to the root only;
- *      AllGather      rank i reads every peer's sendbuff into its block;
  *      Broadcast      every rank reads the root's sendbuff;
- *      AlltoAll       rank i reads block i of every peer's sendbuff;
  *   3. the ranks exchange their status, which is also the barrier that keeps
  *      a rank from returning (and its caller from reusing its buffers) while a
  *      peer still reads or writes them.
  * Every element of a result is written by exactly one rank, and no rank reads
- * memory another writes in the same call, in place included (NCCL's layouts:
- * AllGather's send block at rank*count of recvbuff, ReduceScatter's recvbuff at
- * rank*recvcount of sendbuff); an in-place AlltoAll is staged first. Each
+ * memory another writes in the same call, in place included (NCCL's layout:
+ * ReduceScatter's recvbuff at rank*recvcount of sendbuff). Each
  * AllReduce slice is reduced by one rank in one order, so all ranks get
  * bit-identical results.
  *
@@ -170,7 +170,7 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
         st = NULL;
         INFO(LOOM_SHM,
              "cma: single-copy collectives possible from %zu bytes (process_vm_readv/writev); "
-             "used where LOOM_ALGO names cma",
+             "AlltoAll's where the tuner picks them, the others' where LOOM_ALGO names cma",
              comm->cma->minBytes);
     } else if (bad >= 0) {
         INFO(LOOM_SHM, "cma: off, rank %d cannot reach rank %d (pid %d): %s; FIFO copies only",
@@ -207,14 +207,7 @@ void cmaTeardown(struct loomComm *comm)
 static size_t opBytes(const struct loomOp *op)
 {
     size_t b = op->count * reduceTypeSize(op->dt);
-    switch (op->coll) {
-    case LOOM_COLL_ALLGATHER:
-    case LOOM_COLL_REDUCESCATTER:
-    case LOOM_COLL_ALLTOALL:
-        return b * (size_t)op->comm->nranks;
-    default:
-        return b;
-    }
+    return op->coll == LOOM_COLL_REDUCESCATTER ? b * (size_t)op->comm->nranks : b;
 }
 
 int cmaEligible(const struct loomOp *op)
@@ -224,11 +217,9 @@ int cmaEligible(const struct loomOp *op)
         return 0;
     switch (op->coll) {
     case LOOM_COLL_ALLREDUCE:
-    case LOOM_COLL_ALLGATHER:
     case LOOM_COLL_REDUCESCATTER:
     case LOOM_COLL_BROADCAST:
     case LOOM_COLL_REDUCE:
-    case LOOM_COLL_ALLTOALL:
         return opBytes(op) >= comm->cma->minBytes && tunerAllows(op->coll, LOOM_ALGO_CMA);
     default:
         return 0;
@@ -251,10 +242,18 @@ static int cmaMove(pid_t pid, int write, char *local, uint64_t remote, size_t by
     return 0;
 }
 
+int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
+{
+    int err = cmaMove(pid, 0, local, remote, bytes);
+    if (err && kill(pid, 0) != 0 && errno == ESRCH)
+        err = ESRCH; /* the peer is gone, whatever the copy said */
+    return err;
+}
+
 struct cmaCall {
     struct loomComm *comm;
     const struct loomOp *op;
-    const char *send; /* this rank's send buffer (staged for an in-place AlltoAll) */
+    const char *send; /* this rank's send buffer */
     char *recv;
     size_t es;
     int failPeer;
@@ -322,7 +321,6 @@ static int cmaMoveShare(struct cmaCall *c)
     int n = c->comm->nranks, me = c->comm->rank;
     size_t es = c->es, cnt = op->count, blk = cnt * es;
     size_t lo = cnt * (size_t)me / (size_t)n, hi = cnt * (size_t)(me + 1) / (size_t)n;
-    int err = 0;
 
     switch (op->coll) {
     case LOOM_COLL_ALLREDUCE:
@@ -339,23 +337,6 @@ static int cmaMoveShare(struct cmaCall *c)
         if (c->send != c->recv)
             memcpy(c->recv, c->send, blk);
         return 0;
-    case LOOM_COLL_ALLGATHER:
-        for (int k = 1; k < n && !err; k++) {
-            int p = (me + k) % n;
-            err = cmaPeerMove(c, p, 0, c->recv + (size_t)p * blk, st->all[p].send, blk);
-        }
-        if (!err && c->send != c->recv + (size_t)me * blk)
-            memcpy(c->recv + (size_t)me * blk, c->send, blk);
-        return err;
-    case LOOM_COLL_ALLTOALL:
-        for (int k = 1; k < n && !err; k++) {
-            int p = (me + k) % n;
-            err = cmaPeerMove(c, p, 0, c->recv + (size_t)p * blk,
-                              st->all[p].send + (uint64_t)me * blk, blk);
-        }
-        if (!err)
-            memcpy(c->recv + (size_t)me * blk, c->send + (size_t)me * blk, blk);
-        return err;
     default:
         return EINVAL;
     }
@@ -387,33 +368,11 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
     return planExecute(st->ops, k);
 }
 
-/*
- * An in-place AlltoAll overwrites blocks the peers still read: its send buffer
- * is staged in the communicator's plan scratch, which no other op of this
- * plan uses (the descriptor exchanges take none).
- */
-static loomResult_t cmaStage(struct cmaCall *c)
-{
-    struct loomComm *comm = c->comm;
-    size_t bytes = opBytes(c->op);
-    if (c->op->coll != LOOM_COLL_ALLTOALL || c->send != c->recv)
-        return loomSuccess;
-    if (comm->scratchBytes < bytes) {
-        void *grown = realloc(comm->scratch, bytes);
-        if (grown == NULL)
-            return loomSetError(loomSystemError, "out of memory staging %zu bytes", bytes);
-        comm->scratch = grown, comm->scratchBytes = bytes;
-    }
-    c->send = memcpy(comm->scratch, c->send, bytes);
-    return loomSuccess;
-}
-
 loomResult_t cmaRun(struct loomOp *op)
 {
     struct loomComm *comm = op->comm;
     struct cmaState *st = comm->cma;
     struct cmaCall c = {comm, op, op->sendbuff, op->recvbuff, reduceTypeSize(op->dt), -1};
-    LOOMCHECK(cmaStage(&c));
     struct cmaDesc mine = {(uintptr_t)c.send, (uintptr_t)c.recv, 0, -1};
     TRACE(LOOM_COLL, "cma: coll %d count %zu", (int)op->coll, op->count);
     LOOMCHECK(cmaExchange(comm, &mine));

@@ -23,6 +23,11 @@ void cmaTeardown(struct loomComm *comm);
  * Every rank of a call decides alike.
  */
 int cmaEligible(const struct loomOp *op);
+/*
+ * Reads `bytes` at `remote` in process `pid` into `local` (a PULL step);
+ * 0, or the errno of the failed read (ESRCH when the process is gone).
+ */
+int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
 /* Runs op single-copy (collective: every rank of op->comm calls it). */
 loomResult_t cmaRun(struct loomOp *op);
 

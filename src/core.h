@@ -56,9 +56,13 @@ struct loomDoorbell {
  * `bytes[slot]` is written before `tail` is released, so the receiver can
  * check that both ends agree on the size of every message. Its top bit,
  * LOOM_FIFO_DEVICE_DATA, says the message sits in the connector's device
- * slots (p2p) rather than its host slots.
+ * slots (p2p) rather than its host slots; the next, LOOM_FIFO_OFFER, that
+ * the slot holds the address of the sender's elements (an OFFER step of a
+ * single-copy schedule) rather than the elements.
  */
 #define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
+#define LOOM_FIFO_OFFER (1ULL << 62)
+#define LOOM_FIFO_FLAGS (LOOM_FIFO_DEVICE_DATA | LOOM_FIFO_OFFER)
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
@@ -89,6 +93,7 @@ struct loomChannel {
     struct loomConnector *recv; /* [nranks], by peer */
 };
 
+#define LOOM_CPU_WORDS 16 /* CPUs 0..1023 */
 struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
@@ -100,6 +105,8 @@ struct loomPeerInfo {
     char gpuUuid[16];
     int32_t gpu;      /* device ordinal in that process, -1: not bound */
     int32_t gpuFlags; /* LOOM_GPU_* */
+    /* CPUs the process may run on (sched_getaffinity): bit i of word i / 64 is CPU i. */
+    uint64_t cpuMask[LOOM_CPU_WORDS];
 };
 #define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
@@ -132,7 +139,10 @@ struct loomComm {
     int timeoutSec;
     int localSize; /* ranks on this host */
     int spin;      /* busy-poll iterations before yielding */
-    int oversubscribed; /* more ranks on this host than CPUs this process may use */
+    int oversubscribed; /* more ranks on this host than CPUs they may use together */
+    /* What the tuner assumes, the same on every rank (commSizes): the ranks
+     * and the CPUs they may use of the host most crowded. */
+    int tuneLocalRanks, tuneCpus;
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;

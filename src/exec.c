@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cma.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
@@ -63,6 +64,15 @@
 
 #define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
 #define EXEC_YIELD_NS (1000 * 1000ULL) /* yield this long before sleeping */
+/*
+ * A peer found dead with no notice is reported only after this: a rank that
+ * heard of a failure and exited leaves its peers a notice that may still be
+ * travelling (from another host, each rank is told apart), and the first
+ * failure is the one to report. (Without it, check_faults' "tcp SIGKILL"
+ * and "SIGKILL cma alltoall" each named, in one of their first runs here, a
+ * survivor that had exited instead of the rank killed.)
+ */
+#define EXEC_DEAD_GRACE_NS EXEC_SLEEP_NS
 
 static inline void cpuRelax(void)
 {
@@ -224,7 +234,40 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
         if (final)
             reducePostOp(dst, s->count, l->dt, l->op, n);
         break;
+    case LOOM_STEP_OFFER: {
+        uint64_t at = (uintptr_t)src;
+        memcpy(out, &at, sizeof(at));
+        break;
     }
+    default: /* PULL and DRAIN: stepPull, laneAdvance */
+        break;
+    }
+}
+
+static int peerGone(const struct loomComm *comm, int p);
+
+/*
+ * A PULL: the peer's offered elements, read from its memory into dst. A
+ * peer that is gone sets *gone and leaves the step to be reported as a
+ * wait on a dead peer (waitFailure), which prefers a failure the peer had
+ * heard of before it exited.
+ */
+static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *in,
+                             int *gone)
+{
+    uint64_t at;
+    memcpy(&at, in, sizeof(at));
+    char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
+    const struct loomPeerInfo *peer = &l->comm->peers[s->recvPeer];
+    int err = cmaRead(peer->pid, dst, at, s->count * l->elemSize);
+    *gone = err != 0 && peerGone(l->comm, s->recvPeer);
+    if (err == 0 || *gone)
+        return loomSuccess;
+    return loomSetError(loomRemoteError,
+                        "rank %d could not read the buffer of rank %d (pid %d on %s) with "
+                        "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
+                        l->comm->rank, s->recvPeer, (int)peer->pid, peer->hostname,
+                        strerror(err));
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -234,6 +277,18 @@ static inline void connectorPublished(struct loomConnector *c)
         c->progress(c->progressCtx);
     else
         execRingBell(c->peerBell);
+}
+
+static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %s from rank %d where it expected %s: the ranks chose "
+                        "different algorithms for one call (LOOM_ALGO, LOOM_CMA_DISABLE and "
+                        "LOOM_CMA_MIN_BYTES must be equal on every rank)",
+                        lane->comm->rank,
+                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)",
+                        s->recvPeer,
+                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
@@ -286,8 +341,19 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
         const char *in = NULL;
         char *out = NULL;
         size_t bytes = s->count * l->elemSize;
-        uint64_t sent = bytes;
+        uint64_t sent = s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes;
 
+        if (s->op == LOOM_STEP_DRAIN) {
+            /* Done when the peer has taken every message: it read what was offered. */
+            sc = &ch->send[s->sendPeer];
+            if (shared && l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)] != i)
+                break;
+            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
+                break;
+            l->cur++;
+            done++;
+            continue;
+        }
         if (s->recvPeer >= 0) {
             rc = &ch->recv[s->recvPeer];
             if (shared && l->comm->owner[ownerIndex(l->comm, 1, l->channel, s->recvPeer)] != i)
@@ -296,8 +362,12 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 break;
             uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
             int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
-            if ((got & ~LOOM_FIFO_DEVICE_DATA) != bytes) {
-                *err = sizeMismatch(l, s, got & ~LOOM_FIFO_DEVICE_DATA, bytes);
+            if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL)) {
+                *err = pathMismatch(l, s);
+                return -1;
+            }
+            if ((got & ~LOOM_FIFO_FLAGS) != bytes) {
+                *err = sizeMismatch(l, s, got & ~LOOM_FIFO_FLAGS, bytes);
                 return -1;
             }
             if (onDevice && (!dev || rc->devSlots == NULL)) {
@@ -316,10 +386,20 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             if (dev && sc->devSlots)
                 sent |= LOOM_FIFO_DEVICE_DATA;
         }
+        if (dev && s->op >= LOOM_STEP_OFFER) { /* the tuner never picks single copies there */
+            *err = loomSetError(loomInternalError, "a single-copy step in a device plan");
+            return -1;
+        }
         if (dev) {
             *err = cudaExecStep(gpu, l, s, in, out, rc, sc);
             if (*err != loomSuccess)
                 return -1;
+        } else if (s->op == LOOM_STEP_PULL) {
+            int gone;
+            if ((*err = stepPull(l, s, in, &gone)) != loomSuccess)
+                return -1;
+            if (gone)
+                break;
         } else {
             stepCompute(l, s, in, out);
         }
@@ -343,6 +423,7 @@ struct execWait {
     int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
+    uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
 };
 
 /* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie, ...), '?' if unknown. */
@@ -389,6 +470,8 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->steps[l->cur];
     const struct loomChannel *ch = &l->comm->channels[l->channel];
+    if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeer))
+        return s->recvPeer; /* its offer came, its memory went */
     if (s->recvPeer >= 0) {
         const struct loomConnector *rc = &ch->recv[s->recvPeer];
         if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos &&
@@ -397,10 +480,12 @@ static int laneDeadPeer(const struct loomLane *l)
             return s->recvPeer;
     }
     if (s->sendPeer >= 0) {
+        /* A send waits for a free slot, a DRAIN for every slot to be taken. */
+        uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
         const struct loomConnector *sc = &ch->send[s->sendPeer];
-        if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos &&
+        if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos &&
             peerGone(l->comm, s->sendPeer) &&
-            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
+            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos)
             return s->sendPeer;
     }
     return -1;
@@ -441,7 +526,8 @@ static loomResult_t timedOut(const struct loomLane *b)
     if (s->recvPeer >= 0)
         snprintf(from, sizeof(from), "receive from rank %d", s->recvPeer);
     if (s->sendPeer >= 0)
-        snprintf(to, sizeof(to), "%ssend to rank %d", from[0] ? ", " : "", s->sendPeer);
+        snprintf(to, sizeof(to), "%s%s rank %d", from[0] ? ", " : "",
+                 s->op == LOOM_STEP_DRAIN ? "reads by" : "send to", s->sendPeer);
     return loomSetError(loomTimeout,
                         "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
                         "%zu (%s%s)%s; a peer is stopped, hung or called a different operation",
@@ -503,6 +589,10 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
                                                                     : loomRemoteError,
                                     "%.*s (reported by rank %d to rank %d, which has since exited)",
                                     LOOM_NOTICE_BYTES, told->notice, (int)told->noticeFrom, dead);
+            if (dead >= 0 && w->deadSince == 0)
+                w->deadSince = now;
+            if (dead >= 0 && now - w->deadSince < EXEC_DEAD_GRACE_NS)
+                continue; /* a notice of what made it exit may be on its way */
             if (dead >= 0)
                 return loomSetError(loomRemoteError,
                                     "rank %d (pid %d on %s) %s while rank %d waited for it", dead,

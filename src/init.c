@@ -317,6 +317,16 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     p2pPeerInfo(me);
     me->numaNode = topoNumaNode();
     me->usable = usableTransports();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        for (long c = 0; c < (n > 0 ? n : 1) && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, &set);
+    }
+    for (int c = 0; c < CPU_SETSIZE && c < 64 * LOOM_CPU_WORDS; c++)
+        if (CPU_ISSET(c, &set))
+            me->cpuMask[c / 64] |= 1ULL << (c % 64);
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {
@@ -372,6 +382,44 @@ size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels)
     return slot < LOOM_CACHELINE ? LOOM_CACHELINE : slot;
 }
 
+/* CPUs the ranks of host h may use between them: the union of their affinity masks. */
+static int hostCpus(const struct loomComm *comm, int h)
+{
+    const struct loomTopo *t = comm->topo;
+    int cpus = 0;
+    for (int w = 0; w < LOOM_CPU_WORDS; w++) {
+        uint64_t m = 0;
+        for (int i = t->hostStart[h]; i < t->hostStart[h + 1]; i++)
+            m |= comm->peers[t->order[i]].cpuMask[w];
+        cpus += __builtin_popcountll(m);
+    }
+    return cpus > 0 ? cpus : 1;
+}
+
+/*
+ * Whether ranks share cores, from what every rank published, so that all
+ * ranks see the same: the tuner's choice must not differ between the ranks
+ * of one call (were it taken from each process's own CPU mask, a rank bound
+ * to one core and a peer unbound would choose different algorithms and
+ * mismatch). The tuner is shown the host with the most ranks per CPU; each
+ * process's own waiting (spin or yield) follows its own host.
+ */
+static void commCrowding(struct loomComm *comm)
+{
+    const struct loomTopo *t = comm->topo;
+    double worst = -1;
+    for (int h = 0; h < t->nHosts; h++) {
+        int ranks = t->hostStart[h + 1] - t->hostStart[h], cpus = hostCpus(comm, h);
+        double ratio = (double)ranks / cpus;
+        if (ratio > worst || (ratio == worst && ranks > comm->tuneLocalRanks)) {
+            worst = ratio;
+            comm->tuneLocalRanks = ranks, comm->tuneCpus = cpus;
+        }
+        if (h == t->hostOf[comm->rank])
+            comm->oversubscribed = ranks > cpus;
+    }
+}
+
 static void commSizes(struct loomComm *comm)
 {
     int crowd = 0;
@@ -385,7 +433,7 @@ static void commSizes(struct loomComm *comm)
     comm->slotBytes = commSlotBytes(comm->nranks, comm->topo->nHosts, crowd, comm->nChannels);
     comm->buffBytes = comm->slotBytes * LOOM_STEPS;
     comm->spin = (int)paramInt(LOOM_PARAM_SPIN);
-    comm->oversubscribed = comm->localSize > commCpuCount();
+    commCrowding(comm);
     if (comm->oversubscribed)
         comm->spin = comm->spin < 32 ? comm->spin : 32; /* yield early */
 }

@@ -46,9 +46,19 @@
  * What an unset LOOM_ALGO, or a list after ^, allows: all but cma, which runs
  * only where a list names it (measured on the 2-core machine, the FIFOs beat
  * single copies about 2x for AllReduce on 2 ranks from 128 KiB to 64 MiB,
- * and for Broadcast and Reduce; single copies won only under heavy load).
+ * and for Broadcast and Reduce; single copies won only under heavy load) —
+ * except for AlltoAll, whose single copies are a schedule
+ * (algorithms/direct.c) that the model weighs like the others (see
+ * cmaByteNs). AllGather has such a schedule too, but stays opt-in: measured
+ * 2x faster than the ring at 64-256 KiB on 2 ranks, it was 10-25% slower
+ * from 1 MiB there and slower at 64 KiB on 4 ranks (medians of 7).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
+
+static uint32_t algoDefault(loomColl_t coll)
+{
+    return ALGO_DEFAULT | (coll == LOOM_COLL_ALLTOALL ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
+}
 
 static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_TREE] = "tree",
@@ -57,8 +67,9 @@ static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_CMA] = "cma"};
 
 /*
- * The algorithms coll can run as over the FIFOs: those it has a schedule
- * for (algorithms/schedule.c). cma is not among them: see tunerAllows.
+ * The algorithms coll has a schedule for (algorithms/schedule.c): cma only
+ * for AlltoAll and AllGather; the other collectives run it without a
+ * schedule where LOOM_ALGO names it (tunerAllows, src/cma.c).
  */
 static uint32_t collAlgos(loomColl_t coll)
 {
@@ -112,11 +123,14 @@ static void trimCopy(char *dst, size_t size, const char *s, size_t len)
     dst[len] = '\0';
 }
 
-/* One algorithm list ("ring,tree" or "^tree") into a mask; -1 on an unknown name. */
-static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
+/*
+ * One algorithm list ("ring,tree" or "^tree") into the names it gives and
+ * whether they are excluded; -1 on an unknown name.
+ */
+static int parseList(const char *list, uint32_t *mask, int *exclude, char *why, size_t whyLen)
 {
-    int exclude = list[0] == '^';
-    const char *p = list + exclude;
+    *exclude = list[0] == '^';
+    const char *p = list + *exclude;
     uint32_t m = 0;
     for (;;) {
         const char *end = strchr(p, ',');
@@ -139,8 +153,21 @@ static int parseList(const char *list, uint32_t *mask, char *why, size_t whyLen)
             break;
         p = end + 1;
     }
-    *mask = (exclude ? ALGO_USER & ALGO_DEFAULT & ~m : m) | (ALGO_EVERY & ~ALGO_USER);
+    *mask = m;
     return 0;
+}
+
+/*
+ * What a list parsed by parseList allows for coll. The algorithms a list
+ * cannot name (direct) stay allowed, unless the list names one the
+ * collective has: "cma" for AlltoAll forces single copies.
+ */
+static uint32_t listAllows(loomColl_t coll, uint32_t names, int exclude)
+{
+    uint32_t unnamed = ALGO_EVERY & ~ALGO_USER;
+    if (exclude)
+        return (ALGO_USER & algoDefault(coll) & ~names) | unnamed;
+    return names | ((names & collAlgos(coll)) ? unnamed & ~collAlgos(coll) : unnamed);
 }
 
 /* One item, "list" or "collective:list", applied to allowed[]. */
@@ -150,12 +177,13 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
     const char *list = colon ? colon + 1 : item;
     char name[32], words[128];
     uint32_t mask;
+    int exclude;
     trimCopy(words, sizeof(words), list, strlen(list));
-    if (parseList(words, &mask, why, whyLen) != 0)
+    if (parseList(words, &mask, &exclude, why, whyLen) != 0)
         return -1;
     if (colon == NULL) {
         for (int c = 0; c < LOOM_COLL_NUM; c++)
-            allowed[c] = mask;
+            allowed[c] = listAllows((loomColl_t)c, mask, exclude);
         return 0;
     }
     trimCopy(name, sizeof(name), item, (size_t)(colon - item));
@@ -163,7 +191,8 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
         if (strcasecmp(name, algoColls[i].name) != 0)
             continue;
         for (int k = 0; k < algoColls[i].ncolls; k++)
-            allowed[algoColls[i].colls[k]] = mask;
+            allowed[algoColls[i].colls[k]] =
+                listAllows(algoColls[i].colls[k], mask, exclude);
         return 0;
     }
     snprintf(why, whyLen,
@@ -178,7 +207,7 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     uint32_t work[LOOM_COLL_NUM];
     char item[160];
     for (int c = 0; c < LOOM_COLL_NUM; c++)
-        allowed[c] = work[c] = ALGO_DEFAULT;
+        allowed[c] = work[c] = algoDefault((loomColl_t)c);
     if (spec == NULL)
         return 0;
     for (const char *p = spec; p != NULL;) {
@@ -192,15 +221,18 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     return 0;
 }
 
-/* Read once per process: what LOOM_ALGO allows, and the cores this process may use. */
+/* Read once per process: what LOOM_ALGO allows, and the cores this process may use (the
+ * shape loomTuningGet assumes; a communicator's comes from all its ranks, commCrowding). */
 static uint32_t algoAllowed[LOOM_COLL_NUM];
 static int tuneCpus;
+static size_t tuneCmaMin; /* LOOM_CMA_MIN_BYTES */
 static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
 
 static void tuneRead(void)
 {
     char why[160];
     tuneCpus = commCpuCount();
+    tuneCmaMin = (size_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
     const char *spec = paramStr(LOOM_PARAM_ALGO);
     if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
@@ -251,6 +283,8 @@ struct tuneCosts {
     double ringSmallBytes;  /* when ranks share cores; */
     double ringShareLarge;  /* and from ringLargeBytes (linear between) */
     double ringLargeBytes;
+    double cmaByteNs;       /* one byte read from a peer by process_vm_readv */
+    double cmaPeerUs;       /* one such read's fixed cost */
 };
 
 /*
@@ -307,6 +341,17 @@ struct tuneCosts {
  *                  doubling's fits needed no such share. 0.5 up to 1 MiB,
  *                  0.85 from 4 MiB, linear between.
  *
+ *   cmaByteNs      single-copy AlltoAll (LOOM_ALGO=alltoall:cma, loom-perf -c 1, medians of
+ *                  7 interleaved runs): 2 ranks 64 MiB 13.8 ms, where a rank reads 32 MiB
+ *                  from its peer and copies its own 32 MiB (0.2 ns a byte read, byteNs for
+ *                  the copy: 11.1 ms predicted); 4 ranks 64 MiB 26.8 ms, three reads of
+ *                  16 MiB a rank, two ranks a core (24.5 predicted)
+ *   cmaPeerUs      2 ranks 64 KiB: 11-20 us; 1.5 us a read beyond its bytes puts the
+ *                  single copies ahead of the direct exchange from 64 KiB on 2, 4 and 8
+ *                  ranks, where they measured 1.3-2x faster than the FIFOs at 64-256 KiB
+ *                  (2 and 4 ranks; 0.91 at 8 ranks 64 KiB) and about even or faster above
+ *                  (README, "single copies for AlltoAll, as steps")
+ *
  * The resulting AllReduce choices: n=2 recursive doubling up to 8 KiB, ring
  * to 256 KiB, tree above (measured 15-45% faster there); n=4 doubling up to
  * 16 KiB, ring above; n=8 doubling up to 16 KiB, ring above. (Before
@@ -325,6 +370,8 @@ struct tuneCosts {
  * 16 KiB, 1.02 at 32 KiB, 0.92 at 64 KiB; at n=8 1.31, 1.29, 1.17, 1.16,
  * 1.10 from 4 to 64 KiB, 1.03 at 128 KiB (a coin toss, run to run) and
  * 0.88 at 256 KiB.)
+ * AlltoAll: single copies from LOOM_CMA_MIN_BYTES (64 KiB) where the kernel
+ * allows them, the direct exchange below.
  * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
  * and 16 KiB at n=4, the chain above; never both trees. To redo on
  * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
@@ -350,6 +397,8 @@ static const struct tuneCosts shmCosts = {
     .ringSmallBytes = 1024 * 1024,
     .ringShareLarge = 0.85,
     .ringLargeBytes = 4 * 1024 * 1024,
+    .cmaByteNs = 0.2,
+    .cmaPeerUs = 1.5,
 };
 
 /* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
@@ -518,14 +567,34 @@ static const struct {
     [LOOM_ALGO_TREE] = {treePipe, 2},
     [LOOM_ALGO_DIRECT] = {ringPipe, 1},
     [LOOM_ALGO_DOUBLING] = {doublingPipe, 1},
-    [LOOM_ALGO_CMA] = {NULL, 0}, /* never weighed (no schedule): see tunerAllows */
+    [LOOM_ALGO_CMA] = {NULL, 1}, /* cmaTime; only where shape->cmaOk */
 };
+
+/*
+ * Single copies (AlltoAll, AllGather): two hops (the offers, then the
+ * drains), and each rank's own work: n - 1 reads of S / n bytes by the
+ * kernel, one copy of its own block. Where ranks share cores their work
+ * adds up on the cores.
+ */
+static double cmaTime(const struct tuneCase *c)
+{
+    const struct tuneCosts *k = c->k;
+    int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
+    double block = c->bytes / n;
+    struct tunePipe p = {.units = 2, .switches = 1, .unitSteps = 1, .totalSteps = 2.0 * n};
+    double work = (n - 1) * (k->cmaPeerUs + block * k->cmaByteNs / 1e3) +
+                  2 * block * k->byteNs / 1e3;
+    double perCore = (double)c->s->localRanks / cpus;
+    return pipeTime(c, &p) + work * (perCore > 1 ? perCore : 1);
+}
 
 static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
 {
     struct tunePipe p;
     if (c->s->nranks == 1 || c->bytes == 0) /* a local copy, or nothing */
         return c->k->callUs + 2 * c->bytes * c->k->byteNs / 1e3;
+    if (algo == LOOM_ALGO_CMA)
+        return cmaTime(c);
     algoModels[algo].pipe(c, &p);
     return pipeTime(c, &p);
 }
@@ -557,8 +626,13 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
         res = -1;
     }
     out->predictedUs = -1;
+    int cma = shape->cmaOk && bytes >= shape->cmaMinBytes;
+    if (!cma && (can & ~ALGO_BIT(LOOM_ALGO_CMA)) == 0) { /* cma alone, and not possible */
+        can = collAlgos(coll) & ALGO_FALLBACK;
+        res = -1;
+    }
     for (int a = 0; a < LOOM_ALGO_NUM; a++) {
-        if (!(can & ALGO_BIT(a)))
+        if (!(can & ALGO_BIT(a)) || (a == LOOM_ALGO_CMA && !cma))
             continue;
         for (int v = 0; v < algoModels[a].variants; v++) {
             c.trees = 2 - v;
@@ -632,11 +706,13 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
     }
     pthread_once(&tuneOnce, tuneRead);
     struct loomTuneShape shape = {.nranks = comm->nranks,
-                                  .localRanks = comm->localSize,
-                                  .cpus = tuneCpus,
+                                  .localRanks = comm->tuneLocalRanks,
+                                  .cpus = comm->tuneCpus,
                                   .slotBytes = comm->slotBytes,
                                   .nChannels = comm->nChannels,
-                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
+                                  .cmaOk = comm->cmaOk && !device,
+                                  .cmaMinBytes = tuneCmaMin};
     uint32_t allowed = algoAllowed[coll];
     /* A device plan has no device scratch for a tree Reduce's partial sums. */
     if (device && coll == LOOM_COLL_REDUCE)
@@ -684,7 +760,9 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
                                   .cpus = tuneCpus,
                                   .slotBytes = commSlotBytes(nranks, 1, nranks, channels),
                                   .nChannels = channels,
-                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS)};
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
+                                  .cmaOk = !paramInt(LOOM_PARAM_CMA_DISABLE),
+                                  .cmaMinBytes = tuneCmaMin};
     struct loomTuning t;
     tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
     info->algorithm = tunerAlgoName(t.algo);

@@ -26,11 +26,13 @@ struct loomTuning {
 /* What the model needs to know about a communicator. */
 struct loomTuneShape {
     int nranks;
-    int localRanks;   /* ranks on this host */
-    int cpus;         /* cores this host's ranks share */
-    size_t slotBytes; /* connector slot size: the largest chunk */
-    int nChannels;    /* channels the communicator has */
-    int channelsSet;  /* 1: LOOM_NCHANNELS was set, so all of them are used */
+    int localRanks;     /* ranks on the host with the most ranks per CPU */
+    int cpus;           /* CPUs those ranks may use between them */
+    size_t slotBytes;   /* connector slot size: the largest chunk */
+    int nChannels;      /* channels the communicator has */
+    int channelsSet;    /* 1: LOOM_NCHANNELS was set, so all of them are used */
+    int cmaOk;          /* single copies possible (comm->cmaOk, host buffers) */
+    size_t cmaMinBytes; /* and allowed from this size (LOOM_CMA_MIN_BYTES) */
 };
 
 /*

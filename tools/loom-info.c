@@ -284,13 +284,14 @@ static int printParams(void)
     return 0;
 }
 
-/* One row: the choice, then the model's time for ring, tree and recursive doubling ("-" where the
- * collective has none). */
+/* One row: the choice, then the model's time for ring, tree, recursive doubling, direct exchange
+ * and single copies ("-" where the collective has none, or single copies cannot run). */
+#define TUNE_ALGOS 5
 static int printTuningRow(const char *coll, int nranks, size_t bytes)
 {
-    static const char *const algos[] = {"ring", "tree", "doubling"};
+    static const char *const algos[TUNE_ALGOS] = {"ring", "tree", "doubling", "direct", "cma"};
     loomTuningInfo_t choice, forced;
-    char size[32], chunk[32], alt[3][32], trees[16] = "-";
+    char size[32], chunk[32], alt[TUNE_ALGOS][32], trees[16] = "-";
 
     if (loomTuningGet(coll, NULL, nranks, bytes, &choice) != loomSuccess) {
         fprintf(stderr, "loom-info: loomTuningGet failed: %s\n", loomGetLastError(NULL));
@@ -298,16 +299,17 @@ static int printTuningRow(const char *coll, int nranks, size_t bytes)
     }
     if (choice.trees > 0)
         snprintf(trees, sizeof(trees), "%d", choice.trees);
-    for (int i = 0; i < 3; i++) {
-        if (loomTuningGet(coll, algos[i], nranks, bytes, &forced) == loomSuccess)
+    for (int i = 0; i < TUNE_ALGOS; i++) {
+        if (loomTuningGet(coll, algos[i], nranks, bytes, &forced) == loomSuccess &&
+            strcmp(forced.algorithm, algos[i]) == 0)
             snprintf(alt[i], sizeof(alt[i]), "%.1f", forced.predictedUs);
         else
             snprintf(alt[i], sizeof(alt[i]), "-");
     }
-    printf("%-13s %10s  %-8s %5s %9s %8d %13.1f %10s %10s %12s\n", coll,
+    printf("%-13s %10s  %-8s %5s %9s %8d %13.1f %10s %10s %12s %10s %10s\n", coll,
            formatBytes(bytes, size, sizeof(size)), choice.algorithm, trees,
            formatBytes(choice.chunkBytes, chunk, sizeof(chunk)), choice.nChannels,
-           choice.predictedUs, alt[0], alt[1], alt[2]);
+           choice.predictedUs, alt[0], alt[1], alt[2], alt[3], alt[4]);
     return 0;
 }
 
@@ -334,8 +336,9 @@ static int printTuning(int nranks, const char *only)
     printf("Tuner's choice for %d rank%s on this host (%ld CPUs), LOOM_ALGO%s%s\n", nranks,
            nranks == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), algo.isSet ? "=" : " unset",
            algo.isSet ? algo.value : "");
-    printf("%-13s %10s  %-8s %5s %9s %8s %13s %10s %10s %12s\n", "collective", "size", "algo",
-           "trees", "chunk", "channels", "predicted(us)", "ring(us)", "tree(us)", "doubling(us)");
+    printf("%-13s %10s  %-8s %5s %9s %8s %13s %10s %10s %12s %10s %10s\n", "collective", "size",
+           "algo", "trees", "chunk", "channels", "predicted(us)", "ring(us)", "tree(us)",
+           "doubling(us)", "direct(us)", "cma(us)");
     for (int c = 0; c < ncolls; c++) {
         if (only != NULL && strcmp(only, "all") != 0 && strcmp(only, colls[c]) != 0)
             continue;

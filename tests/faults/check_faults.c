@@ -61,8 +61,9 @@
 
 enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
 /* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
-/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single copies, src/cma.c). */
-enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA };
+/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single copies, src/cma.c);
+ * WORK_CMA_A2A: a loop of AlltoAll with LOOM_ALGO=alltoall:cma (single-copy steps). */
+enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA, WORK_CMA_A2A };
 #define HOSTS_SHM 0 /* every rank on this host */
 
 struct report {
@@ -203,10 +204,12 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         return 15;
     if (job->work == WORK_CMA && setenv("LOOM_ALGO", "allreduce:cma", 1) != 0)
         return 16;
+    if (job->work == WORK_CMA_A2A && setenv("LOOM_ALGO", "alltoall:cma", 1) != 0)
+        return 16;
     if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
         return 10;
-    float *buf = malloc(COUNT * sizeof(*buf));
-    if (buf == NULL)
+    float *buf = malloc(COUNT * sizeof(*buf)), *out = malloc(COUNT * sizeof(*out));
+    if (buf == NULL || out == NULL)
         return 11;
     for (size_t i = 0; i < COUNT; i++)
         buf[i] = (float)(i % 3);
@@ -215,7 +218,10 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         return 12;
     loomResult_t res = loomSuccess;
     while (res == loomSuccess) {
-        res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
+        if (job->work == WORK_CMA_A2A)
+            res = loomAlltoAll(buf, out, COUNT / (size_t)nranks, loomFloat32, comm, NULL);
+        else
+            res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
         if (res == loomSuccess && rep.iterations++ == 0 && write(job->readyFd[1], "r", 1) != 1)
             return 13;
         if (res == loomSuccess && job->work == WORK_CHAIN)
@@ -229,6 +235,7 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     else
         rankRelease(&rep, comm);
     free(buf);
+    free(out);
     return write(job->reportFd[1], &rep, sizeof(rep)) == sizeof(rep) ? 0 : 14;
 }
 
@@ -429,6 +436,8 @@ static void faultRun(const struct faultCase *fc)
  *   rank's stays readable, so the survivors finish their copies and wait
  *   for it in the closing exchange). Where the kernel refuses cross-memory
  *   attach, single copies are off and these repeat the first two cases.
+ * - SIGKILL cma alltoall: the same in a loop of single-copy AlltoAll steps
+ *   (a peer dies under a PULL, or while the others DRAIN towards it).
  */
 static const struct faultCase faultCases[] = {
     {.label = "SIGKILL",
@@ -474,6 +483,15 @@ static const struct faultCase faultCases[] = {
      .sig = SIGKILL,
      .want = loomRemoteError,
      .names = "rank 3 (pid"},
+    {.label = "SIGKILL cma alltoall",
+     .nranks = NRANKS,
+     .timeoutSec = 30,
+     .release = RELEASE_BY_PARITY,
+     .work = WORK_CMA_A2A,
+     .victim = 1,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 1 (pid"},
     {.label = "SIGSTOP cma",
      .nranks = NRANKS,
      .timeoutSec = 5,

@@ -1,5 +1,6 @@
 #!/bin/sh
-# cma.sh — single-copy collectives (src/cma.c): results, agreement, fallback.
+# cma.sh — single-copy collectives (src/cma.c, and the OFFER/PULL/DRAIN
+# schedules of AlltoAll and AllGather): results, agreement, fallback.
 #
 # With LOOM_ALGO naming cma (single copies are off by default) and
 # LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
@@ -62,6 +63,12 @@ on)
     perf_case 2 $ALL $SIZES
     perf_case 3 $ALL $SIZES -O 3
     perf_case 4 $ALL $SIZES -z 1
+    # The list above lets the model choose AllGather's ring where it is cheaper: force the
+    # single-copy schedule once (AlltoAll's is forced above: naming cma leaves it nothing else).
+    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=allgather:cma"
+    perf_case 3 -G 0 -C allgather -d all $SIZES -O 3
+    perf_case 4 -G 0 -C allgather -d float $SIZES -z 1
+    PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
     ;;
 off*) note "the kernel refuses it here: the single-copy sweep is not run" ;;
 *) record_failure "ranks disagree on single copies: $state" ;;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -278,6 +279,98 @@ START_TEST(test_mismatch)
 }
 END_TEST
 
+/*
+ * Single-copy AlltoAll and AllGather (forced here by LOOM_ALGO) are
+ * schedules, so ranks may group them differently, with other calls and in
+ * place: rank 0 groups everything, rank 1 nothing, rank 2 the two AlltoAlls.
+ */
+static int cmaGrouping(int rank, int n, loomComm_t comm)
+{
+    size_t count = 100003, total = (size_t)n * count; /* odd: no block is a whole page */
+    int *in = malloc(total * sizeof(int)), *out = malloc(total * sizeof(int));
+    int *inplace = malloc(total * sizeof(int)), *gather = malloc(total * sizeof(int));
+    int x = rank + 1, sum = 0, bad = 0;
+    for (size_t i = 0; i < total; i++)
+        in[i] = inplace[i] = rank * 1000003 + (int)i;
+    loomResult_t r[4];
+    if (rank == 0)
+        loomGroupStart();
+    r[0] = loomAllReduce(&x, &sum, 1, loomInt32, loomSum, comm, NULL);
+    if (rank == 2)
+        loomGroupStart();
+    r[1] = loomAlltoAll(in, out, count, loomInt32, comm, NULL);
+    r[2] = loomAlltoAll(inplace, inplace, count, loomInt32, comm, NULL);
+    if (rank == 2 && loomGroupEnd() != loomSuccess)
+        return 1;
+    r[3] = loomAllGather(in, gather, count, loomInt32, comm, NULL);
+    if (rank == 0 && loomGroupEnd() != loomSuccess)
+        return 2;
+    for (int k = 0; k < 4; k++)
+        if (r[k] != loomSuccess)
+            return 3 + k;
+    if (sum != n * (n + 1) / 2)
+        return 7;
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < count; i++) {
+            int want = p * 1000003 + (int)((size_t)rank * count + i);
+            bad |= out[p * count + i] != want || inplace[p * count + i] != want;
+            bad |= gather[p * count + i] != p * 1000003 + (int)i;
+        }
+    free(in);
+    free(out);
+    free(inplace);
+    free(gather);
+    return bad ? 8 : 0;
+}
+
+START_TEST(test_cma_grouping)
+{
+    setenv("LOOM_ALGO", "alltoall:cma;allgather:cma", 1);
+    setenv("LOOM_TIMEOUT", "20", 1);
+    runRanks(3, cmaGrouping);
+}
+END_TEST
+
+/*
+ * Ranks told different things (single copies on rank 0, the FIFOs on rank 1)
+ * get an error that says so, not garbage or a hang. (Where the kernel
+ * refuses single copies, every rank takes the FIFOs and the call succeeds.)
+ */
+static int cmaProbe = 42;
+
+static int cmaMismatch(int rank, int n, loomComm_t comm)
+{
+    (void)n;
+    /* The ranks are siblings forked from the test: reading the parent tells whether the kernel
+     * lets them read each other (Yama's ptrace_scope treats both alike). */
+    int word = 0;
+    struct iovec local = {&word, sizeof(word)}, remote = {&cmaProbe, sizeof(word)};
+    int canCma = process_vm_readv(getppid(), &local, 1, &remote, 1, 0) == sizeof(word);
+    size_t count = 64 * 1024; /* per peer: above LOOM_CMA_MIN_BYTES */
+    int *in = calloc(2 * count, sizeof(int)), *out = calloc(2 * count, sizeof(int));
+    loomResult_t r = loomAlltoAll(in, out, count, loomInt32, comm, NULL);
+    free(in);
+    free(out);
+    if (r == loomSuccess)
+        return canCma ? 1 : 0;
+    if (r != loomInvalidUsage && r != loomRemoteError)
+        return 2;
+    const char *why = loomGetLastError(comm);
+    return strstr(why, "different algorithms") != NULL ? 0 : 3;
+}
+
+static void cmaMismatchEnv(int rank)
+{
+    setenv("LOOM_ALGO", rank == 0 ? "alltoall:cma" : "alltoall:ring", 1);
+}
+
+START_TEST(test_cma_mismatch)
+{
+    setenv("LOOM_TIMEOUT", "5", 1);
+    runRanksWith(2, cmaMismatch, cmaMismatchEnv);
+}
+END_TEST
+
 /* With shared memory off, every link (to itself too) is on the network, and works. */
 static int overTcp(int rank, int n, loomComm_t comm)
 {
@@ -324,6 +417,8 @@ static Suite *apiSuite(void)
     tcase_add_test(multi, test_split);
     tcase_add_test(multi, test_mismatch);
     tcase_add_test(multi, test_shm_disabled_uses_tcp);
+    tcase_add_test(multi, test_cma_grouping);
+    tcase_add_test(multi, test_cma_mismatch);
     suite_add_tcase(s, multi);
     return s;
 }

@@ -20,6 +20,13 @@
  * still be poison. Messages carry their element count, which must equal the
  * count of the receiving step.
  *
+ * Single copies (the cma schedules): an OFFER puts a reference to the
+ * sender's elements in the FIFO, not the elements; the PULL that takes it
+ * reads them from the sender's buffer as it is at that moment; a DRAIN
+ * waits until its FIFO is empty; and a rank that finishes while a peer has
+ * not yet pulled what it offered fails the run (its buffers would be reused
+ * under the reader).
+ *
  *   rank 0: steps[pc], send buf, recv buf       rank 1: steps[pc], ...
  *          │ SEND                                    ▲ RECV
  *          └──────> FIFO[0->1]: LOOM_STEPS slots ────┘    (one per ordered pair)
@@ -69,12 +76,21 @@ static const uint8_t opUses[LOOM_STEP_NUM_OPS] = {
     [LOOM_STEP_RECV_REDUCE_COPY_SEND] = USES_RECV | USES_SRC | USES_DST | USES_SEND,
     [LOOM_STEP_RECV_COPY_SEND] = USES_RECV | USES_DST | USES_SEND,
     [LOOM_STEP_COPY] = USES_SRC | USES_DST,
+    [LOOM_STEP_OFFER] = USES_SEND | USES_SRC,
+    [LOOM_STEP_PULL] = USES_RECV | USES_DST,
+    [LOOM_STEP_DRAIN] = USES_SEND,
 };
 
 static const char *const opNames[LOOM_STEP_NUM_OPS] = {
     "SEND",           "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND",
-    "RECV_COPY_SEND", "COPY",
+    "RECV_COPY_SEND", "COPY", "OFFER", "PULL", "DRAIN",
 };
+
+/* Steps that move elements without a slot (single copies). */
+static int opSlotless(int op)
+{
+    return op == LOOM_STEP_OFFER || op == LOOM_STEP_PULL || op == LOOM_STEP_DRAIN;
+}
 
 static int opReduces(int op)
 {
@@ -114,6 +130,9 @@ static void rngShuffle(uint64_t *s, int *v, int n)
 struct simFifo {
     uint64_t head, tail;
     size_t count[LOOM_STEPS];
+    /* An OFFER's message: the sender's buffer and offset (offer 1), not elements. */
+    uint8_t offer[LOOM_STEPS], offerBuf[LOOM_STEPS];
+    size_t offerOff[LOOM_STEPS];
     struct sym *slots; /* LOOM_STEPS x MAX_CHUNK, allocated on first use */
 };
 
@@ -174,7 +193,11 @@ static void simInit(struct sim *s, int n, size_t chunk, struct simRank *ranks, c
     s->chunk = chunk;
     s->ranks = ranks;
     s->fifos = fifoPool;
-    s->tmp = calloc(chunk, sizeof(*s->tmp));
+    size_t most = chunk; /* a PULL moves up to a whole buffer */
+    for (int r = 0; r < n; r++)
+        for (int b = 0; b < 2; b++)
+            most = ranks[r].len[b] > most ? ranks[r].len[b] : most;
+    s->tmp = calloc(most, sizeof(*s->tmp));
     s->err = err;
     s->multiWrite = 0;
     ck_assert(n <= MAX_RANKS && chunk <= MAX_CHUNK && s->tmp != NULL);
@@ -193,7 +216,10 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
     if (st->op >= LOOM_STEP_NUM_OPS)
         return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
     uint8_t uses = opUses[st->op];
-    if (st->count < 1 || st->count > s->chunk)
+    int countOk = st->op == LOOM_STEP_DRAIN ? st->count == 0
+                  : opSlotless(st->op)       ? st->count >= 1
+                                             : st->count >= 1 && st->count <= s->chunk;
+    if (!countOk)
         return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc, opNames[st->op],
                        st->count, s->chunk);
     if ((st->flags & ~LOOM_STEP_FINAL) ||
@@ -288,6 +314,24 @@ static void simPush(struct sim *s, struct simFifo *f, size_t count)
     f->tail++;
 }
 
+/*
+ * 1 after rank r ran a step; a failure if that was its last and a peer has
+ * not yet pulled what it offered (the caller would reuse the buffer).
+ */
+static int simFinished(struct sim *s, int r)
+{
+    const struct simRank *rk = &s->ranks[r];
+    if (rk->pc < rk->nsteps)
+        return 1;
+    for (int q = 0; q < s->n; q++) {
+        const struct simFifo *f = &s->fifos[r * s->n + q];
+        for (uint64_t m = f->head; m < f->tail; m++)
+            if (f->offer[m % LOOM_STEPS])
+                return simFail(s, "rank %d finished while rank %d had not pulled its offer", r, q);
+    }
+    return 1;
+}
+
 /* Runs rank r's next step: 1 if it ran, 0 if it must wait, -1 on a failure. */
 static int simStep(struct sim *s, int r)
 {
@@ -298,6 +342,12 @@ static int simStep(struct sim *s, int r)
     struct simFifo *out = (uses & USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
     if ((in && in->head == in->tail) || (out && out->tail - out->head == LOOM_STEPS))
         return 0;
+    if (st->op == LOOM_STEP_DRAIN) {
+        if (out->head != out->tail)
+            return 0;
+        rk->pc++;
+        return simFinished(s, r);
+    }
     const struct sym *msg = NULL;
     if (in) {
         size_t slot = in->head % LOOM_STEPS;
@@ -306,7 +356,19 @@ static int simStep(struct sim *s, int r)
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
                            r, rk->pc, opNames[st->op], st->count, st->recvPeer, in->count[slot]);
+        if (in->offer[slot] != (st->op == LOOM_STEP_PULL))
+            return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
+                           opNames[st->op], in->offer[slot] ? "an offer" : "elements",
+                           st->recvPeer);
         msg = in->slots + slot * s->chunk;
+        if (in->offer[slot]) { /* read the sender's buffer now */
+            const struct simRank *from = &s->ranks[st->recvPeer];
+            size_t off = in->offerOff[slot], b = in->offerBuf[slot];
+            if (off > from->len[b] || st->count > from->len[b] - off)
+                return simFail(s, "rank %d step %zu: pulls past rank %d's buffer", r, rk->pc,
+                               st->recvPeer);
+            msg = from->buf[b] + off;
+        }
     }
     if (simCompute(s, r, st, msg) < 0)
         return -1;
@@ -314,10 +376,17 @@ static int simStep(struct sim *s, int r)
         return -1;
     if (in)
         in->head++;
-    if (out)
+    if (out && st->op == LOOM_STEP_OFFER) {
+        size_t slot = out->tail % LOOM_STEPS;
+        out->count[slot] = st->count;
+        out->offer[slot] = 1, out->offerBuf[slot] = st->srcBuf, out->offerOff[slot] = st->srcOff;
+        out->tail++;
+    } else if (out) {
+        out->offer[out->tail % LOOM_STEPS] = 0;
         simPush(s, out, st->count);
+    }
     rk->pc++;
-    return 1;
+    return simFinished(s, r);
 }
 
 static int simDeadlock(struct sim *s)
@@ -397,6 +466,7 @@ struct coll {
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
     int tree;           /* 1: the double binary tree instead of the ring */
     int doubling;       /* 1: recursive doubling (AllReduce) instead of the ring */
+    int cma;            /* 1: single copies (AlltoAll, AllGather) */
     int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
     const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
@@ -444,6 +514,8 @@ static loomAlgo_t collAlgo(const struct coll *c)
         return LOOM_ALGO_TREE;
     if (c->doubling)
         return LOOM_ALGO_DOUBLING;
+    if (c->cma)
+        return LOOM_ALGO_CMA;
     return scheduleGenerator(c->coll, LOOM_ALGO_RING) ? LOOM_ALGO_RING : LOOM_ALGO_DIRECT;
 }
 
@@ -672,8 +744,9 @@ static void collExpectOk(const struct coll *c, const char *ring, unsigned caseNo
         uint64_t seed =
             0x9e3779b97f4a7c15ULL ^ ((uint64_t)c->n << 32) ^ (c->count << 8) ^ (uint64_t)c->root;
         int rc = collRun(c, randomOrder, seed, err);
+        const char *algo = c->tree ? "tree" : c->doubling ? "doubling" : c->cma ? "cma" : "ring";
         ck_assert_msg(rc == 0, "coll %d %s n %d root %d count %zu chunk %zu order %s %s: %s",
-                      c->coll, c->tree ? "tree" : c->doubling ? "doubling" : "ring", c->n, c->root, c->count, c->chunk, ring,
+                      c->coll, algo, c->n, c->root, c->count, c->chunk, ring,
                       randomOrder ? "random" : "round-robin", err);
     }
 }
@@ -715,12 +788,12 @@ static size_t treeCount(size_t chunk)
  * Every n in 1..64 (1..128 for the tree), every chunk size, the interesting
  * counts, the given roots.
  */
-/* algo: 0 the ring (or direct), 1 the tree, 2 recursive doubling. */
+/* algo: 0 the ring (or direct), 1 the tree, 2 recursive doubling, 3 single copies. */
 static void sweep(loomColl_t coll, int allRoots, int algo)
 {
     unsigned caseNo = 0;
     uint64_t rng = 0x5eeded + (uint64_t)coll;
-    int tree = algo == 1, doubling = algo == 2;
+    int tree = algo == 1, doubling = algo == 2, cma = algo == 3;
     for (int n = 1; n <= (tree || doubling ? MAX_RANKS : RING_RANKS); n++) {
         for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
             size_t ch = chunks[ci], nn = (size_t)n;
@@ -744,6 +817,7 @@ static void sweep(loomColl_t coll, int allRoots, int algo)
                                      .root = n <= 8 ? ri : roots[ri],
                                      .tree = tree,
                                      .doubling = doubling,
+                                     .cma = cma,
                                      .trees = tree && caseNo % 3 == 1 ? 1 : 2};
                     collExpectOk(&c, "identity", caseNo++);
                 }
@@ -984,6 +1058,39 @@ START_TEST(test_sim_detects_size_mismatch)
 }
 END_TEST
 
+START_TEST(test_sim_detects_offer_misuse)
+{
+    /* Rank 0 offers and ends without a DRAIN: its buffer would be reused before rank 1 reads it. */
+    struct loomStep a[] = {STEP(LOOM_STEP_OFFER, 1, -1, 2, 0, 6)};
+    struct loomStep b[] = {STEP(LOOM_STEP_COPY, -1, -1, 0, 0, 1),
+                           STEP(LOOM_STEP_PULL, -1, 0, 0, 2, 6)};
+    struct loomStep *steps[] = {a, b};
+    size_t nsteps[] = {1, 2};
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "had not pulled") != NULL, "%s", err);
+
+    /* With the DRAIN it runs, and the pull reads rank 0's elements 2..7. */
+    struct loomStep c[] = {STEP(LOOM_STEP_OFFER, 1, -1, 2, 0, 6),
+                           STEP(LOOM_STEP_DRAIN, 1, -1, 0, 0, 0)};
+    steps[0] = c, nsteps[0] = 2;
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), 0);
+
+    /* An offer where elements are expected, and elements where an offer is. */
+    struct loomStep c4[] = {STEP(LOOM_STEP_OFFER, 1, -1, 2, 0, 4),
+                            STEP(LOOM_STEP_DRAIN, 1, -1, 0, 0, 0)};
+    struct loomStep d[] = {STEP(LOOM_STEP_RECV, -1, 0, 0, 0, 4)};
+    steps[0] = c4, steps[1] = d, nsteps[1] = 1;
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "receives an offer") != NULL, "%s", err);
+    struct loomStep e[] = {STEP(LOOM_STEP_SEND, 1, -1, 0, 0, 4)};
+    struct loomStep f[] = {STEP(LOOM_STEP_PULL, -1, 0, 0, 0, 4)};
+    steps[0] = e, steps[1] = f, nsteps[0] = nsteps[1] = 1;
+    ck_assert_int_eq(runHandmade(2, steps, nsteps, 8, err), -1);
+    ck_assert_msg(strstr(err, "receives elements") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(test_sim_detects_double_counting)
 {
     /* 0 -> 1 -> 0: rank 0's input comes back and is added to itself. */
@@ -1106,6 +1213,13 @@ END_TEST
 START_TEST(test_alltoall)
 {
     sweep(LOOM_COLL_ALLTOALL, 0, 0);
+}
+END_TEST
+
+START_TEST(test_cma)
+{
+    sweep(LOOM_COLL_ALLTOALL, 0, 3);
+    sweep(LOOM_COLL_ALLGATHER, 0, 3);
 }
 END_TEST
 
@@ -1650,6 +1764,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("sim deadlock", test_sim_detects_deadlock));
     suite_add_tcase(s, tcase("sim size mismatch", test_sim_detects_size_mismatch));
     suite_add_tcase(s, tcase("sim double counting", test_sim_detects_double_counting));
+    suite_add_tcase(s, tcase("sim offer misuse", test_sim_detects_offer_misuse));
     suite_add_tcase(s, tcase("sim misaligned reduce", test_sim_detects_misaligned_reduce));
     suite_add_tcase(s,
                     tcase("sim leftovers and bad steps", test_sim_detects_leftover_and_bad_steps));
@@ -1661,6 +1776,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("reduce", test_reduce));
     suite_add_tcase(s, tcase("alltoall", test_alltoall));
     suite_add_tcase(s, tcase("alltoallv", test_alltoallv));
+    suite_add_tcase(s, tcase("cma alltoall allgather", test_cma));
     suite_add_tcase(s, tcase("sendrecv", test_sendrecv));
     suite_add_tcase(s, tcase("lanes", test_lanes_cover_everything));
     suite_add_tcase(s, tcase("ring order", test_random_ring_order));

@@ -32,8 +32,16 @@ START_TEST(test_parse_lists)
 {
     uint32_t a[LOOM_COLL_NUM];
     parseOk(NULL, a);
-    for (int c = 0; c < LOOM_COLL_NUM; c++)
-        ck_assert_uint_eq(a[c], RING | TREE | DIRECT | DOUBLING); /* cma only when named */
+    for (int c = 0; c < LOOM_COLL_NUM; c++) /* cma only when named, but AlltoAll's is weighed */
+        ck_assert_uint_eq(a[c],
+                          RING | TREE | DIRECT | DOUBLING | (c == LOOM_COLL_ALLTOALL ? CMA : 0));
+    parseOk("alltoall:cma", a); /* forced: no direct exchange beside it */
+    ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), CMA);
+    ck_assert_uint_ne(a[LOOM_COLL_ALLTOALLV] & DIRECT, 0); /* which has no single copies */
+    parseOk("alltoall:ring", a); /* the FIFOs */
+    ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), DIRECT);
+    parseOk("^cma", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), DIRECT);
     parseOk("ring", a);
     ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & CMA, 0);
     parseOk("^tree", a);
@@ -89,7 +97,8 @@ START_TEST(test_parse_errors)
         ck_assert_msg(tunerParseAlgo(bad[i], a, why, sizeof(why)) == -1, "'%s' accepted", bad[i]);
         ck_assert_msg(why[0] != '\0', "'%s': no reason given", bad[i]);
         for (int c = 0; c < LOOM_COLL_NUM; c++) /* a bad value changes nothing */
-            ck_assert_uint_eq(a[c], RING | TREE | DIRECT | DOUBLING);
+            ck_assert_uint_eq(a[c], RING | TREE | DIRECT | DOUBLING |
+                                        (c == LOOM_COLL_ALLTOALL ? CMA : 0));
     }
 }
 END_TEST
@@ -149,6 +158,21 @@ START_TEST(test_model_obeys_restrictions)
     ck_assert_int_eq(t.algo, LOOM_ALGO_RING);
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 1024, RING | TREE | DIRECT, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT);
+    /* Single copies: only where the communicator has them, and from cmaMinBytes on. */
+    s.cmaMinBytes = 64 * 1024;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 16 << 20, DIRECT | CMA, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT); /* cmaOk 0 */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 16 << 20, CMA, &t), -1);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT);
+    s.cmaOk = 1;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 16 << 20, DIRECT | CMA, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* one copy instead of two */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLTOALL, 32 * 1024, CMA, &t), -1);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT); /* below cmaMinBytes */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20, CMA, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* named: AllGather has the schedule too */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 16 << 20, CMA, &t), -1);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* no schedule: cma.c takes it, not the model */
     s.channelsSet = 1; /* LOOM_NCHANNELS set: every channel is used */
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1 << 20, RING, &t), 0);
     ck_assert_int_eq(t.nChannels, 4);

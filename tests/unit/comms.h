@@ -41,12 +41,15 @@ typedef int (*rankFn)(int rank, int nranks, loomComm_t comm);
 
 struct rankWork {
     rankFn fn;
+    void (*before)(int rank); /* runs first in each rank (setenv: parameters are read at init) */
 };
 
 static inline int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
 {
     const struct rankWork *work = arg;
     loomComm_t comm;
+    if (work->before)
+        work->before(rank);
     if (loomCommInitRank(&comm, nranks, *id, rank) != loomSuccess)
         return 100;
     int rc = work->fn(rank, nranks, comm);
@@ -55,9 +58,9 @@ static inline int rankMain(int rank, int nranks, const loomUniqueId *id, void *a
 }
 
 /* Ranks are forked before the unique id exists, so none inherits the rendezvous socket. */
-static inline void runRanks(int nranks, rankFn fn)
+static inline void runRanksWith(int nranks, rankFn fn, void (*before)(int rank))
 {
-    struct rankWork work = {fn};
+    struct rankWork work = {fn, before};
     struct testRanks t;
     loomUniqueId id;
     ck_assert_int_eq(testRanksFork(&t, nranks, rankMain, &work), 0);
@@ -68,6 +71,11 @@ static inline void runRanks(int nranks, rankFn fn)
         ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
     }
+}
+
+static inline void runRanks(int nranks, rankFn fn)
+{
+    runRanksWith(nranks, fn, NULL);
 }
 
 #endif /* LOOM_TEST_COMMS_H_ */
