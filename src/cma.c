@@ -43,7 +43,7 @@
  * a seccomp filter, other users or PID namespaces make that fail (EPERM,
  * ENOSYS, ESRCH, or a word that does not match), and then the ranks agree to
  * use the FIFO path, as they do when any rank sets LOOM_CMA_DISABLE=1.
- * LOOM_CMA_MIN_BYTES must be equal on all ranks, like LOOM_BUFFSIZE.
+ * LOOM_CMA_MIN_BYTES is agreed the same way: the largest any rank set.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -93,6 +93,7 @@ static void cmaProbeInit(void)
 
 struct cmaHello {
     uint64_t addr, nonce;
+    uint64_t minBytes; /* this rank's LOOM_CMA_MIN_BYTES */
     int32_t ok, pad;
 };
 
@@ -156,15 +157,21 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
     int mine = want;
     memset(h, 0, (size_t)n * sizeof(*h));
     h[me].ok = mine;
+    h[me].minBytes = (uint64_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
     res = bootstrapAllGather(comm->bootstrap, h, sizeof(*h));
-    for (int p = 0; res == loomSuccess && p < n; p++)
+    /* The largest any rank set: ranks that differ would otherwise choose differently. */
+    comm->cmaMinBytes = 0;
+    for (int p = 0; res == loomSuccess && p < n; p++) {
+        if (h[p].minBytes > comm->cmaMinBytes)
+            comm->cmaMinBytes = (size_t)h[p].minBytes;
         if (!h[p].ok) {
             if (mine)
                 why = "another rank cannot use it";
             want = 0;
         }
+    }
     if (res == loomSuccess && want) {
-        st->minBytes = (size_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
+        st->minBytes = comm->cmaMinBytes;
         comm->cma = st;
         comm->cmaOk = 1;
         st = NULL;

@@ -214,6 +214,7 @@ struct loomComm {
     struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
     /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
     int cmaOk;
+    size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
     struct cmaState *cma;
 
     pthread_mutex_t errLock;

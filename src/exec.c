@@ -247,22 +247,46 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
 static int peerGone(const struct loomComm *comm, int p);
 
 /*
- * A PULL: the peer's offered elements, read from its memory into dst. A
- * peer that is gone sets *gone and leaves the step to be reported as a
- * wait on a dead peer (waitFailure), which prefers a failure the peer had
- * heard of before it exited.
+ * A PULL: the peer's offered elements, read from its memory into dst.
+ *
+ * A rank that leaves a call on an error does not wait for its peers to
+ * have read what it offered (they may never): it withdraws its offers
+ * first (withdrawOffers zeroes the address in every slot not yet taken),
+ * and its caller may reuse the buffer as soon as it returns. So the reader
+ * reads the address again after its copy: if it still stands, the copy was
+ * made while the buffer still held the call's data; if it was withdrawn, the
+ * copy may hold anything and the call fails. A peer that is gone sets
+ * *gone and leaves the step to be reported as a wait on a dead peer
+ * (waitFailure, which prefers a failure the peer had heard of).
  */
 static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *in,
                              int *gone)
 {
-    uint64_t at;
-    memcpy(&at, in, sizeof(at));
+    _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in;
+    uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
     const struct loomPeerInfo *peer = &l->comm->peers[s->recvPeer];
-    int err = cmaRead(peer->pid, dst, at, s->count * l->elemSize);
-    *gone = err != 0 && peerGone(l->comm, s->recvPeer);
-    if (err == 0 || *gone)
+    int err = 0, withdrawn = at == 0;
+    *gone = 0;
+    if (!withdrawn) {
+        err = cmaRead(peer->pid, dst, at, s->count * l->elemSize);
+        atomic_thread_fence(memory_order_seq_cst);
+        withdrawn = atomic_load_explicit(slot, memory_order_acquire) != at;
+        if (err == 0 && !withdrawn)
+            return loomSuccess;
+    }
+    loomResult_t heard = execPeerFailure(l->comm); /* what made the peer leave, if posted */
+    if (heard != loomSuccess)
+        return heard;
+    if (withdrawn)
+        return loomSetError(loomRemoteError,
+                            "rank %d (pid %d on %s) left the call on an error (its own, a "
+                            "peer's or an abort) while rank %d read its buffer",
+                            s->recvPeer, (int)peer->pid, peer->hostname, l->comm->rank);
+    if (err == ESRCH || peerGone(l->comm, s->recvPeer)) {
+        *gone = 1; /* exiting, or gone */
         return loomSuccess;
+    }
     return loomSetError(loomRemoteError,
                         "rank %d could not read the buffer of rank %d (pid %d on %s) with "
                         "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
@@ -283,8 +307,9 @@ static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received %s from rank %d where it expected %s: the ranks chose "
-                        "different algorithms for one call (LOOM_ALGO, LOOM_CMA_DISABLE and "
-                        "LOOM_CMA_MIN_BYTES must be equal on every rank)",
+                        "different algorithms for one call, or called different operations "
+                        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
+                        "kind of memory, and calls must match in order, count and datatype)",
                         lane->comm->rank,
                         s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)",
                         s->recvPeer,
@@ -362,6 +387,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 break;
             uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
             int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
+            /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
             if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL)) {
                 *err = pathMismatch(l, s);
                 return -1;
@@ -383,6 +409,10 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
                 break;
             out = slotAt(sc, dev);
+            if (s->op == LOOM_STEP_OFFER && sc->progress) { /* cmaOk needs every link on shm */
+                *err = loomSetError(loomInternalError, "a single-copy offer on a network link");
+                return -1;
+            }
             if (dev && sc->devSlots)
                 sent |= LOOM_FIFO_DEVICE_DATA;
         }
@@ -579,6 +609,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
         return heard;
     }
     if (now - w->lastLiveCheck >= EXEC_SLEEP_NS) {
+        int anyDead = 0;
         w->lastLiveCheck = now;
         for (int i = 0; i < nlanes; i++) {
             struct loomComm *comm = lanes[i].comm;
@@ -589,6 +620,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
                                                                     : loomRemoteError,
                                     "%.*s (reported by rank %d to rank %d, which has since exited)",
                                     LOOM_NOTICE_BYTES, told->notice, (int)told->noticeFrom, dead);
+            anyDead |= dead >= 0;
             if (dead >= 0 && w->deadSince == 0)
                 w->deadSince = now;
             if (dead >= 0 && now - w->deadSince < EXEC_DEAD_GRACE_NS)
@@ -602,6 +634,8 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
                                         : "exited",
                                     comm->rank);
         }
+        if (!anyDead)
+            w->deadSince = 0; /* none in sight now: one seen later gets its own grace */
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
@@ -747,6 +781,38 @@ loomResult_t execPeerFailure(struct loomComm *comm)
                         bell->notice, comm->rank, (int)bell->noticeFrom);
 }
 
+/*
+ * On an error, before the caller gets its buffers back: the address in every
+ * single-copy offer a peer has not taken yet is zeroed, so that a peer still
+ * to PULL it finds it withdrawn instead of reading a buffer the caller may
+ * already have reused (see stepPull). Offers go over shared memory only.
+ */
+static void withdrawOffers(struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomComm *comm = lanes[i].comm;
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= lanes[j].comm != comm;
+        for (int c = 0; first && c < comm->nChannels; c++) {
+            struct loomChannel *ch = &comm->channels[c];
+            for (int p = 0; ch->send && p < comm->nranks; p++) {
+                struct loomConnector *sc = &ch->send[p];
+                if (!sc->connected || sc->progress || sc->fifo == NULL || sc->slots == NULL)
+                    continue;
+                uint64_t m = atomic_load_explicit(&sc->fifo->head, memory_order_acquire);
+                for (; m < sc->pos; m++) {
+                    if (!(sc->fifo->bytes[m % LOOM_STEPS] & LOOM_FIFO_OFFER))
+                        continue;
+                    char *slot = sc->slots + (m % LOOM_STEPS) * sc->slotBytes;
+                    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)slot, 0,
+                                          memory_order_seq_cst);
+                }
+            }
+        }
+    }
+}
+
 static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
 {
     const char *reason = debugLastError(NULL);
@@ -820,7 +886,9 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     }
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
-    if (err != loomSuccess)
-        markBroken(lanes, nlanes, err, !w.heard);
+    if (err != loomSuccess) {
+        markBroken(lanes, nlanes, err, !w.heard); /* posted first: a reader finds the reason */
+        withdrawOffers(lanes, nlanes);
+    }
     return err;
 }

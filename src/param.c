@@ -122,8 +122,8 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "65536", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,
                                   "smallest collective (largest buffer, as loom-perf's size) "
-                                  "run single-copy when all ranks share a host; same on all "
-                                  "ranks; K/M/G suffixes accepted"},
+                                  "run single-copy when all ranks share a host; the largest "
+                                  "any rank sets holds for all; K/M/G suffixes accepted"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

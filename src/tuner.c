@@ -712,7 +712,7 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
                                   .nChannels = comm->nChannels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
                                   .cmaOk = comm->cmaOk && !device,
-                                  .cmaMinBytes = tuneCmaMin};
+                                  .cmaMinBytes = comm->cmaMinBytes};
     uint32_t allowed = algoAllowed[coll];
     /* A device plan has no device scratch for a tree Reduce's partial sums. */
     if (device && coll == LOOM_COLL_REDUCE)
