@@ -119,7 +119,7 @@ static const struct paramRow paramTable[] = {
                                 "1: no single-copy collectives between the ranks of one host "
                                 "(process_vm_readv/writev): not AlltoAll's by default, nor where "
                                 "LOOM_ALGO names cma"},
-    [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "65536", 4096, 1099511627776LL,
+    [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "524288", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,
                                   "smallest collective (largest buffer, as loom-perf's size) "
                                   "run single-copy when all ranks share a host; the largest "

@@ -346,11 +346,14 @@ struct tuneCosts {
  *                  from its peer and copies its own 32 MiB (0.2 ns a byte read, byteNs for
  *                  the copy: 11.1 ms predicted); 4 ranks 64 MiB 26.8 ms, three reads of
  *                  16 MiB a rank, two ranks a core (24.5 predicted)
- *   cmaPeerUs      2 ranks 64 KiB: 11-20 us; 1.5 us a read beyond its bytes puts the
- *                  single copies ahead of the direct exchange from 64 KiB on 2, 4 and 8
- *                  ranks, where they measured 1.3-2x faster than the FIFOs at 64-256 KiB
- *                  (2 and 4 ranks; 0.91 at 8 ranks 64 KiB) and about even or faster above
- *                  (README, "single copies for AlltoAll, as steps")
+ *   cmaPeerUs      2 ranks 64 KiB: 11-20 us; 1.5 us a read beyond its bytes, which puts
+ *                  the single copies ahead of the direct exchange from 64 KiB on 2, 4
+ *                  and 8 ranks. Where they are weighed at all is LOOM_CMA_MIN_BYTES's
+ *                  default, 512 KiB: in single-size runs (200 calls, medians of 5,
+ *                  FIFO time / single-copy time) 2 ranks 128 KiB 0.91, 256 KiB 1.53,
+ *                  512 KiB 1.04, 2 MiB 2.19; 4 ranks 1.02, 0.85, 1.25, 1.59; 8 ranks
+ *                  128 KiB 0.73, 256 KiB 0.99, 1 MiB 1.62, 16 MiB 1.34 (README,
+ *                  "single copies for AlltoAll, as steps")
  *
  * The resulting AllReduce choices: n=2 recursive doubling up to 8 KiB, ring
  * to 256 KiB, tree above (measured 15-45% faster there); n=4 doubling up to
@@ -370,7 +373,7 @@ struct tuneCosts {
  * 16 KiB, 1.02 at 32 KiB, 0.92 at 64 KiB; at n=8 1.31, 1.29, 1.17, 1.16,
  * 1.10 from 4 to 64 KiB, 1.03 at 128 KiB (a coin toss, run to run) and
  * 0.88 at 256 KiB.)
- * AlltoAll: single copies from LOOM_CMA_MIN_BYTES (64 KiB) where the kernel
+ * AlltoAll: single copies from LOOM_CMA_MIN_BYTES (512 KiB) where the kernel
  * allows them, the direct exchange below.
  * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
  * and 16 KiB at n=4, the chain above; never both trees. To redo on
