@@ -819,6 +819,9 @@ static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int
     const char *reason = debugLastError(NULL);
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
+        /* The line first: a thread polling loomCommGetAsyncError sees `broken` and at once
+         * asks loomGetLastError(comm), before the stream thread records the error itself. */
+        commRecordError(comm);
         commSetBroken(comm, res, reason);
         int first = 1;
         for (int j = 0; j < i; j++)
