@@ -18,17 +18,27 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * 1 if op runs single-copy: comm->cmaOk, at least LOOM_CMA_MIN_BYTES, and
- * LOOM_ALGO allows cma (the caller checks for host buffers and no group).
- * Every rank of a call decides alike.
+ * Whether op runs here (the caller checks for host buffers and no group):
+ * CMA_NO; CMA_ASKED, LOOM_ALGO names cma for it; CMA_IF_MAPPED, it runs here
+ * if every rank passes loomMemAlloc buffers (tunerZeroCopy), which cmaRun
+ * finds out. Never CMA_ASKED for AlltoAll and AllGather, whose single copies
+ * are schedules. All need comm->cmaOk and LOOM_CMA_MIN_BYTES. Every rank of
+ * a call decides alike.
  */
+enum { CMA_NO = 0, CMA_ASKED, CMA_IF_MAPPED };
 int cmaEligible(const struct loomOp *op);
 /*
  * Reads `bytes` at `remote` in process `pid` into `local` (a PULL step);
  * 0, or the errno of the failed read (ESRCH when the process is gone).
  */
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
-/* Runs op single-copy (collective: every rank of op->comm calls it). */
-loomResult_t cmaRun(struct loomOp *op);
+/*
+ * Runs op single-copy (collective: every rank of op->comm calls it), `mode`
+ * cmaEligible's answer. With CMA_IF_MAPPED the ranks first exchange their
+ * buffers' descriptors, and where some rank's are not loomMemAlloc memory
+ * every rank returns loomSuccess with *declined set, having moved nothing:
+ * the caller then runs op as a schedule.
+ */
+loomResult_t cmaRun(struct loomOp *op, int mode, int *declined);
 
 #endif /* LOOM_CMA_H_ */

@@ -216,6 +216,7 @@ struct loomComm {
     int cmaOk;
     size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
     struct cmaState *cma;
+    struct memViews *memViews; /* views of peers' loomMemAlloc blocks (mem.c) */
 
     pthread_mutex_t errLock;
     char lastError[512];

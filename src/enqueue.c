@@ -638,14 +638,19 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c).
+     * Before the memo: every rank must ask, whatever its previous call was. */
+    int cma = dev == NULL && nops == 1 ? cmaEligible(&ops[0]) : CMA_NO;
+    if (cma != CMA_NO) {
+        int declined;
+        LOOMCHECK(commUsable(&ops[0]));
+        loomResult_t res = cmaRun(&ops[0], cma, &declined);
+        if (res != loomSuccess || !declined)
+            return res;
+    }
     if (dev == NULL && nops == 1 && memoMatches(&ops[0])) {
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
-    }
-    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c). */
-    if (dev == NULL && nops == 1 && cmaEligible(&ops[0])) {
-        tunerLogCma(ops[0].comm, ops[0].coll, opBytes(&ops[0]));
-        return cmaRun(&ops[0]);
     }
     loomResult_t res = planLanes(ops, nops, &nlanes);
     if (dev == NULL && nops == 1)

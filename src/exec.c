@@ -60,6 +60,7 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
+#include "mem.h"
 #include "reduce.h"
 
 #define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
@@ -235,8 +236,9 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
             reducePostOp(dst, s->count, l->dt, l->op, n);
         break;
     case LOOM_STEP_OFFER: {
-        uint64_t at = (uintptr_t)src;
-        memcpy(out, &at, sizeof(at));
+        struct loomOffer o;
+        memOfferFill(src, bytes, &o);
+        memcpy(out, &o, sizeof(o));
         break;
     }
     default: /* PULL and DRAIN: stepPull, laneAdvance */
@@ -266,10 +268,20 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
     uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
     const struct loomPeerInfo *peer = &l->comm->peers[s->recvPeer];
+    size_t bytes = s->count * l->elemSize;
     int err = 0, withdrawn = at == 0;
     *gone = 0;
     if (!withdrawn) {
-        err = cmaRead(peer->pid, dst, at, s->count * l->elemSize);
+        struct loomOffer o;
+        /* Not the address: withdrawOffers may be writing it (it was read above). */
+        memcpy((char *)&o + sizeof(o.addr), in + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
+        o.addr = at;
+        memPeerSeen(l->comm, s->recvPeer, o.memGen);
+        const char *view = memPeerView(l->comm, s->recvPeer, &o, bytes, 0);
+        if (view)
+            reduceCopyStream(dst, view, bytes);
+        else
+            err = cmaRead(peer->pid, dst, at, bytes);
         /* A read-modify-write (adding 0) orders the check after the copy as a full fence
          * would (fences are refused under -fsanitize=thread). */
         withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;

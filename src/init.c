@@ -29,6 +29,7 @@
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
+#include "mem.h"
 #include "param.h"
 #include "reduce.h"
 #include "topo.h"
@@ -538,6 +539,7 @@ static loomResult_t commConnect(struct loomComm *comm)
 static void commFree(struct loomComm *comm)
 {
     p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
+    memPeerViewsFree(comm);
     /* In reverse: the network proxy rings the doorbell shm may own. */
     for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);

@@ -63,7 +63,8 @@ static const struct paramRow paramTable[] = {
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
                          "algorithms allowed: ring, tree, doubling (AllReduce), cma (single "
-                         "copies: weighed for AlltoAll, elsewhere off unless named), e.g. ring "
+                         "copies: weighed for AlltoAll, for the others taken where every rank "
+                         "passes loomMemAlloc buffers, else off unless named), e.g. ring "
                          "or ^tree (NCCL list syntax); unset: the tuner chooses per call"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
                               "channels (parallel rings/trees) per communicator, 1..32"},
@@ -117,7 +118,8 @@ static const struct paramRow paramTable[] = {
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
     [LOOM_PARAM_CMA_DISABLE] = {"LOOM_CMA_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1: no single-copy collectives between the ranks of one host "
-                                "(process_vm_readv/writev): not AlltoAll's by default, nor where "
+                                "(process_vm_readv/writev, mappings of loomMemAlloc buffers): not "
+                                "AlltoAll's by default, not on loomMemAlloc buffers, nor where "
                                 "LOOM_ALGO names cma"},
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "524288", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,

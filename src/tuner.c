@@ -55,9 +55,18 @@
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
-static uint32_t algoDefault(loomColl_t coll)
+/*
+ * zeroCopy: the defaults that decide where src/cma.c may run a call without
+ * being asked, when every rank's buffers are loomMemAlloc memory (mapped by
+ * the peers: no copy through the kernel, see tunerZeroCopy): cma counts as
+ * allowed by default there, so an unset LOOM_ALGO, or a list after ^ that
+ * does not name cma, keeps it, and a list that names other algorithms only
+ * turns it off.
+ */
+static uint32_t algoDefault(loomColl_t coll, int zeroCopy)
 {
-    return ALGO_DEFAULT | (coll == LOOM_COLL_ALLTOALL ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
+    return ALGO_DEFAULT |
+           (coll == LOOM_COLL_ALLTOALL || zeroCopy ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
 }
 
 static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
@@ -162,16 +171,17 @@ static int parseList(const char *list, uint32_t *mask, int *exclude, char *why, 
  * cannot name (direct) stay allowed, unless the list names one the
  * collective has: "cma" for AlltoAll forces single copies.
  */
-static uint32_t listAllows(loomColl_t coll, uint32_t names, int exclude)
+static uint32_t listAllows(loomColl_t coll, uint32_t names, int exclude, int zeroCopy)
 {
     uint32_t unnamed = ALGO_EVERY & ~ALGO_USER;
     if (exclude)
-        return (ALGO_USER & algoDefault(coll) & ~names) | unnamed;
+        return (ALGO_USER & algoDefault(coll, zeroCopy) & ~names) | unnamed;
     return names | ((names & collAlgos(coll)) ? unnamed & ~collAlgos(coll) : unnamed);
 }
 
 /* One item, "list" or "collective:list", applied to allowed[]. */
-static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
+static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], int zeroCopy, char *why,
+                     size_t whyLen)
 {
     const char *colon = strchr(item, ':');
     const char *list = colon ? colon + 1 : item;
@@ -183,7 +193,7 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
         return -1;
     if (colon == NULL) {
         for (int c = 0; c < LOOM_COLL_NUM; c++)
-            allowed[c] = listAllows((loomColl_t)c, mask, exclude);
+            allowed[c] = listAllows((loomColl_t)c, mask, exclude, zeroCopy);
         return 0;
     }
     trimCopy(name, sizeof(name), item, (size_t)(colon - item));
@@ -192,7 +202,7 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
             continue;
         for (int k = 0; k < algoColls[i].ncolls; k++)
             allowed[algoColls[i].colls[k]] =
-                listAllows(algoColls[i].colls[k], mask, exclude);
+                listAllows(algoColls[i].colls[k], mask, exclude, zeroCopy);
         return 0;
     }
     snprintf(why, whyLen,
@@ -202,18 +212,19 @@ static int parseItem(const char *item, uint32_t allowed[LOOM_COLL_NUM], char *wh
     return -1;
 }
 
-int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
+static int parseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], int zeroCopy, char *why,
+                     size_t whyLen)
 {
     uint32_t work[LOOM_COLL_NUM];
     char item[160];
     for (int c = 0; c < LOOM_COLL_NUM; c++)
-        allowed[c] = work[c] = algoDefault((loomColl_t)c);
+        allowed[c] = work[c] = algoDefault((loomColl_t)c, zeroCopy);
     if (spec == NULL)
         return 0;
     for (const char *p = spec; p != NULL;) {
         const char *end = strchr(p, ';');
         trimCopy(item, sizeof(item), p, end ? (size_t)(end - p) : strlen(p));
-        if (item[0] != '\0' && parseItem(item, work, why, whyLen) != 0)
+        if (item[0] != '\0' && parseItem(item, work, zeroCopy, why, whyLen) != 0)
             return -1;
         p = end ? end + 1 : NULL;
     }
@@ -221,9 +232,21 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     return 0;
 }
 
+int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
+{
+    return parseAlgo(spec, allowed, 0, why, whyLen);
+}
+
+int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
+                       size_t whyLen)
+{
+    return parseAlgo(spec, allowed, 1, why, whyLen);
+}
+
 /* Read once per process: what LOOM_ALGO allows, and the cores this process may use (the
  * shape loomTuningGet assumes; a communicator's comes from all its ranks, commCrowding). */
 static uint32_t algoAllowed[LOOM_COLL_NUM];
+static uint32_t zeroCopyAllowed[LOOM_COLL_NUM]; /* tunerParseZeroCopy's */
 static int tuneCpus;
 static size_t tuneCmaMin; /* LOOM_CMA_MIN_BYTES */
 static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
@@ -234,8 +257,19 @@ static void tuneRead(void)
     tuneCpus = commCpuCount();
     tuneCmaMin = (size_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
     const char *spec = paramStr(LOOM_PARAM_ALGO);
-    if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0)
+    if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0) {
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
+        tunerParseZeroCopy(NULL, zeroCopyAllowed, why, sizeof(why));
+    } else {
+        tunerParseZeroCopy(spec, zeroCopyAllowed, why, sizeof(why));
+    }
+}
+
+int tunerZeroCopy(loomColl_t coll)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    return (unsigned)coll < LOOM_COLL_NUM &&
+           (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)) != 0;
 }
 
 int tunerAllows(loomColl_t coll, loomAlgo_t algo)
@@ -685,11 +719,12 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
-void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes)
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped)
 {
     if (tuneFirst(comm, coll, bytes))
-        INFO(LOOM_TUNING, "loom%s %zu B (class 2^%d): %s, one copy between the ranks' buffers",
-             collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA));
+        INFO(LOOM_TUNING, "loom%s %zu B (class 2^%d): %s, one copy between the ranks' buffers%s",
+             collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA),
+             mapped ? " (all of them loomMemAlloc memory the peers map)" : "");
 }
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,

@@ -56,10 +56,17 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
                struct loomTuning *out);
 
 /* Logs (TUNING, as tunerChoose does) that a call of coll moving bytes runs as cma. */
-void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes);
+void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped);
 
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);
+
+/*
+ * 1 if a call of coll whose every rank passes loomMemAlloc buffers may run
+ * as single copies from the peers' mappings (src/cma.c) although LOOM_ALGO
+ * does not name cma: it is unset, or does not rule cma out for coll.
+ */
+int tunerZeroCopy(loomColl_t coll);
 
 /* Name of an algorithm ("ring", "tree", "direct", "cma"). */
 const char *tunerAlgoName(loomAlgo_t algo);
@@ -71,5 +78,9 @@ const char *tunerAlgoName(loomAlgo_t algo);
  * (allowed is then left with every algorithm). Exposed for the unit tests.
  */
 int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen);
+/* The same, but with cma allowed by default for every collective: where it is
+ * still allowed, tunerZeroCopy says yes. */
+int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
+                       size_t whyLen);
 
 #endif /* LOOM_TUNER_H_ */

@@ -111,6 +111,7 @@ struct options {
     int iters, warmup, check, agg, blocking;
     int gpu; /* -G: 1 device buffers, 0 host, -1 not given (device if a GPU is usable) */
     size_t offset;
+    int registered; /* -R: host buffers from loomMemAlloc */
 };
 
 /* The few CUDA driver functions loom-perf needs for device buffers (loaded at run time). */
@@ -899,6 +900,8 @@ static void usage(FILE *f)
             "             with -G 1 (0)\n"
             "  -G 0|1     1: CUDA device buffers; 0: host buffers (1 where a GPU is usable)\n"
             "  -O bytes   misalign both buffers by this many bytes (0)\n"
+            "  -R 0|1     1: host buffers from loomMemAlloc, which peers on the host map for\n"
+            "             single copies; 0: ordinary memory (0)\n"
             "  -h         this help\n");
 }
 
@@ -1030,7 +1033,7 @@ static int parseOptions(int argc, char **argv, struct options *o)
     int c, v;
     char *end;
     opterr = 0;
-    while ((c = getopt(argc, argv, "C:b:e:f:i:n:w:c:o:d:r:a:z:G:O:h")) != -1) {
+    while ((c = getopt(argc, argv, "C:b:e:f:i:n:w:c:o:d:r:a:z:G:O:R:h")) != -1) {
         switch (c) {
         case 'C':
             if (parseColl(optarg, o) != 0) {
@@ -1106,6 +1109,11 @@ static int parseOptions(int argc, char **argv, struct options *o)
                 return usageError("-O wants a byte offset from 0 to 4096, not", optarg);
             }
             o->offset = (size_t)v;
+            break;
+        case 'R':
+            if (parseInt(optarg, 0, 1, &o->registered) != 0) {
+                return usageError("-R wants 0 or 1, not", optarg);
+            }
             break;
         case 'h':
             usage(stdout);
@@ -1257,7 +1265,13 @@ static char *allocBuffer(struct perf *p, char **start)
     size_t front = 64;
     size_t total = front + p->opt.offset + (size_t)p->opt.maxBytes + GUARD_BYTES;
     p->allocBytes = total;
-    if (posix_memalign(&base, 4096, total) != 0) {
+    if (p->opt.registered) {
+        if (loomMemAlloc(&base, total, p->comm) != loomSuccess) {
+            fprintf(stderr, "loom-perf: rank %d: loomMemAlloc: %s\n", p->rank,
+                    loomGetLastError(p->comm));
+            return NULL;
+        }
+    } else if (posix_memalign(&base, 4096, total) != 0) {
         return NULL;
     }
     memset(base, 0, total);
@@ -1418,8 +1432,13 @@ int main(int argc, char **argv)
         p.gpu->memFree(p.devRecv);
     }
     toolCommFinalize();
-    free(p.sendBase);
-    free(p.recvBase);
+    if (p.opt.registered) {
+        loomMemFree(p.sendBase);
+        loomMemFree(p.recvBase);
+    } else {
+        free(p.sendBase);
+        free(p.recvBase);
+    }
     free(p.sizes);
     return p.totalWrong > 0 || p.totalOob > 0 ? EXIT_WRONG : 0;
 }

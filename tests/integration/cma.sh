@@ -9,7 +9,9 @@
 # roots, out of place and in place, misaligned at 3 ranks, blocking at 4)
 # covers the single-copy code at 2, 3 and 4 ranks, with sizes whose counts
 # fill no vector or slice evenly and with chunks (128 KiB) cut in the middle
-# of a slice. Then the same sweep
+# of a slice. The sweep runs again with loomMemAlloc buffers, whose single
+# copies go through the peers' mappings of them (by default at 2 ranks,
+# where each rank has a core here). Then the same sweep
 # runs with LOOM_CMA_DISABLE=1 on one rank only, and with the kernel refusing
 # (an LD_PRELOAD shim returns EPERM, as under Yama ptrace_scope or seccomp)
 # on all ranks or on one: every rank must then agree to stay on the FIFO
@@ -68,7 +70,15 @@ on)
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=allgather:cma"
     perf_case 3 -G 0 -C allgather -d all $SIZES -O 3
     perf_case 4 -G 0 -C allgather -d float $SIZES -z 1
+    # loomMemAlloc buffers (loom-perf -R 1): single copies go through the peers' mappings of
+    # those buffers (src/mem.c), AlltoAll's schedule included. With LOOM_ALGO unset they are
+    # taken by default where each rank has a core (2 ranks here); named, at 3 and 4 ranks.
+    # check_api's zero-copy test counts the mappings.
+    PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
+    perf_case 2 $ALL $SIZES -R 1
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
+    perf_case 3 $ALL $SIZES -R 1 -O 3
+    perf_case 4 -G 0 -C all -d float $SIZES -R 1 -z 1
     ;;
 off*) note "the kernel refuses it here: the single-copy sweep is not run" ;;
 *) record_failure "ranks disagree on single copies: $state" ;;

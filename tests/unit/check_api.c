@@ -9,7 +9,9 @@
  * communicator still works afterwards.
  */
 #include <check.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -373,6 +375,169 @@ START_TEST(test_cma_mismatch)
 }
 END_TEST
 
+/*
+ * loomMemAlloc buffers: where every rank passes them, AllReduce,
+ * ReduceScatter, AllGather, Broadcast and Reduce run as single copies from
+ * the peers' mappings of them (src/cma.c, mem.c), and AlltoAll's single
+ * copies read through such mappings too; where one rank does not, the others
+ * find out and every rank takes the FIFOs. Three rounds on 2 ranks: both
+ * loomMemAlloc, rank 0 malloc, both loomMemAlloc again (new blocks each
+ * round, the old ones freed), each with exact results. Rank 0 counts the
+ * mappings of loomMemAlloc files it holds: its own blocks, plus one view of
+ * each block of rank 1 it read or wrote through a mapping, and views of
+ * blocks rank 1 has freed must be gone: 4 after rounds 0 and 2 (its own 2,
+ * rank 1's send buffer and its receive buffer, which only AllReduce and the
+ * Reduce to rank 1 write through a view), 1 after round 1 (no blocks of its
+ * own, and only rank 1's send buffer, which AlltoAll's single copies read).
+ * The ranks ask each other only where each has a core (cmaAsk), and the
+ * kernel must allow single copies: otherwise the results are checked, the
+ * counts are not (the FIFOs map nothing).
+ */
+static int loomMemMappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int k = 0;
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        k += strstr(line, "memfd:loom-mem ") != NULL;
+    fclose(f);
+    return k;
+}
+
+static int zeroCopyRound(int rank, int n, loomComm_t comm, int registered, int *mappings)
+{
+    size_t count = 3 * 65536 + 1, total = (size_t)n * count; /* 768 KiB a rank, odd */
+    int *in, *out, bad = 0;
+    if (registered) {
+        if (loomMemAlloc((void **)&in, total * sizeof(int), comm) != loomSuccess ||
+            loomMemAlloc((void **)&out, total * sizeof(int), comm) != loomSuccess)
+            return 1;
+    } else if ((in = malloc(total * sizeof(int))) == NULL ||
+               (out = malloc(total * sizeof(int))) == NULL) {
+        return 1;
+    }
+    for (size_t i = 0; i < total; i++)
+        in[i] = rank * 1000003 + (int)i;
+    int sumRanks = 1000003 * n * (n - 1) / 2;
+    if (loomAllReduce(in, out, count, loomInt32, loomSum, comm, NULL) != loomSuccess)
+        return 2;
+    for (size_t i = 0; i < count; i++)
+        bad |= out[i] != sumRanks + n * (int)i;
+    if (loomReduceScatter(in, out, count, loomInt32, loomSum, comm, NULL) != loomSuccess)
+        return 3;
+    for (size_t i = 0; i < count; i++)
+        bad |= out[i] != sumRanks + n * (int)((size_t)rank * count + i);
+    if (loomAllGather(in, out, count, loomInt32, comm, NULL) != loomSuccess)
+        return 4;
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < count; i++)
+            bad |= out[(size_t)p * count + i] != p * 1000003 + (int)i;
+    int root = n - 1;
+    if (loomBroadcast(in, out, count, loomInt32, root, comm, NULL) != loomSuccess)
+        return 5;
+    for (size_t i = 0; i < count; i++)
+        bad |= out[i] != root * 1000003 + (int)i;
+    memset(out, 0, count * sizeof(int));
+    if (loomReduce(in, out, count, loomInt32, loomSum, root, comm, NULL) != loomSuccess)
+        return 6;
+    for (size_t i = 0; i < count && rank == root; i++)
+        bad |= out[i] != sumRanks + n * (int)i;
+    if (loomAlltoAll(in, out, count, loomInt32, comm, NULL) != loomSuccess)
+        return 7;
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < count; i++)
+            bad |= out[(size_t)p * count + i] != p * 1000003 + (int)((size_t)rank * count + i);
+    *mappings = loomMemMappings(); /* before this round's frees */
+    if (registered) {
+        loomMemFree(in);
+        loomMemFree(out);
+    } else {
+        free(in);
+        free(out);
+    }
+    return bad ? 8 : 0;
+}
+
+static int zeroCopy(int rank, int n, loomComm_t comm)
+{
+    int word = 0; /* as in cmaMismatch: may these siblings read each other? */
+    struct iovec local = {&word, sizeof(word)}, remote = {&cmaProbe, sizeof(word)};
+    int canCma = process_vm_readv(getppid(), &local, 1, &remote, 1, 0) == sizeof(word);
+    cpu_set_t cpus;
+    canCma &= sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= n;
+    static const int want[3] = {4, 1, 4};
+    for (int round = 0; round < 3; round++) {
+        int got = -1, rc = zeroCopyRound(rank, n, comm, !(round == 1 && rank == 0), &got);
+        if (rc != 0)
+            return 10 * round + rc;
+        if (rank == 0 && canCma && got != want[round]) {
+            fprintf(stderr, "zero copy: round %d: rank 0 holds %d mappings of loomMemAlloc files, "
+                            "not %d\n", round, got, want[round]);
+            return 10 * round + 9;
+        }
+    }
+    return 0;
+}
+
+static void zeroCopyEnv(int rank)
+{
+    (void)rank;
+    setenv("LOOM_ALGO", "alltoall:cma", 1); /* the others as by default */
+    unsetenv("LOOM_CMA_DISABLE");
+    unsetenv("LOOM_CMA_MIN_BYTES"); /* 512 KiB: below the calls' 768 KiB */
+    setenv("LOOM_TIMEOUT", "20", 1);
+}
+
+START_TEST(test_zero_copy)
+{
+    runRanksWith(2, zeroCopy, zeroCopyEnv);
+}
+END_TEST
+
+/*
+ * Rank 0 told to make single copies (LOOM_ALGO=allreduce:cma), rank 1 left
+ * to the default, which offers them only for loomMemAlloc buffers: both
+ * find out from the descriptors they exchange and fail alike, before either
+ * touches the other's memory. (Where the kernel refuses single copies both
+ * take the FIFOs and the call succeeds.)
+ */
+static int zeroCopyMismatch(int rank, int n, loomComm_t comm)
+{
+    (void)n;
+    int word = 0;
+    struct iovec local = {&word, sizeof(word)}, remote = {&cmaProbe, sizeof(word)};
+    int canCma = process_vm_readv(getppid(), &local, 1, &remote, 1, 0) == sizeof(word);
+    size_t count = 256 * 1024; /* 1 MiB */
+    float *in = calloc(count, sizeof(float)), *out = calloc(count, sizeof(float));
+    loomResult_t r = loomAllReduce(in, out, count, loomFloat32, loomSum, comm, NULL);
+    free(in);
+    free(out);
+    if (r == loomSuccess)
+        return canCma ? 1 : 0;
+    if (r != loomInvalidUsage)
+        return 2;
+    return strstr(loomGetLastError(comm), "LOOM_ALGO must be equal") != NULL ? 0 : 3;
+}
+
+static void zeroCopyMismatchEnv(int rank)
+{
+    if (rank == 0)
+        setenv("LOOM_ALGO", "allreduce:cma", 1);
+    else
+        unsetenv("LOOM_ALGO");
+    unsetenv("LOOM_CMA_DISABLE");
+    unsetenv("LOOM_CMA_MIN_BYTES");
+}
+
+START_TEST(test_zero_copy_mismatch)
+{
+    setenv("LOOM_TIMEOUT", "5", 1);
+    runRanksWith(2, zeroCopyMismatch, zeroCopyMismatchEnv);
+}
+END_TEST
+
 /* With shared memory off, every link (to itself too) is on the network, and works. */
 static int overTcp(int rank, int n, loomComm_t comm)
 {
@@ -421,6 +586,8 @@ static Suite *apiSuite(void)
     tcase_add_test(multi, test_shm_disabled_uses_tcp);
     tcase_add_test(multi, test_cma_grouping);
     tcase_add_test(multi, test_cma_mismatch);
+    tcase_add_test(multi, test_zero_copy);
+    tcase_add_test(multi, test_zero_copy_mismatch);
     suite_add_tcase(s, multi);
     return s;
 }

@@ -87,6 +87,33 @@ START_TEST(test_parse_per_collective)
 }
 END_TEST
 
+/* Where single copies from loomMemAlloc mappings may run unasked (tunerZeroCopy). */
+static int zeroCopyIn(const char *spec, loomColl_t coll)
+{
+    uint32_t a[LOOM_COLL_NUM];
+    char why[160] = "";
+    ck_assert_msg(tunerParseZeroCopy(spec, a, why, sizeof(why)) == 0, "'%s' refused: %s", spec,
+                  why);
+    return (a[coll] & CMA) != 0;
+}
+
+START_TEST(test_parse_zero_copy)
+{
+    for (int c = 0; c < LOOM_COLL_NUM; c++) /* unset: everywhere */
+        ck_assert(zeroCopyIn(NULL, (loomColl_t)c));
+    ck_assert(zeroCopyIn("^tree", LOOM_COLL_ALLREDUCE)); /* an exclusion keeps it */
+    ck_assert(!zeroCopyIn("^cma", LOOM_COLL_ALLREDUCE));
+    ck_assert(!zeroCopyIn("ring", LOOM_COLL_BROADCAST)); /* a list of others turns it off */
+    ck_assert(!zeroCopyIn("allreduce:ring", LOOM_COLL_ALLREDUCE));
+    ck_assert(zeroCopyIn("allreduce:ring", LOOM_COLL_REDUCE)); /* untouched */
+    ck_assert(zeroCopyIn("allreduce:cma", LOOM_COLL_ALLREDUCE));
+    ck_assert(zeroCopyIn("alltoall:cma", LOOM_COLL_ALLGATHER));
+    uint32_t a[LOOM_COLL_NUM]; /* and the ordinary parse is unchanged by it */
+    parseOk("^tree", a);
+    ck_assert_uint_eq(a[LOOM_COLL_ALLREDUCE] & CMA, 0);
+}
+END_TEST
+
 START_TEST(test_parse_errors)
 {
     static const char *const bad[] = {"bogus", "ring,bogus", "allreduce:",  "foo:ring",
@@ -224,6 +251,7 @@ static Suite *tunerSuite(void)
     suite_add_tcase(s, tcase("LOOM_ALGO lists", test_parse_lists));
     suite_add_tcase(s, tcase("LOOM_ALGO per collective", test_parse_per_collective));
     suite_add_tcase(s, tcase("LOOM_ALGO errors", test_parse_errors));
+    suite_add_tcase(s, tcase("LOOM_ALGO and zero copy", test_parse_zero_copy));
     suite_add_tcase(s, tcase("latency and bandwidth", test_model_latency_and_bandwidth));
     suite_add_tcase(s, tcase("restrictions", test_model_obeys_restrictions));
     suite_add_tcase(s, tcase("loomTuningGet", test_tuning_get));
