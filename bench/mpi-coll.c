@@ -66,6 +66,7 @@ struct options {
     uint64_t minBytes, maxBytes, stepBytes;
     double stepFactor;
     int iters, warmup, check, agg;
+    int allocMem; /* -R 1: buffers from MPI_Alloc_mem (loom-perf -R 1's counterpart) */
 };
 
 struct bench {
@@ -350,8 +351,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: mpirun -np N mpi-coll [-C allreduce|allgather|reducescatter|broadcast|"
                "reduce|alltoall|all]\n"
                "       [-b bytes] [-e bytes] [-f factor] [-i bytes] [-n iters] [-w iters]\n"
-               "       [-c 0|1] [-d float|double|int32] [-o sum] [-a 0..3]\n"
-               "Options mean what they mean to loom-perf; K, M, G are powers of 1024.\n");
+               "       [-c 0|1] [-d float|double|int32] [-o sum] [-a 0..3] [-R 0|1]\n"
+               "Options mean what they mean to loom-perf; K, M, G are powers of 1024.\n"
+               "-R 1 takes the buffers from MPI_Alloc_mem, as loom-perf -R 1 takes them from\n"
+               "loomMemAlloc.\n");
 }
 
 static int parseBytes(const char *s, uint64_t *out)
@@ -417,7 +420,7 @@ static int parseOptions(int argc, char **argv, int quiet, struct options *o)
     int c, bad = 0;
     char *end;
     opterr = 0;
-    while (!bad && (c = getopt(argc, argv, "C:b:e:f:i:n:w:c:d:o:a:h")) != -1) {
+    while (!bad && (c = getopt(argc, argv, "C:b:e:f:i:n:w:c:d:o:a:R:h")) != -1) {
         switch (c) {
         case 'C':
             o->nColls = 0;
@@ -452,6 +455,9 @@ static int parseOptions(int argc, char **argv, int quiet, struct options *o)
             break;
         case 'a':
             bad = parseInt(optarg, 0, 3, &o->agg) != 0;
+            break;
+        case 'R':
+            bad = parseInt(optarg, 0, 1, &o->allocMem) != 0;
             break;
         case 'o':
             bad = strcmp(optarg, "sum") != 0;
@@ -562,8 +568,16 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc < 0 ? 0 : rc;
     }
-    b.send = malloc(b.opt.maxBytes + 64);
-    b.recv = malloc(b.opt.maxBytes + 64);
+    if (b.opt.allocMem) {
+        MPI_Aint bytes = (MPI_Aint)(b.opt.maxBytes + 64);
+        if (MPI_Alloc_mem(bytes, MPI_INFO_NULL, &b.send) != MPI_SUCCESS ||
+            MPI_Alloc_mem(bytes, MPI_INFO_NULL, &b.recv) != MPI_SUCCESS) {
+            b.send = b.recv = NULL;
+        }
+    } else {
+        b.send = malloc(b.opt.maxBytes + 64);
+        b.recv = malloc(b.opt.maxBytes + 64);
+    }
     if (b.send == NULL || b.recv == NULL) {
         fprintf(stderr, "mpi-coll: rank %d: cannot allocate 2 buffers of %" PRIu64 " bytes\n",
                 b.rank, b.opt.maxBytes);
@@ -580,8 +594,13 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
-    free(b.send);
-    free(b.recv);
+    if (b.opt.allocMem) {
+        MPI_Free_mem(b.send);
+        MPI_Free_mem(b.recv);
+    } else {
+        free(b.send);
+        free(b.recv);
+    }
     MPI_Finalize();
     return b.totalWrong > 0 ? EXIT_WRONG : 0;
 }

@@ -63,8 +63,9 @@ static const struct paramRow paramTable[] = {
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
                          "algorithms allowed: ring, tree, doubling (AllReduce), cma (single "
-                         "copies: weighed for AlltoAll, for the others taken where every rank "
-                         "passes loomMemAlloc buffers, else off unless named), e.g. ring "
+                         "copies: weighed for AlltoAll, and for AllGather where ranks share "
+                         "cores; for the others taken where every rank passes loomMemAlloc "
+                         "buffers; else off unless named), e.g. ring "
                          "or ^tree (NCCL list syntax); unset: the tuner chooses per call"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
                               "channels (parallel rings/trees) per communicator, 1..32"},

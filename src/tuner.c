@@ -49,9 +49,10 @@
  * and for Broadcast and Reduce; single copies won only under heavy load) —
  * except for AlltoAll, whose single copies are a schedule
  * (algorithms/direct.c) that the model weighs like the others (see
- * cmaByteNs). AllGather has such a schedule too, but stays opt-in: measured
- * 2x faster than the ring at 64-256 KiB on 2 ranks, it was 10-25% slower
- * from 1 MiB there and slower at 64 KiB on 4 ranks (medians of 7).
+ * cmaByteNs). AllGather has such a schedule too, weighed only where ranks
+ * share cores (tunerModel): measured 2x faster than the ring at 64-256 KiB
+ * on 2 ranks, it was 10-25% slower from 1 MiB there and slower at 64 KiB on
+ * 4 ranks (medians of 7).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -656,6 +657,20 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
 {
     pthread_once(&tuneOnce, tuneRead);
     uint32_t can = collAlgos(coll) & (allowed ? allowed : algoAllowed[coll]);
+    /*
+     * AllGather's single copies are weighed where ranks share cores unless LOOM_ALGO rules
+     * them out: there they measured as fast as the ring on ordinary buffers and 1.5-3x
+     * faster on loomMemAlloc ones (medians of 3 interleaved runs, ring / single copies,
+     * ordinary then loomMemAlloc buffers: 4 ranks 2 MiB 745 / 492 and 446 / 205 us, 8 MiB
+     * 3.27 / 3.18 and 2.75 / 1.84 ms, 32 MiB 12.9 / 12.9 and 13.7 / 6.1 ms; 8 ranks 2 MiB
+     * 1.62 / 1.36 and 1.65 / 0.53 ms), and there src/cma.c does not ask whether every
+     * rank passes loomMemAlloc buffers (cmaAsk). With a core per rank they lost to the
+     * ring from 1 MiB on ordinary buffers (2 ranks, 10-25%), and src/cma.c takes the
+     * loomMemAlloc case.
+     */
+    if (!allowed && coll == LOOM_COLL_ALLGATHER && shape->localRanks > shape->cpus &&
+        (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
+        can |= ALGO_BIT(LOOM_ALGO_CMA);
     struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
     int res = 0;
     if (can == 0) { /* nothing allowed that coll has: its first algorithm */
