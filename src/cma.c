@@ -130,6 +130,8 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
         want = 0, why = "LOOM_CMA_DISABLE=1";
     else if (!want)
         why = "not all ranks share memory on this host";
+    else if (comm->slotBytes < sizeof(struct cmaDesc)) /* the exchange's messages are not cut */
+        want = 0, why = "FIFO slots smaller than a buffer descriptor (LOOM_BUFFSIZE)";
     if (want) {
         pthread_once(&cmaProbeOnce, cmaProbeInit);
         h[me].addr = (uintptr_t)&cmaProbeWord;
@@ -465,8 +467,9 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
     struct cmaState *st = comm->cma;
     int n = comm->nranks, me = comm->rank, k = 0;
     st->all[me] = *mine;
-    /* One lane: every Send first (each to its own FIFO, which is empty between calls), then
-     * every Recv, in rank order. Built here each time (cheap) and run without a plan, so the
+    /* One lane: every Send first (each to its own FIFO; one message a call, so a free slot
+     * is never far), then every Recv, in rank order. Each message is one slot (cmaSetup
+     * checks that a descriptor fits). Built here each time (cheap) and run without a plan, so the
      * exchange neither touches the schedule cache nor spoils the memo of the call's
      * schedule when it falls back to one (CMA_IF_MAPPED declined). */
     for (int p = 0; p < n; p++)

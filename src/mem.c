@@ -217,9 +217,12 @@ static void viewMap(struct loomComm *comm, int peer, const struct loomOffer *o, 
     char path[64];
     const char *why = NULL;
     snprintf(path, sizeof(path), "/proc/%d/fd/%lld", (int)pid, (long long)o->memFd);
-    int fd = open(path, O_RDWR | O_CLOEXEC), writable = 1;
+    /* Non-blocking: should the descriptor now name something else (the peer withdrew its
+     * offer and freed the block), opening it must not wait; fstat then tells. */
+    int flags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+    int fd = open(path, O_RDWR | flags), writable = 1;
     if (fd < 0 && errno == EACCES)
-        fd = open(path, O_RDONLY | O_CLOEXEC), writable = 0;
+        fd = open(path, O_RDONLY | flags), writable = 0;
     struct stat st;
     if (fd < 0)
         why = strerror(errno);

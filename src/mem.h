@@ -27,6 +27,9 @@ struct loomOffer {
     uint64_t memGen;   /* the sender's count of loomMemFree calls so far */
 };
 
+/* An offer travels in one FIFO slot, at least 64 bytes (LOOM_BUFFSIZE >= 512, 8 slots). */
+_Static_assert(sizeof(struct loomOffer) <= 64, "a single-copy offer must fit the smallest slot");
+
 /* Fills o for `bytes` at p: its address, and its block when p..p+bytes lies in one. */
 void memOfferFill(const void *p, size_t bytes, struct loomOffer *o);
 

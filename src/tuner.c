@@ -652,25 +652,35 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
     return best;
 }
 
+/*
+ * What LOOM_ALGO allows for coll on this shape. AllGather's single copies are
+ * weighed where ranks share cores unless LOOM_ALGO rules them out: there they
+ * measured as fast as the ring on ordinary buffers and 1.5-3x faster on
+ * loomMemAlloc ones (medians of 3 interleaved runs, ring / single copies,
+ * ordinary then loomMemAlloc buffers: 4 ranks 2 MiB 745 / 492 and 446 / 205
+ * us, 8 MiB 3.27 / 3.18 and 2.75 / 1.84 ms, 32 MiB 12.9 / 12.9 and 13.7 / 6.1
+ * ms; 8 ranks 2 MiB 1.62 / 1.36 and 1.65 / 0.53 ms), and there src/cma.c does
+ * not ask whether every rank passes loomMemAlloc buffers (cmaAsk). With a
+ * core per rank they lost to the ring from 1 MiB on ordinary buffers (2
+ * ranks, 10-25%), and src/cma.c takes the loomMemAlloc case. The shape's
+ * ranks and CPUs are the most crowded host's, agreed at init, so every rank
+ * allows the same.
+ */
+uint32_t tunerDefaultAllowed(const struct loomTuneShape *shape, loomColl_t coll)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    uint32_t allowed = algoAllowed[coll];
+    if (coll == LOOM_COLL_ALLGATHER && shape->localRanks > shape->cpus &&
+        (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
+        allowed |= ALGO_BIT(LOOM_ALGO_CMA);
+    return allowed;
+}
+
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out)
 {
     pthread_once(&tuneOnce, tuneRead);
-    uint32_t can = collAlgos(coll) & (allowed ? allowed : algoAllowed[coll]);
-    /*
-     * AllGather's single copies are weighed where ranks share cores unless LOOM_ALGO rules
-     * them out: there they measured as fast as the ring on ordinary buffers and 1.5-3x
-     * faster on loomMemAlloc ones (medians of 3 interleaved runs, ring / single copies,
-     * ordinary then loomMemAlloc buffers: 4 ranks 2 MiB 745 / 492 and 446 / 205 us, 8 MiB
-     * 3.27 / 3.18 and 2.75 / 1.84 ms, 32 MiB 12.9 / 12.9 and 13.7 / 6.1 ms; 8 ranks 2 MiB
-     * 1.62 / 1.36 and 1.65 / 0.53 ms), and there src/cma.c does not ask whether every
-     * rank passes loomMemAlloc buffers (cmaAsk). With a core per rank they lost to the
-     * ring from 1 MiB on ordinary buffers (2 ranks, 10-25%), and src/cma.c takes the
-     * loomMemAlloc case.
-     */
-    if (!allowed && coll == LOOM_COLL_ALLGATHER && shape->localRanks > shape->cpus &&
-        (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
-        can |= ALGO_BIT(LOOM_ALGO_CMA);
+    uint32_t can = collAlgos(coll) & (allowed ? allowed : tunerDefaultAllowed(shape, coll));
     struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
     int res = 0;
     if (can == 0) { /* nothing allowed that coll has: its first algorithm */
@@ -766,7 +776,7 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
                                   .cmaOk = comm->cmaOk && !device,
                                   .cmaMinBytes = comm->cmaMinBytes};
-    uint32_t allowed = algoAllowed[coll];
+    uint32_t allowed = tunerDefaultAllowed(&shape, coll);
     /* A device plan has no device scratch for a tree Reduce's partial sums. */
     if (device && coll == LOOM_COLL_REDUCE)
         allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);

@@ -199,9 +199,14 @@ START_TEST(test_model_obeys_restrictions)
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20, CMA, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* named: AllGather has the schedule too */
     if (getenv("LOOM_ALGO") == NULL) { /* unnamed: weighed only where ranks share cores */
-        ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20, 0, &t), 0);
+        /* tunerChoose passes tunerDefaultAllowed; tunerModel takes it for 0 */
+        ck_assert_uint_ne(tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER) & CMA, 0);
+        ck_assert_uint_eq(tunerDefaultAllowed(&s, LOOM_COLL_ALLREDUCE) & CMA, 0);
+        ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20,
+                                    tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER), &t), 0);
         ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* 8 ranks, 2 cores */
         s.cpus = 64;
+        ck_assert_uint_eq(tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER) & CMA, 0);
         ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20, 0, &t), 0);
         ck_assert_int_eq(t.algo, LOOM_ALGO_RING);
         s.cpus = 2;
