@@ -281,10 +281,7 @@ int cmaEligible(const struct loomOp *op)
     }
 }
 
-/*
- * 1 if every buffer the call reads or writes on another rank is loomMemAlloc
- * memory (the descriptors of all ranks say so, so every rank finds the same).
- */
+/* Whether the call reads rank p's send buffer, and writes its receive buffer, from elsewhere. */
 static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
 {
     *send = 1, *recv = 0;
@@ -303,6 +300,10 @@ static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
     }
 }
 
+/*
+ * 1 if every buffer the call reads or writes on another rank is loomMemAlloc
+ * memory (the descriptors of all ranks say so, so every rank finds the same).
+ */
 static int cmaAllMapped(const struct loomOp *op, const struct cmaDesc *all)
 {
     for (int p = 0; p < op->comm->nranks; p++) {
@@ -440,12 +441,12 @@ static int cmaMoveShare(struct cmaCall *c)
         return 0;
     }
     case LOOM_COLL_BROADCAST:
-        if (me != op->root && st->sendView[op->root]) {
+        if (me != op->root) {
+            if (st->sendView[op->root] == NULL)
+                return cmaPeerMove(c, op->root, 0, c->recv, st->all[op->root].send.addr, blk);
             reduceCopyStream(c->recv, st->sendView[op->root], blk);
             return 0;
         }
-        if (me != op->root)
-            return cmaPeerMove(c, op->root, 0, c->recv, st->all[op->root].send.addr, blk);
         if (c->send != c->recv)
             memcpy(c->recv, c->send, blk);
         return 0;
@@ -469,8 +470,8 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
     st->all[me] = *mine;
     /* One lane: every Send first (each to its own FIFO; one message a call, so a free slot
      * is never far), then every Recv, in rank order. Each message is one slot (cmaSetup
-     * checks that a descriptor fits). Built here each time (cheap) and run without a plan, so the
-     * exchange neither touches the schedule cache nor spoils the memo of the call's
+     * checks that a descriptor fits). Built here each time (cheap) and run without a plan,
+     * so the exchange neither touches the schedule cache nor spoils the memo of the call's
      * schedule when it falls back to one (CMA_IF_MAPPED declined). */
     for (int p = 0; p < n; p++)
         if (p != me)

@@ -39,7 +39,7 @@ void reduceApplyFinal(void *dst, const void *a, const void *b, size_t count, loo
                       loomRedOp_t op, int nranks);
 /* memcpy tuned for large chunks; src and dst do not overlap. */
 void reduceCopy(void *dst, const void *src, size_t bytes);
-/* The same, with non-temporal stores from REDUCE_STREAM_BYTES on (a large copy into a user buffer). */
+/* The same, with non-temporal stores from REDUCE_STREAM_BYTES on (large copies to user buffers). */
 void reduceCopyStream(void *dst, const void *src, size_t bytes);
 
 /* Half-precision conversions (round to nearest even), exposed for tests and tools. */

@@ -83,7 +83,7 @@ on)
             --timeout 120 "$LOOM_PERF" -G 0 -C allgather -b 1M -e 1M -n 1 -w 0 -c 1 >&2 ||
             { show_log "$_log"; record_failure "loom-perf failed (AllGather, 4 ranks)"; }
         grep -q "loomAllGather 1048576 B .*: cma" "$_log" ||
-            { show_log "$_log"; record_failure "AllGather on 4 ranks and $(nproc) CPUs: no single copies"; }
+            { show_log "$_log"; record_failure "AllGather, 4 ranks, $(nproc) CPUs: no single copies"; }
     fi
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
     perf_case 3 $ALL $SIZES -R 1 -O 3
