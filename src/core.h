@@ -148,6 +148,9 @@ struct loomComm {
     loomConfig_t config;
 
     atomic_int abortFlag;   /* set by loomCommAbort or on a fatal error */
+    /* Sleeps of the executor that ran to their cap (100 ms) and then found work:
+     * wake-ups somebody missed, told at destroy (LOOM_DEBUG=INFO). */
+    _Atomic unsigned long lateWakes;
     atomic_int broken;      /* loomResult_t that made the comm unusable, 0 if none */
     atomic_int asyncError;  /* first error of an operation run on a stream */
     atomic_int activeCalls; /* API calls inside the comm right now */

@@ -464,6 +464,7 @@ struct execWait {
     int spins;
     int heard;   /* the failure came from an abort or a peer's notice: do not post it */
     int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
+    int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
     uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
@@ -737,19 +738,21 @@ static int failurePending(const struct loomLane *lanes, int nlanes)
  * so a wake-up, an abort or a notice that arrives from then on is not slept
  * through.
  */
-static void execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
-                      loomResult_t *err, int *left)
+static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long *progress,
+                     loomResult_t *err, int *left)
 {
     struct loomDoorbell *bell = lanes[0].comm->bell;
-    int multi = 0;
+    int multi = 0, capped = 0;
     for (int i = 1; i < nlanes; i++)
         multi |= lanes[i].comm != lanes[0].comm;
     uint32_t seq = atomic_load_explicit(&bell->seq, memory_order_seq_cst);
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
     *left = sweep(lanes, nlanes, dev, progress, err);
     if (*left > 0 && *progress == 0 && !failurePending(lanes, nlanes))
-        futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS);
+        capped = futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS) != 0 &&
+                 errno == ETIMEDOUT && !multi;
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
+    return capped;
 }
 
 /* ---- failures ---- */
@@ -860,6 +863,9 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         ownersClaim(lanes, nlanes);
     for (;;) {
         left = sweep(lanes, nlanes, dev, &progress, &err);
+        if (w.capped && progress) /* woken by the cap, not by whoever moved: a missed wake-up */
+            atomic_fetch_add_explicit(&lanes[0].comm->lateWakes, 1, memory_order_relaxed);
+        w.capped = 0;
         if (left <= 0)
             break;
         if (progress) {
@@ -889,7 +895,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
                 break;
             continue;
         }
-        execSleep(lanes, nlanes, dev, &progress, &err, &left);
+        w.capped = execSleep(lanes, nlanes, dev, &progress, &err, &left);
         if (left <= 0)
             break;
         if (progress) {

@@ -40,19 +40,27 @@ struct loomProxy {
     int epollFd;
     atomic_int stop;
     uint64_t drainDeadline;
+    unsigned long sleeps;    /* epoll_waits, */
+    unsigned long lateWakes; /* and those that ran to PROXY_SLEEP_MS before work was found */
     struct epoll_event events[PROXY_EVENTS];
 };
 
-/* Sleeps until the bell rings, a socket is ready, or PROXY_SLEEP_MS (unless a last pass moved). */
-static void proxySleep(struct loomProxy *p)
+/*
+ * Sleeps until the bell rings, a socket is ready, or PROXY_SLEEP_MS (unless a
+ * last pass moved). Returns 1 when the sleep ran to PROXY_SLEEP_MS: if the
+ * next pass then moves, a wake-up was missed (counted in lateWakes).
+ */
+static int proxySleep(struct loomProxy *p)
 {
-    int moved = 0;
+    int moved = 0, capped = 0;
     atomic_store_explicit(&p->bell.sleeping, 1, memory_order_seq_cst);
     p->ops.progress(p->ctx, &moved);
     if (!moved && p->ops.beforeSleep(p->ctx) == 0) {
         /* While draining, look again soon: the peer may be slow to take the last bytes. */
         int ms = atomic_load_explicit(&p->stop, memory_order_acquire) ? 1 : PROXY_SLEEP_MS;
         int n = epoll_wait(p->epollFd, p->events, PROXY_EVENTS, ms);
+        p->sleeps++;
+        capped = n == 0 && ms == PROXY_SLEEP_MS;
         for (int i = 0; i < n; i++) {
             if (p->events[i].data.fd == p->eventFd) {
                 uint64_t count;
@@ -62,21 +70,25 @@ static void proxySleep(struct loomProxy *p)
         }
     }
     atomic_store_explicit(&p->bell.sleeping, 0, memory_order_relaxed);
+    return capped;
 }
 
 static void *proxyMain(void *arg)
 {
     struct loomProxy *p = arg;
+    int capped = 0;
 
     pthread_setname_np(pthread_self(), "loom-proxy");
     for (;;) {
         int moved = 0;
         p->ops.progress(p->ctx, &moved);
+        p->lateWakes += capped && moved;
+        capped = 0;
         if (atomic_load_explicit(&p->stop, memory_order_acquire) &&
             (p->ops.drained(p->ctx) || loomClockNs() >= p->drainDeadline))
             break;
         if (!moved)
-            proxySleep(p);
+            capped = proxySleep(p);
     }
     return NULL;
 }
@@ -163,6 +175,9 @@ void proxyStop(struct loomProxy *p, double drainSec)
     ssize_t ignored = write(p->eventFd, &one, sizeof(one));
     (void)ignored;
     pthread_join(p->thread, NULL);
+    INFO(LOOM_NET, "NET: the proxy slept %lu times; %lu of them ran to the %d ms cap and then "
+                   "found work (missed wake-ups)",
+         p->sleeps, p->lateWakes, PROXY_SLEEP_MS);
     close(p->epollFd);
     close(p->eventFd);
     free(p);

@@ -362,16 +362,24 @@ static void netProgress(void *ctx, int *moved)
 
 /*
  * The executor's hook (struct loomConnector.progress): move this connection
- * now. If the proxy holds the lock it is in a pass, and it makes one more
- * before it sleeps, so what the executor just published is not missed.
+ * now. If someone else holds the lock, the proxy is told through its bell:
+ * the pass that holds the lock may be the last one before the proxy sleeps
+ * (proxySleep flags itself, then makes one more pass) and may have looked
+ * at this connection before the counter moved; the bell's eventfd then
+ * ends that sleep at once. (Before, nothing was rung there, and the proxy
+ * slept its full 100 ms with a message to send or to read: 8-byte
+ * AllReduce over 4 hosts averaged 2.5-14 ms a call instead of 0.5.)
  */
 static void netKick(void *ctx)
 {
     struct netConn *c = ctx;
     struct netState *st = c->owner;
     int moved = 0;
-    if (pthread_mutex_trylock(&st->lock) != 0)
+    if (pthread_mutex_trylock(&st->lock) != 0) {
+        if (st->proxy)
+            execRingBell(proxyBell(st->proxy));
         return;
+    }
     netMove(st, c, &moved);
     pthread_mutex_unlock(&st->lock);
     if (moved)

@@ -18,6 +18,13 @@
 #    round robin (--map-by node), so topology must regroup them by host; 1 MiB
 #    FIFOs (not 4 MiB: messages wrap them) and 4 sockets per connection with a
 #    helper thread, so that the largest messages are cut into parts.
+# 4. No missed wake-ups: 4 hosts x 1 rank, 1000 8-byte AllReduces through
+#    the tree, LOOM_DEBUG=INFO. At destroy each rank says how many of its
+#    executor's and its network proxy's sleeps ran to their 100 ms cap and
+#    then found work waiting: a wake-up that nobody gave. Their sum must be
+#    at most 1 (a cap can expire at the instant a ring comes). Until the
+#    executor's kick rang the proxy when it could not take the lock, this
+#    setup counted 10-30 of them, and the calls averaged 2.5-14 ms, not 0.5.
 #
 # Skipped, in one line, unless run as root where network namespaces work.
 # The namespaces are removed on exit, whatever happened.
@@ -39,7 +46,7 @@ SIZES="-b 4 -e 70000 -f 7"
 # the other ranks down.
 ENVS="-x LOOM_TIMEOUT=60 -x LOOM_SPIN=0"
 
-mn_hosts 3
+mn_hosts 4
 if "$LOOM_INFO" | grep -q "MPI_Bcast under mpirun: yes"; then
     BOOT="MPI_Bcast"
     BOOT_ENV=""
@@ -78,5 +85,26 @@ run_logged "$log" "$MN_MPIRUN" 3 2 --map-by node $ENVS -x LOOM_ROOT_ADDR="$(mn_a
     -w 0 $ALL $SIZES
 perf_check "$log" $? "3x2 round robin, LOOM_ROOT_ADDR, LOOM_BUFFSIZE=1M, 4 sockets, 1 helper"
 grep -q "Rank  1 Pid .* on h2" "$log" || record_failure "--map-by node did not put rank 1 on h2"
+
+# 4. Missed wake-ups.
+log=$TEST_TMPDIR/wakeups.log
+run_logged "$log" "$MN_MPIRUN" 4 1 $ENVS $BOOT_ENV -x LOOM_ALGO=tree -x LOOM_DEBUG=INFO \
+    -x LOOM_DEBUG_SUBSYS=INIT,NET -x LOOM_DEBUG_FILE="$TEST_TMPDIR/wake-%h-%p.log" "$LOOM_PERF" \
+    -c 1 -n 1000 -w 10 -b 8 -e 8
+perf_check "$log" $? "4x1, 1000 8-byte AllReduces through the tree"
+cat "$TEST_TMPDIR"/wake-*.log >"$TEST_TMPDIR/wake.log" 2>/dev/null
+execs=$(grep -c "sleeps ran to the 100 ms cap and then found work" "$TEST_TMPDIR/wake.log")
+proxies=$(grep -c "NET: the proxy slept .* ran to the 100 ms cap" "$TEST_TMPDIR/wake.log")
+missed=$(sed -n 's/.* \([0-9][0-9]*\) of \(its sleeps\|them\) ran to the 100 ms cap.*/\1/p' \
+    "$TEST_TMPDIR/wake.log" | awk '{s += $1} END {print s + 0}')
+if [ "$execs" -ne 4 ] || [ "$proxies" -ne 4 ]; then
+    record_failure "4x1: expected 4 executor and 4 proxy wake-up counts, found $execs and $proxies"
+    show_log "$TEST_TMPDIR/wake.log"
+elif [ "$missed" -gt 1 ]; then
+    record_failure "4x1: $missed sleeps ran to their cap with work waiting (missed wake-ups)"
+    grep "ran to the 100 ms cap" "$TEST_TMPDIR/wake.log" | sed 's/^/    /'
+else
+    note "4x1 tree, 8 B: $missed missed wake-ups in the executors and proxies"
+fi
 
 finish
