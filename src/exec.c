@@ -862,6 +862,8 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
     for (;;) {
+        if (w.capped && w.network) /* what a missed wake-up left in the sockets, counted below */
+            pollNetwork(lanes, nlanes);
         left = sweep(lanes, nlanes, dev, &progress, &err);
         if (w.capped && progress) /* woken by the cap, not by whoever moved: a missed wake-up */
             atomic_fetch_add_explicit(&lanes[0].comm->lateWakes, 1, memory_order_relaxed);

@@ -497,22 +497,37 @@ static int postCredit(struct ibState *st, struct ibConn *ic)
     return 0;
 }
 
+/* Publishes what completed on a connection: the sender's head, the receiver's tail. */
+static void ibPublish(struct ibConn *ic, int *moved)
+{
+    struct netConn *c = ic->nc;
+    if (c == NULL || c->done >= ic->completed)
+        return;
+    c->done = ic->completed;
+    if (c->isSend) {
+        atomic_store_explicit(&c->fifo->head, c->done, memory_order_release);
+    } else {
+        c->posted = c->done;
+        atomic_store_explicit(&c->fifo->tail, c->done, memory_order_release);
+    }
+    *moved = 1;
+}
+
+/*
+ * drainCq takes every connection's completions (one CQ), and may take the
+ * completion channel's event too; so they are all published here, not only
+ * c's. Otherwise a pass made by the executor (netKick, for c) could leave
+ * another connection's completion unpublished while the proxy sleeps on a
+ * channel whose event is gone: a wait of up to the proxy's 100 ms cap.
+ */
 static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
 {
     struct ibState *st = state;
     struct ibConn *ic = c->priv;
     drainCq(st);
     int err = c->isSend ? postWrites(st, ic) : postCredit(st, ic);
-    if (c->done < ic->completed) {
-        c->done = ic->completed;
-        if (c->isSend) {
-            atomic_store_explicit(&c->fifo->head, c->done, memory_order_release);
-        } else {
-            c->posted = c->done;
-            atomic_store_explicit(&c->fifo->tail, c->done, memory_order_release);
-        }
-        *moved = 1;
-    }
+    for (int i = 0; i < st->nconns; i++)
+        ibPublish(&st->conns[i], moved);
     if (ic->failed || err) {
         snprintf(c->why, sizeof(c->why), "NET/IB: %s rank %d (channel %d): %s",
                  c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
