@@ -834,8 +834,9 @@ static loomResult_t commRelease(struct loomComm *comm)
     if (comm->queue)
         loomStreamDestroy(comm->queue);
     comm->queue = NULL;
-    INFO(LOOM_INIT, "comm %p rank %d: %lu of its sleeps ran to the 100 ms cap and then found work "
-                    "(missed wake-ups)",
+    INFO(LOOM_INIT,
+         "comm %p rank %d: %lu of its sleeps ran to the 100 ms cap and then found work "
+         "(missed wake-ups)",
          (void *)comm, comm->rank, atomic_load(&comm->lateWakes));
     commFree(comm);
     return loomSuccess;

@@ -175,8 +175,9 @@ void proxyStop(struct loomProxy *p, double drainSec)
     ssize_t ignored = write(p->eventFd, &one, sizeof(one));
     (void)ignored;
     pthread_join(p->thread, NULL);
-    INFO(LOOM_NET, "NET: the proxy slept %lu times; %lu of them ran to the %d ms cap and then "
-                   "found work (missed wake-ups)",
+    INFO(LOOM_NET,
+         "NET: the proxy slept %lu times; %lu of them ran to the %d ms cap and then "
+         "found work (missed wake-ups)",
          p->sleeps, p->lateWakes, PROXY_SLEEP_MS);
     close(p->epollFd);
     close(p->eventFd);
