@@ -333,6 +333,14 @@ typedef struct {
 } loomTuningInfo_t;
 loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
                            loomTuningInfo_t *info);
+/*
+ * The same for nranks ranks on nhosts hosts (1..nranks; as many ranks on each
+ * as can be, each host with as many CPUs as this one), the hosts joined by the
+ * network: links between hosts priced with the network's costs, single
+ * copies only on one host. loomTuningGet is nhosts = 1.
+ */
+loomResult_t loomTuningGetHosts(const char *collective, const char *algorithm, int nranks,
+                                int nhosts, size_t bytes, loomTuningInfo_t *info);
 
 #ifdef __cplusplus
 }

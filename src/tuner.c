@@ -18,11 +18,13 @@
  * The model is alpha-beta per (algorithm, transport): a pipeline of time
  * units, each costing a hop's latency plus the busiest rank's steps and
  * bytes; the constants per transport and how they were measured are below
- * (only shm exists). LOOM_ALGO is parsed here, once per process, in NCCL's
+ * (shm; and the network between hosts, whose hops and bytes each algorithm
+ * counts on its critical path). LOOM_ALGO is parsed here, once per process, in NCCL's
  * syntax. Channels: one thread runs all of a rank's lanes on the CPU, so
  * extra channels only add steps and the model keeps one, unless
  * LOOM_NCHANNELS was set, in which case every channel is used.
- * loomTuningGet runs the same model for tools (loom-info --tuning).
+ * loomTuningGet and loomTuningGetHosts run the same model for tools
+ * (loom-info --tuning [-H hosts]).
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -32,6 +34,7 @@
 
 #include "debug.h"
 #include "param.h"
+#include "topo.h"
 #include "tuner.h"
 
 #define ALGO_BIT(a) (1u << (a))
@@ -439,6 +442,45 @@ static const struct tuneCosts shmCosts = {
     .cmaPeerUs = 1.5,
 };
 
+/*
+ * The network between hosts (net/socket: TCP). Across hosts a pipeline's
+ * critical path also crosses host links: netHops messages over them one
+ * after the other (the first piece's way, then one a piece behind it: each
+ * message costs about a hop here, wake-ups included), hopUs each, and
+ * netBytes that one host's link carries (byteNs each). The shm terms stay
+ * for every unit (a few us against the network's tens). Measured on the
+ * 2-core build machine, between network namespaces on a bridge
+ * (tests/multinode/netns.sh), 2 hosts x 1 rank (a core each), loom-perf
+ * -G 0 -z 1 -c 0 under mpirun, LOOM_SPIN=0, forced algorithms, one run
+ * each, 2026-11-30:
+ *
+ *   hopUs   8 B AllReduce: doubling (one exchange) 51-54 us, tree (two
+ *           hops) 90-101 us: ~50 us a hop (veth, bridge, TCP, the proxy's
+ *           epoll wake-up, the executor's)
+ *   byteNs  8 MiB: ring (each rank sends S) 14.8 ms, doubling (S) 14.2 ms;
+ *           32 MiB ring 52.7 ms: 1.6-1.8 ns a byte, 1.5 with what the
+ *           hops cost
+ *
+ * With the shm constants alone the choice on 2 hosts was off by up to 2.1x
+ * (2 x 1, 32 KiB: doubling 77 us, the ring chosen 163), and the trees were
+ * cut into pieces of 4-16 KiB that took up to 3x longer; with these, the
+ * choice was within 1.13x of the best forced algorithm at every size from
+ * 8 B to 32 MiB on 2 x 1 and 2 x 2, and 1.14x on 4 x 1 (the README's table,
+ * "Across hosts"; only 2 x 1 gives each rank a core here). A real network
+ * (25-100 Gbit/s, switches) has ~10-30 us hops and 0.1-0.3 ns bytes: redo
+ * both figures there with the same runs under mpirun, one rank a host
+ * (LOOM_ALGO=doubling at 8 B for the hop, the 8-32 MiB ring for the byte),
+ * and check the choices with forced runs beside the automatic one, as in
+ * the README's table. InfiniBand is priced the same, unmeasured (no
+ * device here).
+ */
+struct tuneNetCosts {
+    double hopUs;
+    double byteNs;
+};
+
+static const struct tuneNetCosts netCosts = {.hopUs = 50.0, .byteNs = 1.5};
+
 /* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
 struct tuneCase {
     const struct loomTuneShape *s;
@@ -457,7 +499,23 @@ struct tunePipe {
     double unitBytes;  /* bytes it touches per unit */
     double totalSteps; /* steps of every rank, whole call */
     double totalBytes; /* bytes every rank touches, whole call */
+    double netHops;    /* host links crossed in a row on the critical path (0: one host) */
+    double netBytes;   /* bytes the busiest host link carries on it */
 };
+
+/* Hosts, and ranks per host (the most), of a shape: 1 and n on one host. */
+static int shapeHosts(const struct loomTuneShape *s)
+{
+    return s->nHosts > 1 && s->nHosts <= s->nranks ? s->nHosts : 1;
+}
+
+static int ceilLog2(int x)
+{
+    int k = 0;
+    while ((1 << k) < x)
+        k++;
+    return k;
+}
 
 static double ceilDiv(double a, double b)
 {
@@ -486,6 +544,7 @@ static double pipeTime(const struct tuneCase *c, const struct tunePipe *p)
         (p->totalSteps * k->stepUs + p->totalBytes * k->byteNs / 1e3) / (n < cpus ? n : cpus);
     if (perCore > 1) /* the cores that do the work also do the switching */
         cpu += p->units * wait;
+    critical += p->netHops * netCosts.hopUs + p->netBytes * netCosts.byteNs / 1e3;
     return k->callUs + (critical > cpu ? critical : cpu);
 }
 
@@ -509,7 +568,7 @@ static double ringByteShare(const struct tuneCosts *k, double S)
 static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
 {
     const struct tuneCosts *k = c->k;
-    double n = c->s->nranks, S = c->bytes;
+    double n = c->s->nranks, S = c->bytes, H = shapeHosts(c->s);
     if (c->coll == LOOM_COLL_ALLREDUCE) {
         double loops = ceilDiv(S, n * c->chunk), block = S / (n * (loops > 0 ? loops : 1));
         /* Fewer elements than ranks (4-byte ones, say) leave blocks empty and
@@ -521,6 +580,10 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
         p->totalSteps = n * p->units, p->totalBytes = (6 * n - 4) * S;
         if (c->s->localRanks > c->s->cpus)
             p->totalBytes *= ringByteShare(k, S);
+        if (H > 1) { /* a host link carries 2(n-1) blocks a loop, one after the other */
+            p->netHops = 2 * (n - 1) * (loops > 0 ? loops : 1);
+            p->netBytes = p->netHops * block;
+        }
         return;
     }
     double perRank = c->coll == LOOM_COLL_BROADCAST || c->coll == LOOM_COLL_REDUCE ? 1 : n;
@@ -529,6 +592,11 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
     p->units = (n - 1) + perRank * pieces - 1, p->switches = 1;
     p->unitSteps = 1, p->unitBytes = 3 * piece;
     p->totalSteps = n * perRank * pieces, p->totalBytes = 3 * n * S;
+    if (H > 1) { /* a chain: the first piece crosses every host link, the others follow;
+                  * per block: a host link carries n - 1 blocks */
+        p->netHops = perRank == 1 ? (H - 1) + (pieces - 1) : (n - 1) * pieces;
+        p->netBytes = perRank == 1 ? S + (H - 2) * piece : (n - 1) / n * S;
+    }
 }
 
 /*
@@ -544,7 +612,7 @@ static void ringPipe(const struct tuneCase *c, struct tunePipe *p)
  */
 static void treePipe(const struct tuneCase *c, struct tunePipe *p)
 {
-    int n = c->s->nranks, two = c->trees == 2;
+    int n = c->s->nranks, two = c->trees == 2, H = shapeHosts(c->s);
     double S = c->bytes, share = two ? S / 2 : S, pieces = ceilDiv(share, c->chunk);
     double piece = pieces > 0 ? share / pieces : 0;
     double leaves = (n + 1) / 2, edges = n - 1;
@@ -561,6 +629,16 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
                              : (4 + 4 * two) * piece;
         p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
+        /* Up and down the tree of hosts; a host interior in one tree sends its
+         * half up and to two children (3 halves), and its half up in the
+         * other (one): 2S, or 3S through one tree. Two hosts: each is the
+         * other's only child in one tree, S either way (the ring's host link
+         * carries 2(n-1)/n S: 1.5S on 2 x 2, and the trees measured 1.2-1.8x
+         * faster there from 128 KiB). */
+        if (H > 1) {
+            p->netHops = 2 * ceilLog2(H) + pieces - 1;
+            p->netBytes = H == 2 ? S : (two ? 2 : 3) * S;
+        }
         return;
     }
     p->switches = two ? c->k->rootedSwitches : c->k->rooted1Switches;
@@ -568,6 +646,10 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
+    /* The root's host, then the trees of the others; an interior host sends
+     * to two children: S over both trees (the root's halves), 2S over one. */
+    if (H > 1)
+        p->netHops = ceilLog2(H - 1) + 1 + pieces - 1, p->netBytes = (two ? 1 : 2) * S;
 }
 
 /*
@@ -590,6 +672,16 @@ static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
     p->units = rounds * pieces, p->switches = 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = n * 2 * p->units, p->totalBytes = n * 3.5 * S * rounds;
+    /* Partners differ in one bit of the rank a round: with each host's ranks
+     * numbered in a row (mpirun's default mapping) the rounds of the low
+     * log2(ranks per host) bits stay on the host, the others cross, each with
+     * the whole vector of every rank of the host over its one link. */
+    int H = shapeHosts(c->s);
+    if (H > 1) {
+        int perHost = (n + H - 1) / H, cross = floorLog2(pow2) - floorLog2(perHost);
+        cross = (cross > 1 ? cross : 1) + (perHost == 1 && pow2 < n ? 2 : 0); /* the pairs */
+        p->netHops = cross * pieces, p->netBytes = cross * perHost * S;
+    }
 }
 
 /*
@@ -628,7 +720,7 @@ static double cmaTime(const struct tuneCase *c)
 
 static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
 {
-    struct tunePipe p;
+    struct tunePipe p = {0};
     if (c->s->nranks == 1 || c->bytes == 0) /* a local copy, or nothing */
         return c->k->callUs + 2 * c->bytes * c->k->byteNs / 1e3;
     if (algo == LOOM_ALGO_CMA)
@@ -769,6 +861,7 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
     }
     pthread_once(&tuneOnce, tuneRead);
     struct loomTuneShape shape = {.nranks = comm->nranks,
+                                  .nHosts = comm->topo ? comm->topo->nHosts : 1,
                                   .localRanks = comm->tuneLocalRanks,
                                   .cpus = comm->tuneCpus,
                                   .slotBytes = comm->slotBytes,
@@ -790,10 +883,9 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
     tuneLog(comm, coll, bytes, out, res != 0);
 }
 
-loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
-                           loomTuningInfo_t *info)
+static loomResult_t tuningGet(const char *fn, const char *collective, const char *algorithm,
+                              int nranks, int nhosts, size_t bytes, loomTuningInfo_t *info)
 {
-    static const char *const fn = "loomTuningGet";
     uint32_t allowed = 0;
     int coll = -1;
     if (info == NULL || collective == NULL || nranks < 1)
@@ -801,6 +893,9 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
                             info == NULL         ? "info is NULL"
                             : collective == NULL ? "collective is NULL"
                                                  : "nranks must be at least 1");
+    if (nhosts < 1 || nhosts > nranks)
+        return loomSetError(loomInvalidArgument, "%s: nhosts %d must be 1..nranks (%d)", fn, nhosts,
+                            nranks);
     for (size_t i = 0; i < sizeof(algoColls) / sizeof(algoColls[0]) && coll < 0; i++)
         if (strcasecmp(collective, algoColls[i].name) == 0)
             coll = algoColls[i].colls[0];
@@ -818,13 +913,16 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
     pthread_once(&tuneOnce, tuneRead);
     int channels = (int)paramInt(LOOM_PARAM_NCHANNELS);
     channels = channels < LOOM_MAX_CHANNELS ? channels : LOOM_MAX_CHANNELS;
+    int perHost = (nranks + nhosts - 1) / nhosts;
     struct loomTuneShape shape = {.nranks = nranks,
-                                  .localRanks = nranks,
+                                  .nHosts = nhosts,
+                                  .localRanks = perHost,
                                   .cpus = tuneCpus,
-                                  .slotBytes = commSlotBytes(nranks, 1, nranks, channels),
+                                  .slotBytes = commSlotBytes(nranks, nhosts, perHost, channels),
                                   .nChannels = channels,
                                   .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
-                                  .cmaOk = !paramInt(LOOM_PARAM_CMA_DISABLE),
+                                  /* single copies need every rank on one host */
+                                  .cmaOk = nhosts == 1 && !paramInt(LOOM_PARAM_CMA_DISABLE),
                                   .cmaMinBytes = tuneCmaMin};
     struct loomTuning t;
     tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
@@ -834,4 +932,16 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
     info->nChannels = t.nChannels;
     info->predictedUs = t.predictedUs;
     return loomSuccess;
+}
+
+loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nranks, size_t bytes,
+                           loomTuningInfo_t *info)
+{
+    return tuningGet("loomTuningGet", collective, algorithm, nranks, 1, bytes, info);
+}
+
+loomResult_t loomTuningGetHosts(const char *collective, const char *algorithm, int nranks,
+                                int nhosts, size_t bytes, loomTuningInfo_t *info)
+{
+    return tuningGet("loomTuningGetHosts", collective, algorithm, nranks, nhosts, bytes, info);
 }

@@ -26,6 +26,7 @@ struct loomTuning {
 /* What the model needs to know about a communicator. */
 struct loomTuneShape {
     int nranks;
+    int nHosts;         /* hosts the ranks are on (0 or 1: one); the others cross the network */
     int localRanks;     /* ranks on the host with the most ranks per CPU */
     int cpus;           /* CPUs those ranks may use between them */
     size_t slotBytes;   /* connector slot size: the largest chunk */

@@ -40,7 +40,7 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-k COLL]] [-h]\n"
+    fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-H HOSTS] [-k COLL]] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
@@ -48,7 +48,11 @@ static void usage(FILE *out)
                  "                 the communicator's hosts, ring and trees, and the transport\n"
                  "                 of every link\n"
                  "  -t, --tuning   print the tuner's choice and predicted time, 8 B to 64 MiB\n"
-                 "  -n N           ranks on this host for --tuning (default: its CPU count)\n"
+                 "  -n N           ranks for --tuning (default: this host's CPU count)\n"
+                 "  -H, --hosts HOSTS\n"
+                 "                 hosts the N ranks are on for --tuning, 1..N (default 1); each\n"
+                 "                 has this host's CPUs, and the links between them are priced\n"
+                 "                 as the network's\n"
                  "  -k, --collective COLL\n"
                  "                 collective for --tuning: allreduce, broadcast, reduce,\n"
                  "                 allgather, reducescatter, alltoall, sendrecv or all\n"
@@ -287,20 +291,20 @@ static int printParams(void)
 /* One row: the choice, then the model's time for ring, tree, recursive doubling, direct exchange
  * and single copies ("-" where the collective has none, or single copies cannot run). */
 #define TUNE_ALGOS 5
-static int printTuningRow(const char *coll, int nranks, size_t bytes)
+static int printTuningRow(const char *coll, int nranks, int nhosts, size_t bytes)
 {
     static const char *const algos[TUNE_ALGOS] = {"ring", "tree", "doubling", "direct", "cma"};
     loomTuningInfo_t choice, forced;
     char size[32], chunk[32], alt[TUNE_ALGOS][32], trees[16] = "-";
 
-    if (loomTuningGet(coll, NULL, nranks, bytes, &choice) != loomSuccess) {
-        fprintf(stderr, "loom-info: loomTuningGet failed: %s\n", loomGetLastError(NULL));
+    if (loomTuningGetHosts(coll, NULL, nranks, nhosts, bytes, &choice) != loomSuccess) {
+        fprintf(stderr, "loom-info: loomTuningGetHosts failed: %s\n", loomGetLastError(NULL));
         return -1;
     }
     if (choice.trees > 0)
         snprintf(trees, sizeof(trees), "%d", choice.trees);
     for (int i = 0; i < TUNE_ALGOS; i++) {
-        if (loomTuningGet(coll, algos[i], nranks, bytes, &forced) == loomSuccess &&
+        if (loomTuningGetHosts(coll, algos[i], nranks, nhosts, bytes, &forced) == loomSuccess &&
             strcmp(forced.algorithm, algos[i]) == 0)
             snprintf(alt[i], sizeof(alt[i]), "%.1f", forced.predictedUs);
         else
@@ -313,7 +317,7 @@ static int printTuningRow(const char *coll, int nranks, size_t bytes)
     return 0;
 }
 
-static int printTuning(int nranks, const char *only)
+static int printTuning(int nranks, int nhosts, const char *only)
 {
     static const char *const colls[] = {"allreduce",     "broadcast", "reduce",  "allgather",
                                         "reducescatter", "alltoall",  "sendrecv"};
@@ -333,9 +337,15 @@ static int printTuning(int nranks, const char *only)
     for (int i = 0; i < loomParamCount(); i++)
         if (loomParamGet(i, &algo) == loomSuccess && strcmp(algo.name, "LOOM_ALGO") == 0)
             break;
-    printf("Tuner's choice for %d rank%s on this host (%ld CPUs), LOOM_ALGO%s%s\n", nranks,
-           nranks == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), algo.isSet ? "=" : " unset",
-           algo.isSet ? algo.value : "");
+    if (nhosts > 1)
+        printf("Tuner's choice for %d ranks on %d hosts (up to %d a host, %ld CPUs each), "
+               "LOOM_ALGO%s%s\n",
+               nranks, nhosts, (nranks + nhosts - 1) / nhosts, sysconf(_SC_NPROCESSORS_ONLN),
+               algo.isSet ? "=" : " unset", algo.isSet ? algo.value : "");
+    else
+        printf("Tuner's choice for %d rank%s on this host (%ld CPUs), LOOM_ALGO%s%s\n", nranks,
+               nranks == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN), algo.isSet ? "=" : " unset",
+               algo.isSet ? algo.value : "");
     printf("%-13s %10s  %-8s %5s %9s %8s %13s %10s %10s %12s %10s %10s\n", "collective", "size",
            "algo", "trees", "chunk", "channels", "predicted(us)", "ring(us)", "tree(us)",
            "doubling(us)", "direct(us)", "cma(us)");
@@ -343,7 +353,7 @@ static int printTuning(int nranks, const char *only)
         if (only != NULL && strcmp(only, "all") != 0 && strcmp(only, colls[c]) != 0)
             continue;
         for (size_t bytes = TUNE_MIN_BYTES; bytes <= TUNE_MAX_BYTES; bytes *= 2)
-            if (printTuningRow(colls[c], nranks, bytes) != 0)
+            if (printTuningRow(colls[c], nranks, nhosts, bytes) != 0)
                 return -1;
     }
     return 0;
@@ -500,14 +510,16 @@ int main(int argc, char **argv)
         {"comm", no_argument, NULL, 'C'},
         {"tuning", no_argument, NULL, 't'},
         {"collective", required_argument, NULL, 'k'},
+        {"hosts", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int config = 0, comm = 0, tuning = 0, nranks = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nhosts = 0;
     const char *coll = NULL;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "cCtn:k:h", longOptions, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "cCtn:H:k:h", longOptions, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config = 1;
@@ -521,6 +533,12 @@ int main(int argc, char **argv)
         case 'n':
             if (parseRanks(optarg, &nranks) != 0) {
                 fprintf(stderr, "loom-info: -n wants a rank count 1..65536, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'H':
+            if (parseRanks(optarg, &nhosts) != 0) {
+                fprintf(stderr, "loom-info: -H wants a host count 1..65536, not '%s'\n", optarg);
                 return EXIT_USAGE;
             }
             break;
@@ -544,11 +562,15 @@ int main(int argc, char **argv)
     if (config)
         return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
     if (tuning) {
-        int res = printTuning(nranks < 1 ? 1 : nranks, coll);
+        if (nhosts > (nranks < 1 ? 1 : nranks)) {
+            fprintf(stderr, "loom-info: -H %d: more hosts than the %d ranks\n", nhosts, nranks);
+            return EXIT_USAGE;
+        }
+        int res = printTuning(nranks < 1 ? 1 : nranks, nhosts > 0 ? nhosts : 1, coll);
         return res == 0 ? EXIT_SUCCESS : res == -2 ? EXIT_USAGE : EXIT_FAILURE;
     }
-    if (coll != NULL || nranks != (int)sysconf(_SC_NPROCESSORS_ONLN)) {
-        fprintf(stderr, "loom-info: -n and -k go with --tuning\n");
+    if (coll != NULL || nhosts != 0 || nranks != (int)sysconf(_SC_NPROCESSORS_ONLN)) {
+        fprintf(stderr, "loom-info: -n, -H and -k go with --tuning\n");
         usage(stderr);
         return EXIT_USAGE;
     }

@@ -172,6 +172,76 @@ START_TEST(test_model_latency_and_bandwidth)
 }
 END_TEST
 
+/*
+ * Across hosts: the network's hops and bytes join the critical path. The
+ * choices asserted are the ones measured fastest (or within 7%) on 2 and 4
+ * namespace hosts (src/tuner.c, netCosts; README, "Across hosts").
+ */
+START_TEST(test_model_across_hosts)
+{
+    const uint32_t all = RING | TREE | DOUBLING;
+    struct loomTuning one, t;
+    for (int hosts = 0; hosts <= 1; hosts++) { /* 0 and 1 both mean one host */
+        struct loomTuneShape a = shape(4), b = shape(4);
+        b.nHosts = hosts;
+        for (size_t bytes = 8; bytes <= (64 << 20); bytes *= 8) {
+            ck_assert_int_eq(tunerModel(&a, LOOM_COLL_ALLREDUCE, bytes, all, &one), 0);
+            ck_assert_int_eq(tunerModel(&b, LOOM_COLL_ALLREDUCE, bytes, all, &t), 0);
+            ck_assert_int_eq(t.algo, one.algo);
+            ck_assert(t.predictedUs == one.predictedUs);
+        }
+    }
+    /* Every algorithm costs more when its hops cross the network. */
+    for (size_t bytes = 8; bytes <= (64 << 20); bytes *= 8) {
+        for (uint32_t algo = RING; algo <= DOUBLING; algo <<= 1) {
+            if (!(algo & all))
+                continue;
+            struct loomTuneShape a = shape(4), b = shape(4);
+            b.nHosts = 2, b.localRanks = 2;
+            ck_assert_int_eq(tunerModel(&a, LOOM_COLL_ALLREDUCE, bytes, algo, &one), 0);
+            ck_assert_int_eq(tunerModel(&b, LOOM_COLL_ALLREDUCE, bytes, algo, &t), 0);
+            ck_assert_msg(t.predictedUs > one.predictedUs, "algo bit %u, %zu B: %g vs %g", algo,
+                          bytes, t.predictedUs, one.predictedUs);
+        }
+    }
+    /* 2 hosts x 1 rank: one exchange up to 128 KiB, the ring at 2 MiB (with
+     * the 512 KiB slots a communicator across hosts gets by default). */
+    struct loomTuneShape s = shape(2);
+    s.nHosts = 2, s.localRanks = 1, s.slotBytes = 512 * 1024;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 128 * 1024, all, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DOUBLING);
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 2 << 20, all, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING);
+    /* 2 hosts x 2 ranks: doubling to 32 KiB (one shm round, one network
+     * round), then the trees, whose host links carry S where the ring's carry
+     * 1.5 S; on one host the ring would be chosen from 32 KiB. */
+    s = shape(4);
+    s.nHosts = 2, s.localRanks = 2, s.slotBytes = 512 * 1024;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 32 * 1024, all, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DOUBLING);
+    for (size_t bytes = 128 * 1024; bytes <= (32 << 20); bytes *= 4) {
+        ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, bytes, all, &t), 0);
+        ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
+    }
+    /* Each piece is a message over the network: fewer, larger pieces there
+     * (2 ranks, 512 KiB through the trees: 16 KiB pieces on one host). */
+    struct loomTuneShape local = shape(2), apart = shape(2);
+    local.slotBytes = apart.slotBytes = 512 * 1024;
+    apart.nHosts = 2, apart.localRanks = 1;
+    ck_assert_int_eq(tunerModel(&local, LOOM_COLL_ALLREDUCE, 512 * 1024, TREE, &one), 0);
+    ck_assert_int_eq(tunerModel(&apart, LOOM_COLL_ALLREDUCE, 512 * 1024, TREE, &t), 0);
+    ck_assert_uint_ge(t.chunkBytes, 4 * one.chunkBytes);
+    /* More hosts than ranks is read as one rank a host; rooted and per-block
+     * collectives get a finite time too. */
+    s = shape(3);
+    s.nHosts = 99;
+    for (int c = 0; c < LOOM_COLL_NUM; c++) {
+        ck_assert_int_ge(tunerModel(&s, (loomColl_t)c, 1 << 20, 0, &t), -1);
+        ck_assert(t.predictedUs > 0 && t.predictedUs < 1e9);
+    }
+}
+END_TEST
+
 START_TEST(test_model_obeys_restrictions)
 {
     struct loomTuneShape s = shape(8);
@@ -238,6 +308,23 @@ START_TEST(test_tuning_get)
     ck_assert_str_eq(info.algorithm, "direct");
     ck_assert_int_eq(loomTuningGet("allreduce", NULL, 1, 0, &info), loomSuccess);
 
+    /* Across hosts: nhosts 1 is loomTuningGet; 2 hosts price the network. */
+    loomTuningInfo_t hosts;
+    ck_assert_int_eq(loomTuningGet("allreduce", NULL, 4, 1 << 20, &info), loomSuccess);
+    ck_assert_int_eq(loomTuningGetHosts("allreduce", NULL, 4, 1, 1 << 20, &hosts), loomSuccess);
+    ck_assert_str_eq(hosts.algorithm, info.algorithm);
+    ck_assert(hosts.predictedUs == info.predictedUs);
+    ck_assert_int_eq(loomTuningGetHosts("allreduce", NULL, 4, 2, 1 << 20, &hosts), loomSuccess);
+    ck_assert(hosts.predictedUs > info.predictedUs);
+    ck_assert_int_eq(loomTuningGetHosts("alltoall", "cma", 4, 2, 64 << 20, &hosts), loomSuccess);
+    ck_assert_str_eq(hosts.algorithm, "direct"); /* no single copies between hosts */
+    memset(&ring, 0x5a, sizeof(ring));
+    hosts = ring;
+    ck_assert_int_eq(loomTuningGetHosts("allreduce", NULL, 4, 0, 8, &hosts), loomInvalidArgument);
+    ck_assert_ptr_nonnull(strstr(loomGetLastError(NULL), "nhosts 0"));
+    ck_assert_int_eq(loomTuningGetHosts("allreduce", NULL, 4, 5, 8, &hosts), loomInvalidArgument);
+    ck_assert_mem_eq(&hosts, &ring, sizeof(hosts));
+
     memset(&ring, 0x5a, sizeof(ring));
     info = ring;
     ck_assert_int_eq(loomTuningGet("allgather", "tree", 4, 8, &info), loomInvalidArgument);
@@ -266,6 +353,7 @@ static Suite *tunerSuite(void)
     suite_add_tcase(s, tcase("LOOM_ALGO errors", test_parse_errors));
     suite_add_tcase(s, tcase("LOOM_ALGO and zero copy", test_parse_zero_copy));
     suite_add_tcase(s, tcase("latency and bandwidth", test_model_latency_and_bandwidth));
+    suite_add_tcase(s, tcase("across hosts", test_model_across_hosts));
     suite_add_tcase(s, tcase("restrictions", test_model_obeys_restrictions));
     suite_add_tcase(s, tcase("loomTuningGet", test_tuning_get));
     return s;
