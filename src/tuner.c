@@ -503,10 +503,18 @@ struct tunePipe {
     double netBytes;   /* bytes the busiest host link carries on it */
 };
 
-/* Hosts, and ranks per host (the most), of a shape: 1 and n on one host. */
+/* Hosts of a shape: 1 for one host (0 or 1), at most one a rank. */
 static int shapeHosts(const struct loomTuneShape *s)
 {
-    return s->nHosts > 1 && s->nHosts <= s->nranks ? s->nHosts : 1;
+    if (s->nHosts <= 1)
+        return 1;
+    return s->nHosts < s->nranks ? s->nHosts : s->nranks;
+}
+
+/* The host of a rank when nranks ranks fill hosts of perHost in rank order. */
+static int hostOfRank(int rank, int perHost)
+{
+    return rank / perHost;
 }
 
 static int ceilLog2(int x)
@@ -647,9 +655,12 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
     p->totalSteps = (two ? 2 : 1) * pieces * (leaves + edges + 1);
     p->totalBytes = S * (2 * leaves + 3 * edges + 2);
     /* The root's host, then the trees of the others; an interior host sends
-     * to two children: S over both trees (the root's halves), 2S over one. */
-    if (H > 1)
-        p->netHops = ceilLog2(H - 1) + 1 + pieces - 1, p->netBytes = (two ? 1 : 2) * S;
+     * to two children: S over both trees (the root's halves), 2S over one
+     * (S still where the other hosts' tree has no host with two children). */
+    if (H > 1) {
+        p->netHops = ceilLog2(H - 1) + 1 + pieces - 1;
+        p->netBytes = two || H <= 3 ? S : 2 * S;
+    }
 }
 
 /*
@@ -664,6 +675,29 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
  * ranks, where the critical path decides, 5 fits (32 KiB: 14.7 us, the
  * ring's 5.4, so the ring is chosen from 16 KiB there).
  */
+/*
+ * The most ranks of one host whose partner is on another host in one
+ * exchange of algorithms/doubling.c: k < 0 the pairs (2i, 2i + 1) of the
+ * first 2(n - p) ranks, else round k, where participant v (rank 2v + 1 for
+ * v < n - p, else v + n - p) meets v ^ 2^k. Ranks fill hosts of perHost in
+ * order; a host's ranks come in a row as v grows, so a run counts them.
+ */
+static int doublingCrossers(int n, int pow2, int k, int perHost)
+{
+    int extra = n - pow2, most = 0, run = 0, host = -1;
+    for (int v = 0; v < (k < 0 ? extra : pow2); v++) {
+        int w = k < 0 ? v : v ^ (1 << k);
+        int a = k < 0 ? 2 * v : v < extra ? 2 * v + 1 : v + extra;
+        int b = k < 0 ? 2 * v + 1 : w < extra ? 2 * w + 1 : w + extra;
+        if (hostOfRank(a, perHost) == hostOfRank(b, perHost))
+            continue;
+        run = hostOfRank(a, perHost) == host ? run + 1 : 1;
+        host = hostOfRank(a, perHost);
+        most = run > most ? run : most;
+    }
+    return most;
+}
+
 static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
 {
     int n = c->s->nranks, pow2 = 1 << floorLog2(n);
@@ -672,22 +706,51 @@ static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
     p->units = rounds * pieces, p->switches = 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = n * 2 * p->units, p->totalBytes = n * 3.5 * S * rounds;
-    /* Partners differ in one bit of the rank a round: with each host's ranks
-     * numbered in a row (mpirun's default mapping) the rounds of the low
-     * log2(ranks per host) bits stay on the host, the others cross, each with
-     * the whole vector of every rank of the host over its one link. */
+    /* With each host's ranks numbered in a row (mpirun's default mapping),
+     * the exchanges of doubling.c (the pairs 2i, 2i + 1 before and after,
+     * then participant v with v ^ 2^k) are followed rank by rank: a round
+     * with any pair on two hosts costs a network hop a piece, and the host
+     * with the most ranks crossing sends the whole vector of each. */
     int H = shapeHosts(c->s);
     if (H > 1) {
-        int perHost = (n + H - 1) / H, cross = floorLog2(pow2) - floorLog2(perHost);
-        cross = (cross > 1 ? cross : 1) + (perHost == 1 && pow2 < n ? 2 : 0); /* the pairs */
-        p->netHops = cross * pieces, p->netBytes = cross * perHost * S;
+        int perHost = (n + H - 1) / H;
+        double hops = 0, bytes = 0;
+        for (int k = -1; k < floorLog2(pow2); k++) {
+            int most = doublingCrossers(n, pow2, k, perHost);
+            double times = k < 0 ? 2 : 1; /* the pairs meet before and after the rounds */
+            if (most > 0)
+                hops += times * pieces, bytes += times * most * S;
+        }
+        p->netHops = hops, p->netBytes = bytes;
     }
 }
 
 /*
+ * Direct exchanges (AlltoAll, Send/Recv): on one host a ring's count of
+ * pieces and hops is close enough. Across hosts a rank's blocks for the
+ * ranks of other hosts go one exchange after the other, and its host's link
+ * carries every such block of each of its ranks; a Send is one stream.
+ */
+static void directPipe(const struct tuneCase *c, struct tunePipe *p)
+{
+    ringPipe(c, p);
+    int n = c->s->nranks, H = shapeHosts(c->s);
+    if (H == 1)
+        return;
+    double S = c->bytes;
+    if (c->coll == LOOM_COLL_SEND || c->coll == LOOM_COLL_RECV) {
+        p->netHops = ceilDiv(S, c->chunk), p->netBytes = S;
+        return;
+    }
+    int perHost = (n + H - 1) / H, far = n - perHost;
+    double block = S / n, pieces = ceilDiv(block, c->chunk);
+    p->netHops = far * (pieces > 0 ? pieces : 1);
+    p->netBytes = (double)perHost * far * block;
+}
+
+/*
  * Each algorithm's pipeline, and how many variants the tuner tries (the
- * tree: data over both trees, or one). Direct exchanges: a ring's count of
- * pieces and hops is close enough. A new algorithm adds a row.
+ * tree: data over both trees, or one). A new algorithm adds a row.
  */
 static const struct {
     void (*pipe)(const struct tuneCase *c, struct tunePipe *p);
@@ -695,7 +758,7 @@ static const struct {
 } algoModels[LOOM_ALGO_NUM] = {
     [LOOM_ALGO_RING] = {ringPipe, 1},
     [LOOM_ALGO_TREE] = {treePipe, 2},
-    [LOOM_ALGO_DIRECT] = {ringPipe, 1},
+    [LOOM_ALGO_DIRECT] = {directPipe, 1},
     [LOOM_ALGO_DOUBLING] = {doublingPipe, 1},
     [LOOM_ALGO_CMA] = {NULL, 1}, /* cmaTime; only where shape->cmaOk */
 };

@@ -231,13 +231,33 @@ START_TEST(test_model_across_hosts)
     ck_assert_int_eq(tunerModel(&local, LOOM_COLL_ALLREDUCE, 512 * 1024, TREE, &one), 0);
     ck_assert_int_eq(tunerModel(&apart, LOOM_COLL_ALLREDUCE, 512 * 1024, TREE, &t), 0);
     ck_assert_uint_ge(t.chunkBytes, 4 * one.chunkBytes);
-    /* More hosts than ranks is read as one rank a host; rooted and per-block
-     * collectives get a finite time too. */
+    /* Recursive doubling follows its ranks: on 2 hosts x 4 its one crossing
+     * round is cheapest for 8 bytes; on 2 x 3 the pairs (2, 3) and both
+     * rounds cross hosts, four network hops against the trees' two. */
+    s = shape(8);
+    s.nHosts = 2, s.localRanks = 4, s.slotBytes = 512 * 1024;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, all, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_DOUBLING);
+    s = shape(6);
+    s.nHosts = 2, s.localRanks = 3, s.slotBytes = 512 * 1024;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, all, &t), 0);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
+    /* More hosts than ranks is read as one rank a host; every collective's
+     * network terms give a finite time, above the one-host figure. */
     s = shape(3);
     s.nHosts = 99;
+    struct loomTuneShape same = shape(3);
+    same.nHosts = 3;
     for (int c = 0; c < LOOM_COLL_NUM; c++) {
+        struct loomTuning u;
+        struct loomTuneShape host1 = shape(3);
         ck_assert_int_ge(tunerModel(&s, (loomColl_t)c, 1 << 20, 0, &t), -1);
+        ck_assert_int_ge(tunerModel(&same, (loomColl_t)c, 1 << 20, 0, &u), -1);
+        ck_assert_int_ge(tunerModel(&host1, (loomColl_t)c, 1 << 20, 0, &one), -1);
         ck_assert(t.predictedUs > 0 && t.predictedUs < 1e9);
+        ck_assert(t.predictedUs == u.predictedUs);
+        ck_assert_msg(t.predictedUs > one.predictedUs, "collective %d: %g vs %g", c, t.predictedUs,
+                      one.predictedUs);
     }
 }
 END_TEST
