@@ -29,6 +29,7 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -511,10 +512,10 @@ static int shapeHosts(const struct loomTuneShape *s)
     return s->nHosts < s->nranks ? s->nHosts : s->nranks;
 }
 
-/* The host of a rank when nranks ranks fill hosts of perHost in rank order. */
-static int hostOfRank(int rank, int perHost)
+/* The host of a rank: the shape's own placement, or hosts of perHost filled in rank order. */
+static int hostOfRank(const struct loomTuneShape *s, int rank, int perHost)
 {
-    return rank / perHost;
+    return s->hostOf ? s->hostOf[rank] : rank / perHost;
 }
 
 static int ceilLog2(int x)
@@ -679,21 +680,25 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
  * The most ranks of one host whose partner is on another host in one
  * exchange of algorithms/doubling.c: k < 0 the pairs (2i, 2i + 1) of the
  * first 2(n - p) ranks, else round k, where participant v (rank 2v + 1 for
- * v < n - p, else v + n - p) meets v ^ 2^k. Ranks fill hosts of perHost in
- * order; a host's ranks come in a row as v grows, so a run counts them.
+ * v < n - p, else v + n - p) meets v ^ 2^k. count[] (nHosts entries, zeroed
+ * here) tallies each host's crossing ranks.
  */
-static int doublingCrossers(int n, int pow2, int k, int perHost)
+static int doublingCrossers(const struct loomTuneShape *s, int pow2, int k, int perHost, int *count,
+                            int hosts)
 {
-    int extra = n - pow2, most = 0, run = 0, host = -1;
+    int n = s->nranks, extra = n - pow2, most = 0;
+    for (int h = 0; count != NULL && h < hosts; h++)
+        count[h] = 0;
     for (int v = 0; v < (k < 0 ? extra : pow2); v++) {
         int w = k < 0 ? v : v ^ (1 << k);
         int a = k < 0 ? 2 * v : v < extra ? 2 * v + 1 : v + extra;
         int b = k < 0 ? 2 * v + 1 : w < extra ? 2 * w + 1 : w + extra;
-        if (hostOfRank(a, perHost) == hostOfRank(b, perHost))
+        int ha = hostOfRank(s, a, perHost);
+        if (ha == hostOfRank(s, b, perHost) || ha < 0 || ha >= hosts)
             continue;
-        run = hostOfRank(a, perHost) == host ? run + 1 : 1;
-        host = hostOfRank(a, perHost);
-        most = run > most ? run : most;
+        if (count == NULL) /* no room to tally: one rank a host, at least */
+            return 1;
+        most = ++count[ha] > most ? count[ha] : most;
     }
     return most;
 }
@@ -706,23 +711,28 @@ static void doublingPipe(const struct tuneCase *c, struct tunePipe *p)
     p->units = rounds * pieces, p->switches = 1;
     p->unitSteps = 2, p->unitBytes = 5 * piece;
     p->totalSteps = n * 2 * p->units, p->totalBytes = n * 3.5 * S * rounds;
-    /* With each host's ranks numbered in a row (mpirun's default mapping),
-     * the exchanges of doubling.c (the pairs 2i, 2i + 1 before and after,
-     * then participant v with v ^ 2^k) are followed rank by rank: a round
-     * with any pair on two hosts costs a network hop a piece, and the host
-     * with the most ranks crossing sends the whole vector of each. */
+    /* The exchanges of doubling.c (the pairs 2i, 2i + 1 before and after,
+     * then participant v with v ^ 2^k) are followed rank by rank on the
+     * communicator's own placement (loomTuningGetHosts: each host's ranks
+     * numbered in a row, mpirun's default mapping): a round with any pair on
+     * two hosts costs a network hop a piece, and the host with the most
+     * ranks crossing sends the whole vector of each. */
     int H = shapeHosts(c->s);
+    int hosts = c->s->hostOf ? c->s->nHosts : H, few[256];
+    int *count = hosts <= 256 ? few : calloc((size_t)hosts, sizeof(*count));
     if (H > 1) {
         int perHost = (n + H - 1) / H;
         double hops = 0, bytes = 0;
         for (int k = -1; k < floorLog2(pow2); k++) {
-            int most = doublingCrossers(n, pow2, k, perHost);
+            int most = doublingCrossers(c->s, pow2, k, perHost, count, hosts);
             double times = k < 0 ? 2 : 1; /* the pairs meet before and after the rounds */
             if (most > 0)
                 hops += times * pieces, bytes += times * most * S;
         }
         p->netHops = hops, p->netBytes = bytes;
     }
+    if (count != few)
+        free(count);
 }
 
 /*
@@ -925,6 +935,7 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
     pthread_once(&tuneOnce, tuneRead);
     struct loomTuneShape shape = {.nranks = comm->nranks,
                                   .nHosts = comm->topo ? comm->topo->nHosts : 1,
+                                  .hostOf = comm->topo ? comm->topo->hostOf : NULL,
                                   .localRanks = comm->tuneLocalRanks,
                                   .cpus = comm->tuneCpus,
                                   .slotBytes = comm->slotBytes,

@@ -27,6 +27,7 @@ struct loomTuning {
 struct loomTuneShape {
     int nranks;
     int nHosts;         /* hosts the ranks are on (0 or 1: one); the others cross the network */
+    const int *hostOf;  /* [nranks] each rank's host, or NULL: hosts filled in rank order */
     int localRanks;     /* ranks on the host with the most ranks per CPU */
     int cpus;           /* CPUs those ranks may use between them */
     size_t slotBytes;   /* connector slot size: the largest chunk */

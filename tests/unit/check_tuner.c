@@ -242,6 +242,21 @@ START_TEST(test_model_across_hosts)
     s.nHosts = 2, s.localRanks = 3, s.slotBytes = 512 * 1024;
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, all, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_TREE);
+    /* A communicator's own placement: 6 ranks round robin over 2 hosts
+     * (--map-by node) put both pairs (0, 1) and (2, 3) across hosts, where
+     * hosts filled in rank order cross with (2, 3) only. */
+    static const int roundRobin[6] = {0, 1, 0, 1, 0, 1}, inOrder[6] = {0, 0, 0, 1, 1, 1};
+    struct loomTuning byOrder;
+    s.hostOf = inOrder;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, DOUBLING, &byOrder), 0);
+    s.hostOf = NULL; /* the same placement, assumed */
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, DOUBLING, &t), 0);
+    ck_assert(t.predictedUs == byOrder.predictedUs);
+    s.hostOf = roundRobin;
+    ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 8, DOUBLING, &t), 0);
+    ck_assert_msg(t.predictedUs > byOrder.predictedUs, "round robin %g, in order %g", t.predictedUs,
+                  byOrder.predictedUs);
+    s.hostOf = NULL;
     /* More hosts than ranks is read as one rank a host; every collective's
      * network terms give a finite time, above the one-host figure. */
     s = shape(3);
