@@ -51,6 +51,8 @@ int cudaPlanActive(void);
 loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send);
 /* Queues on `stream` (of context ctx) a kernel that waits until *flag >= value (cyclic). */
 loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value);
+/* Loads ctx's kernels ahead of any wait on its streams (ctx current on this thread). */
+void cudaKernelsPreload(void *ctx);
 
 /* ---- the executor's step hooks (cudaexec.c) ---- */
 

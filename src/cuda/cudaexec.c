@@ -87,9 +87,8 @@ static loomResult_t kernelsLoad(const struct cudaLib *lib, cuContext_t ctx, stru
     if (image == NULL)
         return loomSetError(loomInvalidUsage, "this Loom was built without CUDA kernels "
                                               "(configure --with-cuda)");
-    /* Timed and logged: on the one GPU machine this ran on (an H200, driver 580), this
-     * call spun for minutes inside the driver in Loom's programs while a small
-     * standalone loader returned at once; the lines say where a run stands. */
+    /* Timed and logged: it waits for the context's streams (see cudaKernelsPreload),
+     * and a load that does not return is the first thing to look for in a hang. */
     INFO(LOOM_INIT, "cuda: loading Loom's kernels (%zu-byte fatbin) into context %p", bytes,
          (void *)ctx);
     double t0 = cudaNowSec();
@@ -141,6 +140,25 @@ static loomResult_t kernelsGet(const struct cudaLib *lib, cuContext_t ctx,
     if (res == loomSuccess)
         *out = &kernelsTable[i];
     return res;
+}
+
+/* Loads the kernels of ctx (current on this thread) now, if this Loom carries any.
+ * Called when a CUDA stream is attached, before any wait is queued on it: the driver's
+ * cuModuleLoadData waits for the context's streams, and one held by a wait that only the
+ * unit doing the load can release never drains. On an H200 (driver 580) a first load
+ * inside such a unit spun in the driver for good (check_gpu's stream test, loom-perf -G 1
+ * -z 0); loaded here, both ran. A failure is left for the first device-buffer call to
+ * report, so that host buffers on the stream still work. */
+void cudaKernelsPreload(void *ctx)
+{
+    const struct cudaLib *lib;
+    const struct cudaKernels *k;
+    size_t bytes;
+    if (cudaFatbin(&bytes) == NULL || cudaLibGet(&lib) != loomSuccess)
+        return;
+    if (kernelsGet(lib, ctx, &k) != loomSuccess)
+        INFO(LOOM_INIT, "cuda: loading the kernels when the stream was attached failed: %s",
+             loomGetLastError(NULL));
 }
 
 loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value)

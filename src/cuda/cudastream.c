@@ -78,6 +78,7 @@ loomResult_t cudaStreamAttach(void *cudaStream, struct cudaStreamSync **out)
     loomResult_t res = enter(cs, &saved);
     if (res != loomSuccess)
         goto fail_free;
+    cudaKernelsPreload(cs->ctx);
     r = lib->memHostAlloc(&flag, 64, CUL_MEMHOSTALLOC_PORTABLE | CUL_MEMHOSTALLOC_DEVICEMAP);
     if (r == CUL_SUCCESS)
         r = lib->memHostGetDevicePointer(&cs->flagDev, flag, 0);

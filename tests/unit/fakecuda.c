@@ -19,6 +19,8 @@
  *   - the module image must be a fatbin that contains the names looked up,
  *     and a kernel is run by its name on the CPU with reduce.c (the real
  *     kernels are device code and never run here);
+ *   - loading a module waits for the context's streams (a real driver did, and
+ *     hung behind a stream held by Loom's own wait); here it fails after 2 s;
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
  *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit.
  * Only the functions Loom and its tools call exist; the types are those of
@@ -46,6 +48,7 @@
 #define FAKE_ERROR_NOT_FOUND 500
 #define FAKE_ERROR_ILLEGAL_ADDRESS 700
 #define FAKE_ERROR_NOT_SUPPORTED 801
+#define FAKE_ERROR_UNKNOWN 999
 #define FAKE_FATBIN_MAGIC 0xba55ed50u
 
 /* ---- memory ---- */
@@ -773,11 +776,44 @@ EXPORT cuResult_t cuMemcpyDtoH_v2(void *dst, cuDevPtr_t src, size_t bytes)
     return r == CUL_SUCCESS ? cuStreamSynchronize(NULL) : r;
 }
 
+/* 1 once every stream of the current context has run what it held at entry, 0 if one is
+ * still busy after two seconds. */
+static int contextDrained(void)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int busy = 0;
+        pthread_mutex_lock(&streamsLock);
+        for (struct cuStreamOpaque *s = allStreams; s; s = s->nextOfAll)
+            if (s->ctx == current) {
+                pthread_mutex_lock(&s->lock);
+                busy |= s->done < s->enqueued;
+                pthread_mutex_unlock(&s->lock);
+            }
+        pthread_mutex_unlock(&streamsLock);
+        if (!busy)
+            return 1;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 2)
+            return 0;
+        pause1us();
+    }
+}
+
+/* As the driver of an H200 (580) behaved: loading a module waits for the context's
+ * streams; where one is held by a wait that only the caller can release, the real one
+ * spins for good, and this one fails after two seconds, saying why. */
 EXPORT cuResult_t cuModuleLoadData(cuModule_t *m, const void *image)
 {
     uint32_t magic = 0;
     if (image == NULL)
         return CUL_ERROR_INVALID_VALUE;
+    if (!contextDrained()) {
+        fprintf(stderr, "fakecuda: cuModuleLoadData: a stream of this context is still busy "
+                        "after 2 s (a real driver waits for it: a hang)\n");
+        return FAKE_ERROR_UNKNOWN;
+    }
     memcpy(&magic, image, sizeof(magic));
     if (magic != FAKE_FATBIN_MAGIC)
         return CUL_ERROR_INVALID_VALUE;
