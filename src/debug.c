@@ -311,6 +311,12 @@ loomResult_t loomSetError(loomResult_t res, const char *fmt, ...)
     return res;
 }
 
+void debugRestoreError(const char *line, uint64_t seq)
+{
+    snprintf(debugErrorLine, sizeof(debugErrorLine), "%s", line);
+    debugErrorLineSeq = seq;
+}
+
 const char *debugLastError(uint64_t *seq)
 {
     if (seq != NULL)

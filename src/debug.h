@@ -60,6 +60,8 @@ loomResult_t loomSetError(loomResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* This thread's last error line ("" if none) and its sequence number (0 if none). */
 const char *debugLastError(uint64_t *seq);
+/* Puts back a line and number taken from debugLastError (an error handled inside). */
+void debugRestoreError(const char *line, uint64_t seq);
 /* A process-wide increasing number to order errors of threads and comms. */
 uint64_t debugNextErrorSeq(void);
 

@@ -59,6 +59,8 @@ struct cudaKernels {
     cuFunction_t reduce[loomNumTypes][loomNumOps];
     cuFunction_t wait;
     unsigned int maxBlocks;
+    loomResult_t failed; /* the load failed: this, with why, for every later call */
+    char why[256];
 };
 
 static pthread_mutex_t kernelsLock = PTHREAD_MUTEX_INITIALIZER;
@@ -130,11 +132,22 @@ static loomResult_t kernelsGet(const struct cudaLib *lib, cuContext_t ctx,
     while (i < kernelsCount && kernelsTable[i].ctx != ctx)
         i++;
     if (i == kernelsCount) {
-        if (i == CUDA_MAX_CONTEXTS)
+        if (i == CUDA_MAX_CONTEXTS) {
             res = loomSetError(loomInvalidUsage, "device buffers from more than %d CUDA contexts",
                                CUDA_MAX_CONTEXTS);
-        else if ((res = kernelsLoad(lib, ctx, &kernelsTable[i])) == loomSuccess)
+        } else {
+            /* A failed load is kept and not tried again: a retry could come inside a unit
+             * whose application stream is held (see cudaKernelsPreload), and hang. */
+            struct cudaKernels *k = &kernelsTable[i];
+            if ((res = kernelsLoad(lib, ctx, k)) != loomSuccess) {
+                k->failed = res;
+                snprintf(k->why, sizeof(k->why), "%s", debugLastError(NULL));
+            }
+            k->ctx = ctx;
             kernelsCount++;
+        }
+    } else if (kernelsTable[i].failed != loomSuccess) {
+        res = loomSetError(kernelsTable[i].failed, "%s", kernelsTable[i].why);
     }
     pthread_mutex_unlock(&kernelsLock);
     if (res == loomSuccess)
@@ -147,18 +160,24 @@ static loomResult_t kernelsGet(const struct cudaLib *lib, cuContext_t ctx,
  * cuModuleLoadData waits for the context's streams, and one held by a wait that only the
  * unit doing the load can release never drains. On an H200 (driver 580) a first load
  * inside such a unit spun in the driver for good (check_gpu's stream test, loom-perf -G 1
- * -z 0); loaded here, both ran. A failure is left for the first device-buffer call to
- * report, so that host buffers on the stream still work. */
+ * -z 0); loaded here, both ran. A failure is kept (kernelsGet) and reported by the first
+ * device-buffer call, so that host buffers on the stream still work. */
 void cudaKernelsPreload(void *ctx)
 {
     const struct cudaLib *lib;
     const struct cudaKernels *k;
     size_t bytes;
+    uint64_t seq;
+    char line[512];
     if (cudaFatbin(&bytes) == NULL || cudaLibGet(&lib) != loomSuccess)
         return;
-    if (kernelsGet(lib, ctx, &k) != loomSuccess)
+    /* loomStreamCreateCuda succeeds either way: keep the thread's last error as it was. */
+    snprintf(line, sizeof(line), "%s", debugLastError(&seq));
+    if (kernelsGet(lib, ctx, &k) != loomSuccess) {
         INFO(LOOM_INIT, "cuda: loading the kernels when the stream was attached failed: %s",
-             loomGetLastError(NULL));
+             debugLastError(NULL));
+        debugRestoreError(line, seq);
+    }
 }
 
 loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value)

@@ -11,6 +11,7 @@
  * mode), so each reads LOOM_CUDA_LIB afresh; the parent makes no Loom call.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -264,6 +265,59 @@ START_TEST(test_fake_stream_order_kernel_wait)
 }
 END_TEST
 
+/*
+ * A CUDA stream attached while it is held (here by the test's own wait): the kernels'
+ * load at attach fails in the fake, as a real driver would hang. Attaching still
+ * succeeds and leaves the thread's last error alone; the first device-buffer call on it
+ * reports the failure, and the load is not tried again inside the unit, where the
+ * application's stream is held by Loom's own wait.
+ */
+START_TEST(test_fake_preload_fails_once)
+{
+    useFake(NULL, NULL);
+    const struct cudaLib *lib = fakeDriver(0);
+    loomComm_t comm = soloComm();
+    cuStream_t cs;
+    loomStream_t s;
+    void *flag;
+    cuDevPtr_t flagDev;
+    int32_t in[N];
+    void *d = devAlloc(lib, sizeof(in)), *e = devAlloc(lib, sizeof(in));
+    if (!kernelsBuilt(d, comm))
+        return;
+    void *h = dlopen(fakePath, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(h);
+    int (*loads)(void) = (int (*)(void))dlsym(h, "fakecudaModuleLoads");
+    ck_assert_ptr_nonnull(loads);
+    ck_assert_int_eq(lib->streamCreateWithPriority(&cs, 0, 0), CUL_SUCCESS);
+    ck_assert_int_eq(lib->memHostAlloc(&flag, 64, CUL_MEMHOSTALLOC_DEVICEMAP), CUL_SUCCESS);
+    ck_assert_int_eq(lib->memHostGetDevicePointer(&flagDev, flag, 0), CUL_SUCCESS);
+    *(volatile uint32_t *)flag = 0;
+    ck_assert_int_eq(lib->streamWaitValue32(cs, flagDev, 1, CUL_STREAM_WAIT_VALUE_GEQ),
+                     CUL_SUCCESS);
+    ck_error(loomStreamCreateCuda(NULL, cs), loomInvalidArgument, "stream is NULL");
+    int before = loads();
+    ck_assert_int_eq(loomStreamCreateCuda(&s, cs), loomSuccess);
+    ck_assert_int_eq(loads(), before + 1);
+    ck_assert_msg(strstr(loomGetLastError(NULL), "stream is NULL") != NULL,
+                  "attaching changed the last error to: %s", loomGetLastError(NULL));
+    __atomic_store_n((uint32_t *)flag, 1, __ATOMIC_RELEASE);
+    ck_assert_int_eq(lib->streamSynchronize(cs), CUL_SUCCESS);
+    loomResult_t r = loomAllReduce(d, e, N, loomInt32, loomSum, comm, s);
+    if (r == loomSuccess)
+        r = loomStreamSynchronize(s);
+    ck_assert_int_ne(r, loomSuccess);
+    ck_assert_msg(strstr(loomGetLastError(comm), "loading Loom's kernels") != NULL,
+                  "the error was: %s", loomGetLastError(comm));
+    ck_assert_int_eq(loads(), before + 1);
+    ck_assert_int_eq(lib->streamSynchronize(cs), CUL_SUCCESS);
+    loomStreamDestroy(s);
+    ck_assert_int_eq(lib->streamDestroy(cs), CUL_SUCCESS);
+    lib->memFreeHost(flag);
+    loomCommDestroy(comm);
+}
+END_TEST
+
 START_TEST(test_fake_stream_not_a_stream)
 {
     useFake(NULL, NULL);
@@ -407,6 +461,7 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_stream_order);
     tcase_add_test(fake, test_fake_stream_order_kernel_wait);
     tcase_add_test(fake, test_fake_stream_not_a_stream);
+    tcase_add_test(fake, test_fake_preload_fails_once);
     tcase_add_test(fake, test_fake_ranks_p2p);
     tcase_add_test(fake, test_fake_ranks_host_staged);
     suite_add_tcase(s, fake);
