@@ -89,7 +89,7 @@ static loomResult_t kernelsLoad(const struct cudaLib *lib, cuContext_t ctx, stru
     if (image == NULL)
         return loomSetError(loomInvalidUsage, "this Loom was built without CUDA kernels "
                                               "(configure --with-cuda)");
-    /* Timed and logged: it waits for the context's streams (see cudaKernelsPreload),
+    /* Timed and logged: it may wait for the context's streams (see cudaKernelsPreload),
      * and a load that does not return is the first thing to look for in a hang. */
     INFO(LOOM_INIT, "cuda: loading Loom's kernels (%zu-byte fatbin) into context %p", bytes,
          (void *)ctx);
@@ -157,7 +157,7 @@ static loomResult_t kernelsGet(const struct cudaLib *lib, cuContext_t ctx,
 
 /* Loads the kernels of ctx (current on this thread) now, if this Loom carries any.
  * Called when a CUDA stream is attached, before any wait is queued on it: the driver's
- * cuModuleLoadData waits for the context's streams, and one held by a wait that only the
+ * cuModuleLoadData waits for the stream (or more), and one held by a wait that only the
  * unit doing the load can release never drains. On an H200 (driver 580) a first load
  * inside such a unit spun in the driver for good (check_gpu's stream test, loom-perf -G 1
  * -z 0); loaded here, both ran. A failure is kept (kernelsGet) and reported by the first
@@ -168,7 +168,7 @@ void cudaKernelsPreload(void *ctx)
     const struct cudaKernels *k;
     size_t bytes;
     uint64_t seq;
-    char line[512];
+    char line[512]; /* as long as debug.c's error line */
     if (cudaFatbin(&bytes) == NULL || cudaLibGet(&lib) != loomSuccess)
         return;
     /* loomStreamCreateCuda succeeds either way: keep the thread's last error as it was. */

@@ -805,9 +805,6 @@ static int contextDrained(void)
     return 1;
 }
 
-/* As the driver of an H200 (580) behaved: loading a module waits for the context's
- * streams; where one is held by a wait that only the caller can release, the real one
- * spins for good, and this one fails after two seconds, saying why. */
 static _Atomic int moduleLoads;
 
 /* Not a driver function: how many times cuModuleLoadData was called (tests find it with
@@ -817,6 +814,9 @@ EXPORT int fakecudaModuleLoads(void)
     return atomic_load(&moduleLoads);
 }
 
+/* As the driver of an H200 (580) behaved: loading a module waits for the context's
+ * streams; where one is held by a wait that only the caller can release, the real one
+ * spins for good, and this one fails after two seconds, saying why. */
 EXPORT cuResult_t cuModuleLoadData(cuModule_t *m, const void *image)
 {
     uint32_t magic = 0;
