@@ -61,7 +61,8 @@ loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loo
     for (size_t off = a->lo; off < a->hi && res == loomSuccess; off += a->chunkElems) {
         size_t cnt = a->hi - off < a->chunkElems ? a->hi - off : a->chunkElems;
         if (n == 1) {
-            res = doublingStep(out, LOOM_STEP_COPY, LOOM_BUF_SEND, -1, -1, off, cnt, LOOM_STEP_FINAL);
+            res =
+                doublingStep(out, LOOM_STEP_COPY, LOOM_BUF_SEND, -1, -1, off, cnt, LOOM_STEP_FINAL);
             continue;
         }
         if (folded) {

@@ -36,10 +36,23 @@ static int parseBytes(const char *s, size_t *out)
     if (end == s)
         return -1;
     switch (*end) {
-    case 'K': case 'k': mult = 1ULL << 10; end++; break;
-    case 'M': case 'm': mult = 1ULL << 20; end++; break;
-    case 'G': case 'g': mult = 1ULL << 30; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        mult = 1ULL << 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        mult = 1ULL << 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        mult = 1ULL << 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0' || v == 0 || v > (1ULL << 40) / mult)
         return -1;
@@ -72,7 +85,8 @@ int main(int argc, char **argv)
     }
     volatile char sink = dst[bytes / 2];
     (void)sink;
-    printf("memcpy %zu bytes: %.2f GB/s (best of %d)\n", bytes, (double)bytes / best / 1e9, REPEATS);
+    printf("memcpy %zu bytes: %.2f GB/s (best of %d)\n", bytes, (double)bytes / best / 1e9,
+           REPEATS);
     free(src);
     free(dst);
     return 0;

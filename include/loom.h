@@ -107,10 +107,10 @@ typedef struct {
 } loomConfig_t;
 
 #define LOOM_CONFIG_MAGIC 0x4c4f4f4dU /* "LOOM" */
-#define LOOM_CONFIG_INITIALIZER                                                                 \
-    {                                                                                           \
-        sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,      \
-            LOOM_CONFIG_UNDEF_INT, NULL                                                         \
+#define LOOM_CONFIG_INITIALIZER                                                                    \
+    {                                                                                              \
+        sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,         \
+            LOOM_CONFIG_UNDEF_INT, NULL                                                            \
     }
 
 /* Stores LOOM_VERSION_CODE of the library in *version. */
@@ -227,12 +227,10 @@ loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            loomStream_t stream);
 /* Root's sendbuff is copied to every rank's recvbuff (sendbuff ignored elsewhere). */
 loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm,
-                           loomStream_t stream);
+                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
 /* Reduction of every rank's sendbuff lands in root's recvbuff (recvbuff ignored elsewhere). */
-loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream);
+loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream);
 /* recvbuff (nranks * sendcount elements) receives every rank's sendbuff in rank order. */
 loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream);

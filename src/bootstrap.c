@@ -82,8 +82,8 @@ struct loomBootstrap {
     int timeoutSec;
     atomic_int *abortFlag;
     int listenFd;
-    int nextFd; /* to (rank + 1) % nranks */
-    int prevFd; /* from (rank - 1 + nranks) % nranks */
+    int nextFd;   /* to (rank + 1) % nranks */
+    int prevFd;   /* from (rank - 1 + nranks) % nranks */
     uint32_t seq; /* bootstrap collectives done so far, stamped on ring frames */
     union socketAddress listenAddr;
     struct bootstrapAddr *peers; /* every rank's listen address */
@@ -259,7 +259,8 @@ static const char *tableDecode(const uint8_t *buf, size_t len, int nranks,
     *bad = -1;
     if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS || len < TABLE_HEADER_BYTES)
         return "truncated header";
-    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION || wireGet32(buf + 4) != (uint32_t)nranks)
+    if (memcmp(buf, "LMT", 3) != 0 || buf[3] != TABLE_VERSION ||
+        wireGet32(buf + 4) != (uint32_t)nranks)
         return "malformed header";
     if (len != bootstrapTableBytes(nranks))
         return "wrong length";
@@ -607,8 +608,10 @@ static void rootWatch(struct bootstrapRoot *root)
             continue;
         for (int r = 0; r < root->nranks; r++) {
             if (root->ranks[r].fd == root->watch[i].fd) {
-                INFO(LOOM_BOOTSTRAP, "bootstrap root at %s: rank %d left before the table was "
-                     "sent; its place is free again", root->name, r);
+                INFO(LOOM_BOOTSTRAP,
+                     "bootstrap root at %s: rank %d left before the table was "
+                     "sent; its place is free again",
+                     root->name, r);
                 socketClose(root->ranks[r].fd);
                 root->ranks[r].fd = -1;
                 root->joined--;
@@ -953,8 +956,8 @@ static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t
     rootTroubleQuote(rootName, trouble, sizeof(trouble));
     if (err == ECANCELED)
         return loomSetError(loomRemoteError,
-                            "bootstrap: rank %d aborted while waiting for the root at %s",
-                            b->rank, rootName);
+                            "bootstrap: rank %d aborted while waiting for the root at %s", b->rank,
+                            rootName);
     if (err == ETIMEDOUT)
         return loomSetError(loomTimeout,
                             "bootstrap: rank %d of %d: not every rank joined the root at %s "
@@ -1020,8 +1023,8 @@ static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *
 
     socketAddrFromBootstrap(&id->root, &rootAddr);
     socketAddrFormat(&rootAddr, rootName, sizeof(rootName));
-    snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)",
-             b->rank, b->nranks, b->timeoutSec);
+    snprintf(who, sizeof(who), "bootstrap: rank %d of %d joining the root (timeout %d s)", b->rank,
+             b->nranks, b->timeoutSec);
     LOOMCHECK(helloMake(b, hello));
     loomResult_t res = socketConnect(&rootAddr, deadline, b->abortFlag, who, &fd);
     if (res != loomSuccess) {
@@ -1114,8 +1117,8 @@ static loomResult_t ringConnect(struct loomBootstrap *b, uint64_t deadline)
     LOOMCHECK(socketConnect(&nextAddr, deadline, b->abortFlag, who, &b->nextFd));
     LOOMCHECK(socketSendAll(b->nextFd, hello, sizeof(hello), deadline, b->abortFlag, who));
     LOOMCHECK(ringAcceptPrev(b, deadline));
-    INFO(LOOM_BOOTSTRAP, "bootstrap: rank %d of %d: ring up, next %s, prev %s", b->rank,
-         b->nranks, b->nextLabel, b->prevLabel);
+    INFO(LOOM_BOOTSTRAP, "bootstrap: rank %d of %d: ring up, next %s, prev %s", b->rank, b->nranks,
+         b->nextLabel, b->prevLabel);
     return loomSuccess;
 }
 
@@ -1192,8 +1195,8 @@ static loomResult_t frameCheck(const struct loomBootstrap *b, const uint8_t *hdr
     uint64_t gotBytes;
     if (bootstrapDecodeFrame(hdr, FRAME_HEADER_BYTES, &gotSeq, &gotBytes) != loomSuccess)
         return loomSetError(loomInternalError,
-                            "bootstrap: malformed allgather frame from %s to rank %d",
-                            b->prevLabel, b->rank);
+                            "bootstrap: malformed allgather frame from %s to rank %d", b->prevLabel,
+                            b->rank);
     if (gotSeq != seq)
         return loomSetError(loomInternalError,
                             "bootstrap: %s is at bootstrap collective #%u, rank %d at #%u (the "
@@ -1234,8 +1237,7 @@ static loomResult_t ringStalled(const struct loomBootstrap *b, int sending, size
     return loomSetError(loomTimeout,
                         "bootstrap: rank %d got nothing from %s for %d s during allgather (step "
                         "%d of %d, %zu of %zu bytes received)",
-                        b->rank, b->prevLabel, b->timeoutSec, step + 1, b->nranks - 1, done,
-                        total);
+                        b->rank, b->prevLabel, b->timeoutSec, step + 1, b->nranks - 1, done, total);
 }
 
 /*
@@ -1275,8 +1277,7 @@ static loomResult_t ringExchange(struct loomBootstrap *b, uint32_t seq, int step
         if (out.hdrDone + out.dataDone + in.hdrDone + in.dataDone != before)
             deadline = socketDeadline(b->timeoutSec);
         if (socketAborted(b->abortFlag))
-            return loomSetError(loomRemoteError, "bootstrap: rank %d: allgather aborted",
-                                b->rank);
+            return loomSetError(loomRemoteError, "bootstrap: rank %d: allgather aborted", b->rank);
         int ms = socketPollMs(deadline);
         if (ms == 0)
             return recvDone ? ringStalled(b, 1, out.dataDone, bytes, step)
@@ -1298,16 +1299,15 @@ loomResult_t bootstrapAllGather(struct loomBootstrap *b, void *data, size_t byte
                             b == NULL ? "the bootstrap" : "data");
     if (bytes > SIZE_MAX / (size_t)b->nranks)
         return loomSetError(loomInvalidArgument,
-                            "bootstrapAllGather: %zu bytes x %d ranks overflows", bytes,
-                            b->nranks);
+                            "bootstrapAllGather: %zu bytes x %d ranks overflows", bytes, b->nranks);
     uint32_t seq = b->seq++;
     int n = b->nranks;
     uint8_t *blocks = data;
     for (int s = 0; s < n - 1; s++) {
         size_t sendBlock = (size_t)((b->rank - s + n) % n);
         size_t recvBlock = (size_t)((b->rank - s - 1 + 2 * n) % n);
-        LOOMCHECK(ringExchange(b, seq, s, blocks + sendBlock * bytes, blocks + recvBlock * bytes,
-                               bytes));
+        LOOMCHECK(
+            ringExchange(b, seq, s, blocks + sendBlock * bytes, blocks + recvBlock * bytes, bytes));
     }
     return loomSuccess;
 }

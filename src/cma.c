@@ -69,16 +69,16 @@
 /* What a rank tells the others at the start and at the end of a call. */
 struct cmaDesc {
     struct loomOffer send, recv; /* the buffers, and the loomMemAlloc blocks holding them */
-    int32_t status; /* 0, or the errno of a failed copy */
-    int32_t peer;   /* the peer that copy was with */
-    int32_t mode;   /* cmaEligible's answer: ranks that differ fail the call */
+    int32_t status;              /* 0, or the errno of a failed copy */
+    int32_t peer;                /* the peer that copy was with */
+    int32_t mode;                /* cmaEligible's answer: ranks that differ fail the call */
 };
 
 struct cmaState {
-    struct cmaDesc *all; /* [nranks] */
-    const char **sendView; /* [nranks]: peers' send buffers mapped here (mem.c), or NULL */
-    char **recvView;       /* [nranks]: peers' receive buffers mapped for writing, or NULL */
-    char *scratch;       /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
+    struct cmaDesc *all;     /* [nranks] */
+    const char **sendView;   /* [nranks]: peers' send buffers mapped here (mem.c), or NULL */
+    char **recvView;         /* [nranks]: peers' receive buffers mapped for writing, or NULL */
+    char *scratch;           /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
     struct loomStep *xsteps; /* [2 (nranks - 1)]: the descriptor exchange (cmaExchange) */
     size_t minBytes;
 };
@@ -189,8 +189,8 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
              "AlltoAll's where the tuner picks them, the others' where LOOM_ALGO names cma",
              comm->cma->minBytes);
     } else if (bad >= 0) {
-        INFO(LOOM_SHM, "cma: off, rank %d cannot reach rank %d (pid %d): %s; FIFO copies only",
-             me, bad, (int)comm->peers[bad].pid, debugErrnoText(err));
+        INFO(LOOM_SHM, "cma: off, rank %d cannot reach rank %d (pid %d): %s; FIFO copies only", me,
+             bad, (int)comm->peers[bad].pid, debugErrnoText(err));
     } else {
         INFO(LOOM_SHM, "cma: off (%s); FIFO copies only", why);
     }
@@ -275,7 +275,7 @@ int cmaEligible(const struct loomOp *op)
         return cmaAsk(comm, op->coll) ? CMA_IF_MAPPED : CMA_NO;
     case LOOM_COLL_ALLGATHER: /* named in LOOM_ALGO: its schedule (algorithms/direct.c) */
         return !tunerAllows(op->coll, LOOM_ALGO_CMA) && cmaAsk(comm, op->coll) ? CMA_IF_MAPPED
-                                                                                : CMA_NO;
+                                                                               : CMA_NO;
     default:
         return CMA_NO;
     }
@@ -475,17 +475,24 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
      * schedule when it falls back to one (CMA_IF_MAPPED declined). */
     for (int p = 0; p < n; p++)
         if (p != me)
-            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_SEND, .srcBuf = LOOM_BUF_SEND,
-                                                .dstBuf = LOOM_BUF_RECV, .sendPeer = p,
-                                                .recvPeer = -1, .count = sizeof(*mine)};
+            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_SEND,
+                                                .srcBuf = LOOM_BUF_SEND,
+                                                .dstBuf = LOOM_BUF_RECV,
+                                                .sendPeer = p,
+                                                .recvPeer = -1,
+                                                .count = sizeof(*mine)};
     for (int p = 0; p < n; p++)
         if (p != me)
-            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_RECV, .srcBuf = LOOM_BUF_SEND,
-                                                .dstBuf = LOOM_BUF_RECV, .sendPeer = -1,
-                                                .recvPeer = p, .dstOff = (size_t)p * sizeof(*mine),
+            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_RECV,
+                                                .srcBuf = LOOM_BUF_SEND,
+                                                .dstBuf = LOOM_BUF_RECV,
+                                                .sendPeer = -1,
+                                                .recvPeer = p,
+                                                .dstOff = (size_t)p * sizeof(*mine),
                                                 .count = sizeof(*mine)};
-    struct loomLane lane = {comm, 0, st->xsteps, (size_t)k, 0, {(char *)mine, (char *)st->all},
-                            loomUint8, loomSum, 1, 0};
+    struct loomLane lane = {
+        comm,      0,       st->xsteps, (size_t)k, 0, {(char *)mine, (char *)st->all},
+        loomUint8, loomSum, 1,          0};
     return execRun(&lane, 1, NULL);
 }
 
@@ -533,7 +540,8 @@ loomResult_t cmaRun(struct loomOp *op, int mode, int *declined)
         if (d->status == 0)
             continue;
         if (d->status == ESRCH) { /* the peer exited in the middle: as a dead peer on the FIFOs */
-            loomSetError(loomRemoteError, "rank %d (pid %d on %s) exited while rank %d copied data "
+            loomSetError(loomRemoteError,
+                         "rank %d (pid %d on %s) exited while rank %d copied data "
                          "with it",
                          d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
                          d->peer >= 0 ? comm->peers[d->peer].hostname : "?", p);
@@ -544,8 +552,7 @@ loomResult_t cmaRun(struct loomOp *op, int mode, int *declined)
                             "rank %d could not reach rank %d's memory (pid %d) in a single-copy "
                             "collective: %s; the buffers passed may be invalid "
                             "(LOOM_CMA_DISABLE=1 turns single copies off)",
-                            p, d->peer,
-                            d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                            p, d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
                             debugErrnoText(d->status));
     }
     return loomSuccess;

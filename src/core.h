@@ -98,8 +98,8 @@ struct loomPeerInfo {
     uint64_t hostHash;
     int32_t pid;
     int32_t localRank;
-    int32_t numaNode;   /* NUMA node the process is bound to, -1 if unbound or unknown */
-    uint32_t usable;    /* bit t: loomTransports[t] is usable on that rank */
+    int32_t numaNode; /* NUMA node the process is bound to, -1 if unbound or unknown */
+    uint32_t usable;  /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
     /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
     char gpuUuid[16];
@@ -137,8 +137,8 @@ struct loomComm {
     int nranks;
     int nChannels;
     int timeoutSec;
-    int localSize; /* ranks on this host */
-    int spin;      /* busy-poll iterations before yielding */
+    int localSize;      /* ranks on this host */
+    int spin;           /* busy-poll iterations before yielding */
     int oversubscribed; /* more ranks on this host than CPUs they may use together */
     /* What the tuner assumes, the same on every rank (commSizes): the ranks
      * and the CPUs they may use of the host most crowded. */
@@ -147,7 +147,7 @@ struct loomComm {
     size_t slotBytes;
     loomConfig_t config;
 
-    atomic_int abortFlag;   /* set by loomCommAbort or on a fatal error */
+    atomic_int abortFlag; /* set by loomCommAbort or on a fatal error */
     /* Sleeps of the executor that ran to their cap (100 ms) and then found work:
      * wake-ups somebody missed, told at destroy (LOOM_DEBUG=INFO). */
     _Atomic unsigned long lateWakes;
@@ -187,7 +187,7 @@ struct loomComm {
     uint64_t planEpoch;
     struct loomSchedule *pool;
     int poolSize;
-    int poolUsed; /* entries taken by the plan being built */
+    int poolUsed;      /* entries taken by the plan being built */
     uint64_t schedGen; /* bumped whenever a cached or pooled schedule is (re)built */
     /*
      * The last single-op host plan (enqueue.c): a call with the same

@@ -40,15 +40,15 @@ void loomLog(loomLogLevel_t level, uint32_t subsys, const char *file, int line, 
              ...) __attribute__((format(printf, 5, 6)));
 
 #define WARN(...) loomLog(LOOM_LOG_WARN, LOOM_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(sub, ...)                                                                          \
-    do {                                                                                        \
-        if (loomLogLevel >= LOOM_LOG_INFO && (loomLogMask & (sub)))                             \
-            loomLog(LOOM_LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__);                     \
+#define INFO(sub, ...)                                                                             \
+    do {                                                                                           \
+        if (loomLogLevel >= LOOM_LOG_INFO && (loomLogMask & (sub)))                                \
+            loomLog(LOOM_LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__);                        \
     } while (0)
-#define TRACE(sub, ...)                                                                         \
-    do {                                                                                        \
-        if (loomLogLevel >= LOOM_LOG_TRACE && (loomLogMask & (sub)))                            \
-            loomLog(LOOM_LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__);                    \
+#define TRACE(sub, ...)                                                                            \
+    do {                                                                                           \
+        if (loomLogLevel >= LOOM_LOG_TRACE && (loomLogMask & (sub)))                               \
+            loomLog(LOOM_LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__);                       \
     } while (0)
 
 /*
@@ -74,11 +74,11 @@ uint64_t debugNextErrorSeq(void);
 const char *debugErrnoText(int err);
 
 /* The one propagation macro: return the result of `call` if it is not loomSuccess. */
-#define LOOMCHECK(call)                                                                         \
-    do {                                                                                        \
-        loomResult_t res_ = (call);                                                             \
-        if (res_ != loomSuccess)                                                                \
-            return res_;                                                                        \
+#define LOOMCHECK(call)                                                                            \
+    do {                                                                                           \
+        loomResult_t res_ = (call);                                                                \
+        if (res_ != loomSuccess)                                                                   \
+            return res_;                                                                           \
     } while (0)
 
 #endif /* LOOM_DEBUG_H_ */

@@ -624,9 +624,9 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     size_t es = reduceTypeSize(op->dt);
     for (int c = 0; c < comm->memo.nlanes; c++) {
         const struct loomSchedule *s = comm->memo.sched[c];
-        tlLanes[c] = (struct loomLane){comm,   c,      s->steps, s->nsteps,
-                                       0,      {(char *)op->sendbuff, op->recvbuff},
-                                       op->dt, op->op, es,       0};
+        tlLanes[c] = (struct loomLane){
+            comm,   c,      s->steps, s->nsteps, 0, {(char *)op->sendbuff, op->recvbuff},
+            op->dt, op->op, es,       0};
     }
     *nlanes = comm->memo.nlanes;
     return loomSuccess;

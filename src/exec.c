@@ -303,8 +303,7 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
     return loomSetError(loomRemoteError,
                         "rank %d could not read the buffer of rank %d (pid %d on %s) with "
                         "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                        l->comm->rank, s->recvPeer, (int)peer->pid, peer->hostname,
-                        strerror(err));
+                        l->comm->rank, s->recvPeer, (int)peer->pid, peer->hostname, strerror(err));
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -318,15 +317,14 @@ static inline void connectorPublished(struct loomConnector *c)
 
 static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s)
 {
-    return loomSetError(loomInvalidUsage,
-                        "rank %d received %s from rank %d where it expected %s: the ranks chose "
-                        "different algorithms for one call, or called different operations "
-                        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
-                        "kind of memory, and calls must match in order, count and datatype)",
-                        lane->comm->rank,
-                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)",
-                        s->recvPeer,
-                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
+    return loomSetError(
+        loomInvalidUsage,
+        "rank %d received %s from rank %d where it expected %s: the ranks chose "
+        "different algorithms for one call, or called different operations "
+        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
+        "kind of memory, and calls must match in order, count and datatype)",
+        lane->comm->rank, s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)",
+        s->recvPeer, s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
@@ -630,8 +628,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
             int dead = lanes[i].done ? -1 : laneDeadPeer(&lanes[i]);
             const struct loomDoorbell *told = dead >= 0 ? deadPeerNotice(comm, dead) : NULL;
             if (told != NULL)
-                return loomSetError(told->noticeCode == loomTimeout ? loomTimeout
-                                                                    : loomRemoteError,
+                return loomSetError(told->noticeCode == loomTimeout ? loomTimeout : loomRemoteError,
                                     "%.*s (reported by rank %d to rank %d, which has since exited)",
                                     LOOM_NOTICE_BYTES, told->notice, (int)told->noticeFrom, dead);
             anyDead |= dead >= 0;

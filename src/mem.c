@@ -171,8 +171,8 @@ struct memView {
     uint64_t gen;      /* the peer's loomMemFree count when mapped */
     char *base;        /* NULL: the block could not be mapped (read it with process_vm_readv) */
     size_t bytes;
-    int writable;      /* mapped for writing too */
-    uint64_t used;     /* for least-recently-used replacement */
+    int writable;  /* mapped for writing too */
+    uint64_t used; /* for least-recently-used replacement */
 };
 
 struct memViews {
@@ -250,8 +250,9 @@ static void viewMap(struct loomComm *comm, int peer, const struct loomOffer *o, 
     v->gen = o->memGen;
     v->bytes = o->memBytes;
     if (why)
-        INFO(LOOM_SHM, "single copies: cannot map rank %d's loomMemAlloc block (%s: %s); reading "
-                       "it with process_vm_readv",
+        INFO(LOOM_SHM,
+             "single copies: cannot map rank %d's loomMemAlloc block (%s: %s); reading "
+             "it with process_vm_readv",
              peer, path, why);
     else
         INFO(LOOM_SHM, "single copies: mapped rank %d's loomMemAlloc block of %llu bytes%s", peer,

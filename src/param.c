@@ -106,12 +106,12 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_IB_GID_INDEX] = {"LOOM_IB_GID_INDEX", PARAM_INT, "0", 0, 255, "a GID index", NULL,
                                  "GID table index of the InfiniBand port used on RoCE (Ethernet "
                                  "link layer), 0..255"},
-    [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "2", 1, 16,
-                                  "a socket count", NULL,
+    [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "2", 1, 16, "a socket count",
+                                  NULL,
                                   "TCP sockets per connection; a large message is cut into "
                                   "that many parts sent side by side, 1..16"},
-    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "0", 0, 16,
-                                    "a thread count", NULL,
+    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "0", 0, 16, "a thread count",
+                                    NULL,
                                     "helper threads per communicator that move the parts of "
                                     "large TCP messages; 0: the proxy thread moves all, 0..16"},
     [LOOM_PARAM_ROOT_ADDR] = {"LOOM_ROOT_ADDR", PARAM_STR, "", 0, 0, NULL, NULL,

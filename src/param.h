@@ -12,28 +12,28 @@
 #include <stdint.h>
 
 typedef enum {
-    LOOM_PARAM_DEBUG = 0,   /* string: NONE WARN INFO TRACE */
-    LOOM_PARAM_DEBUG_SUBSYS, /* string: comma list */
-    LOOM_PARAM_DEBUG_FILE,  /* string */
-    LOOM_PARAM_ALGO,        /* string */
-    LOOM_PARAM_NCHANNELS,   /* int */
-    LOOM_PARAM_BUFFSIZE,    /* int (bytes) */
-    LOOM_PARAM_TIMEOUT,     /* int (seconds) */
-    LOOM_PARAM_SHM_DISABLE, /* int 0/1 */
-    LOOM_PARAM_P2P_DISABLE, /* int 0/1 */
-    LOOM_PARAM_NET,         /* string */
-    LOOM_PARAM_SOCKET_IFNAME, /* string */
-    LOOM_PARAM_IB_HCA,      /* string */
-    LOOM_PARAM_HOSTID,      /* string */
-    LOOM_PARAM_SPIN,        /* int: spin iterations before yielding */
-    LOOM_PARAM_CUDA_LIB,    /* string: the CUDA driver library to load */
-    LOOM_PARAM_IB_DISABLE,  /* int 0/1 */
-    LOOM_PARAM_IB_GID_INDEX, /* int */
-    LOOM_PARAM_SOCKET_NSOCKS, /* int: TCP sockets per connection */
+    LOOM_PARAM_DEBUG = 0,       /* string: NONE WARN INFO TRACE */
+    LOOM_PARAM_DEBUG_SUBSYS,    /* string: comma list */
+    LOOM_PARAM_DEBUG_FILE,      /* string */
+    LOOM_PARAM_ALGO,            /* string */
+    LOOM_PARAM_NCHANNELS,       /* int */
+    LOOM_PARAM_BUFFSIZE,        /* int (bytes) */
+    LOOM_PARAM_TIMEOUT,         /* int (seconds) */
+    LOOM_PARAM_SHM_DISABLE,     /* int 0/1 */
+    LOOM_PARAM_P2P_DISABLE,     /* int 0/1 */
+    LOOM_PARAM_NET,             /* string */
+    LOOM_PARAM_SOCKET_IFNAME,   /* string */
+    LOOM_PARAM_IB_HCA,          /* string */
+    LOOM_PARAM_HOSTID,          /* string */
+    LOOM_PARAM_SPIN,            /* int: spin iterations before yielding */
+    LOOM_PARAM_CUDA_LIB,        /* string: the CUDA driver library to load */
+    LOOM_PARAM_IB_DISABLE,      /* int 0/1 */
+    LOOM_PARAM_IB_GID_INDEX,    /* int */
+    LOOM_PARAM_SOCKET_NSOCKS,   /* int: TCP sockets per connection */
     LOOM_PARAM_SOCKET_NTHREADS, /* int: helper threads moving large TCP messages */
-    LOOM_PARAM_ROOT_ADDR,   /* string: host:port of the rendezvous (loomCommInitFromEnv) */
-    LOOM_PARAM_CMA_DISABLE, /* int 0/1: no single-copy collectives (process_vm_readv) */
-    LOOM_PARAM_CMA_MIN_BYTES, /* int: smallest collective that runs single-copy */
+    LOOM_PARAM_ROOT_ADDR,       /* string: host:port of the rendezvous (loomCommInitFromEnv) */
+    LOOM_PARAM_CMA_DISABLE,     /* int 0/1: no single-copy collectives (process_vm_readv) */
+    LOOM_PARAM_CMA_MIN_BYTES,   /* int: smallest collective that runs single-copy */
     LOOM_PARAM_NUM
 } loomParamId_t;
 

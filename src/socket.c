@@ -336,8 +336,8 @@ static int selfConnected(int fd)
 
 /* One connection attempt. Returns 0 with *fd set, or the errno-style reason it failed
  * (ECANCELED: aborted, ETIMEDOUT: deadline). */
-static int connectOnce(const union socketAddress *addr, uint64_t deadlineNs,
-                       atomic_int *abortFlag, int *fd)
+static int connectOnce(const union socketAddress *addr, uint64_t deadlineNs, atomic_int *abortFlag,
+                       int *fd)
 {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s < 0)
@@ -464,8 +464,8 @@ loomResult_t socketTryAccept(int listenFd, int *fd, union socketAddress *peer)
     }
 }
 
-loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFlag,
-                          const char *who, int *fd, union socketAddress *peer)
+loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFlag, const char *who,
+                          int *fd, union socketAddress *peer)
 {
     for (;;) {
         int s;
@@ -553,8 +553,8 @@ static loomResult_t transferFailed(int fd, int cause, int sending, size_t done, 
         return loomSetError(res, "%s: aborted with %zu of %zu bytes %s (peer %s)", who, done, len,
                             verb, peer);
     if (cause == ETIMEDOUT)
-        return loomSetError(res, "%s: timed out with %zu of %zu bytes %s (peer %s)", who, done,
-                            len, verb, peer);
+        return loomSetError(res, "%s: timed out with %zu of %zu bytes %s (peer %s)", who, done, len,
+                            verb, peer);
     if (cause == 0)
         return loomSetError(res, "%s: connection closed by the peer %s with %zu of %zu bytes %s",
                             who, peer, done, len, verb);
@@ -568,8 +568,8 @@ static loomResult_t transferAll(int fd, void *buf, size_t len, int sending, uint
     size_t done = 0;
 
     for (;;) {
-        loomResult_t res = sending ? socketTrySend(fd, buf, len, &done)
-                                   : socketTryRecv(fd, buf, len, &done);
+        loomResult_t res =
+            sending ? socketTrySend(fd, buf, len, &done) : socketTryRecv(fd, buf, len, &done);
         if (res != loomSuccess)
             return transferFailed(fd, errno, sending, done, len, who);
         if (done == len)

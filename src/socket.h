@@ -62,7 +62,6 @@ struct bootstrapAddr {
     uint16_t port;  /* host order */
 };
 
-
 /* Now on CLOCK_MONOTONIC, in nanoseconds. */
 uint64_t socketClockNs(void);
 /* The deadline `seconds` from now (seconds <= 0: now). */
@@ -115,8 +114,8 @@ loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
  * Accepts one connection on listenFd (waiting until the deadline). *fd and
  * *peer (may be NULL) are set only on success.
  */
-loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFlag,
-                          const char *who, int *fd, union socketAddress *peer);
+loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFlag, const char *who,
+                          int *fd, union socketAddress *peer);
 /*
  * Accepts a connection if one is pending, without waiting: *fd is the new
  * socket, or -1 if none is pending. Quiet; loomSystemError with errno set

@@ -259,9 +259,9 @@ static loomResult_t streamStart(struct cudaStreamSync *cuda, const char *fn, loo
         s->magic = STREAM_DEAD;
         if (cuda)
             cudaStreamDetach(cuda);
-        return loomSetError(
-            loomSystemError, "%s: cannot start a thread: %s%s", fn, strerror(e),
-            e == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)" : "");
+        return loomSetError(loomSystemError, "%s: cannot start a thread: %s%s", fn, strerror(e),
+                            e == EAGAIN ? " (out of memory, or the limit of threads: ulimit -u)"
+                                        : "");
     }
     *stream = s;
     return loomSuccess;

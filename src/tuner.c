@@ -70,8 +70,7 @@
  */
 static uint32_t algoDefault(loomColl_t coll, int zeroCopy)
 {
-    return ALGO_DEFAULT |
-           (coll == LOOM_COLL_ALLTOALL || zeroCopy ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
+    return ALGO_DEFAULT | (coll == LOOM_COLL_ALLTOALL || zeroCopy ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
 }
 
 static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
@@ -242,8 +241,7 @@ int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
     return parseAlgo(spec, allowed, 0, why, whyLen);
 }
 
-int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
-                       size_t whyLen)
+int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen)
 {
     return parseAlgo(spec, allowed, 1, why, whyLen);
 }
@@ -273,8 +271,7 @@ static void tuneRead(void)
 int tunerZeroCopy(loomColl_t coll)
 {
     pthread_once(&tuneOnce, tuneRead);
-    return (unsigned)coll < LOOM_COLL_NUM &&
-           (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)) != 0;
+    return (unsigned)coll < LOOM_COLL_NUM && (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)) != 0;
 }
 
 int tunerAllows(loomColl_t coll, loomAlgo_t algo)
@@ -322,8 +319,8 @@ struct tuneCosts {
     double ringSmallBytes;  /* when ranks share cores; */
     double ringShareLarge;  /* and from ringLargeBytes (linear between) */
     double ringLargeBytes;
-    double cmaByteNs;       /* one byte read from a peer by process_vm_readv */
-    double cmaPeerUs;       /* one such read's fixed cost */
+    double cmaByteNs; /* one byte read from a peer by process_vm_readv */
+    double cmaPeerUs; /* one such read's fixed cost */
 };
 
 /*
@@ -634,8 +631,8 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
          * (two children's reduced into the parent's slot, or the parent's
          * copied out and to two children); the 11 above are paid only once
          * both directions run at once, by the pieces behind it. */
-        p->unitBytes = n > 2 ? (fill * 6 + (pieces - 1) * 11) / p->units * piece
-                             : (4 + 4 * two) * piece;
+        p->unitBytes =
+            n > 2 ? (fill * 6 + (pieces - 1) * 11) / p->units * piece : (4 + 4 * two) * piece;
         p->totalSteps = (two ? 2 : 1) * pieces * (2 * leaves + 2 * edges - 1);
         p->totalBytes = S * (4 * leaves + 3 * edges + 1 + 3 * (n / 2 - 1) + 2 * (edges - n / 2));
         /* Up and down the tree of hosts; a host interior in one tree sends its
@@ -766,10 +763,8 @@ static const struct {
     void (*pipe)(const struct tuneCase *c, struct tunePipe *p);
     int variants;
 } algoModels[LOOM_ALGO_NUM] = {
-    [LOOM_ALGO_RING] = {ringPipe, 1},
-    [LOOM_ALGO_TREE] = {treePipe, 2},
-    [LOOM_ALGO_DIRECT] = {directPipe, 1},
-    [LOOM_ALGO_DOUBLING] = {doublingPipe, 1},
+    [LOOM_ALGO_RING] = {ringPipe, 1},     [LOOM_ALGO_TREE] = {treePipe, 2},
+    [LOOM_ALGO_DIRECT] = {directPipe, 1}, [LOOM_ALGO_DOUBLING] = {doublingPipe, 1},
     [LOOM_ALGO_CMA] = {NULL, 1}, /* cmaTime; only where shape->cmaOk */
 };
 
@@ -785,8 +780,8 @@ static double cmaTime(const struct tuneCase *c)
     int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
     double block = c->bytes / n;
     struct tunePipe p = {.units = 2, .switches = 1, .unitSteps = 1, .totalSteps = 2.0 * n};
-    double work = (n - 1) * (k->cmaPeerUs + block * k->cmaByteNs / 1e3) +
-                  2 * block * k->byteNs / 1e3;
+    double work =
+        (n - 1) * (k->cmaPeerUs + block * k->cmaByteNs / 1e3) + 2 * block * k->byteNs / 1e3;
     double perCore = (double)c->s->localRanks / cpus;
     return pipeTime(c, &p) + work * (perCore > 1 ? perCore : 1);
 }

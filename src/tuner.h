@@ -85,7 +85,6 @@ const char *tunerAlgoName(loomAlgo_t algo);
 int tunerParseAlgo(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen);
 /* The same, but with cma allowed by default for every collective: where it is
  * still allowed, tunerZeroCopy says yes. */
-int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why,
-                       size_t whyLen);
+int tunerParseZeroCopy(const char *spec, uint32_t allowed[LOOM_COLL_NUM], char *why, size_t whyLen);
 
 #endif /* LOOM_TUNER_H_ */

@@ -144,8 +144,7 @@ START_TEST(test_stream_and_memory)
     double out[1000];
     ck_assert_int_eq(loomStreamCreate(&s), loomSuccess);
     for (int k = 0; k < 10; k++)
-        ck_assert_int_eq(loomAllReduce(buf, out, 1000, loomFloat64, loomSum, comm, s),
-                         loomSuccess);
+        ck_assert_int_eq(loomAllReduce(buf, out, 1000, loomFloat64, loomSum, comm, s), loomSuccess);
     ck_assert_int_eq(loomStreamSynchronize(s), loomSuccess);
     ck_assert_int_eq(loomStreamQuery(s), loomSuccess);
     ck_assert(out[999] == 999.0);
@@ -473,8 +472,10 @@ static int zeroCopy(int rank, int n, loomComm_t comm)
         if (rc != 0)
             return 10 * round + rc;
         if (rank == 0 && canCma && got != want[round]) {
-            fprintf(stderr, "zero copy: round %d: rank 0 holds %d mappings of loomMemAlloc files, "
-                            "not %d\n", round, got, want[round]);
+            fprintf(stderr,
+                    "zero copy: round %d: rank 0 holds %d mappings of loomMemAlloc files, "
+                    "not %d\n",
+                    round, got, want[round]);
             return 10 * round + 9;
         }
     }

@@ -256,8 +256,8 @@ START_TEST(test_id_rejects_corruption)
     for (int cut = 0; cut < 64; cut++) {
         bad = good;
         memset(bad.internal + cut, 0, LOOM_UNIQUE_ID_BYTES - cut);
-        ck_assert_msg(bootstrapDecodeId(&bad, &out) == loomInvalidArgument,
-                      "id cut at %d accepted", cut);
+        ck_assert_msg(bootstrapDecodeId(&bad, &out) == loomInvalidArgument, "id cut at %d accepted",
+                      cut);
     }
     ck_assert_int_eq(bootstrapDecodeId(&good, &out), loomSuccess);
 }
@@ -468,9 +468,9 @@ START_TEST(test_root_ignores_strangers)
     fds[nfds] = rootConnect(&bid); /* a well-formed hello with the wrong secret, for rank 0 */
     sendHello(fds[nfds++], wrong, 0, 3, &bid.root);
     fds[nfds] = rootConnect(&bid); /* garbage */
-    ck_assert_int_eq(socketSendAll(fds[nfds++], junk, sizeof(junk), socketDeadline(2), NULL,
-                                   "test"),
-                     loomSuccess);
+    ck_assert_int_eq(
+        socketSendAll(fds[nfds++], junk, sizeof(junk), socketDeadline(2), NULL, "test"),
+        loomSuccess);
     fds[nfds] = rootConnect(&bid); /* a huge stream of 0xff (rank -1, huge lengths) */
     size_t sent = 0;
     ck_assert_int_eq(socketTrySend(fds[nfds++], flood, sizeof(flood), &sent), loomSuccess);
@@ -655,9 +655,9 @@ START_TEST(test_ring_ignores_strangers)
     }
     ck_assert_int_eq(socketConnect(&rank0, socketDeadline(2), NULL, "test", &fds[nfds]),
                      loomSuccess);
-    ck_assert_int_eq(socketSendAll(fds[nfds++], junk, sizeof(junk), socketDeadline(2), NULL,
-                                   "test"),
-                     loomSuccess);
+    ck_assert_int_eq(
+        socketSendAll(fds[nfds++], junk, sizeof(junk), socketDeadline(2), NULL, "test"),
+        loomSuccess);
     ck_assert_int_eq(socketConnect(&rank0, socketDeadline(2), NULL, "test", &fds[nfds++]),
                      loomSuccess); /* silence */
 
@@ -667,9 +667,9 @@ START_TEST(test_ring_ignores_strangers)
     struct bootstrapHello h;
     ck_assert_int_eq(socketAccept(listenFd, socketDeadline(5), NULL, "test", &fromRank0, NULL),
                      loomSuccess);
-    ck_assert_int_eq(socketRecvAll(fromRank0, helloBuf, sizeof(helloBuf), socketDeadline(5), NULL,
-                                   "test"),
-                     loomSuccess);
+    ck_assert_int_eq(
+        socketRecvAll(fromRank0, helloBuf, sizeof(helloBuf), socketDeadline(5), NULL, "test"),
+        loomSuccess);
     ck_assert_int_eq(bootstrapDecodeHello(helloBuf, sizeof(helloBuf), &h), loomSuccess);
     ck_assert_int_eq(bootstrapSecretEqual(h.secret, bid.secret), 1);
     ck_assert_int_eq(h.rank, 0);
@@ -685,8 +685,7 @@ START_TEST(test_ring_ignores_strangers)
 
     /* Only now the real predecessor connects; rank 0 must take it despite the strangers. */
     double start = nowSec();
-    ck_assert_int_eq(socketConnect(&rank0, socketDeadline(2), NULL, "test", &toRank0),
-                     loomSuccess);
+    ck_assert_int_eq(socketConnect(&rank0, socketDeadline(2), NULL, "test", &toRank0), loomSuccess);
     sendHello(toRank0, bid.secret, 1, 2, &myAddr);
     /* Rank 0's allgather then fails when we hang up; it must have got past init first. */
     socketClose(toRank0);

@@ -82,8 +82,16 @@ static const uint8_t opUses[LOOM_STEP_NUM_OPS] = {
 };
 
 static const char *const opNames[LOOM_STEP_NUM_OPS] = {
-    "SEND",           "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND",
-    "RECV_COPY_SEND", "COPY", "OFFER", "PULL", "DRAIN",
+    "SEND",
+    "RECV",
+    "RECV_REDUCE_SEND",
+    "RECV_REDUCE_COPY",
+    "RECV_REDUCE_COPY_SEND",
+    "RECV_COPY_SEND",
+    "COPY",
+    "OFFER",
+    "PULL",
+    "DRAIN",
 };
 
 /* Steps that move elements without a slot (single copies). */
@@ -217,8 +225,8 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
         return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
     uint8_t uses = opUses[st->op];
     int countOk = st->op == LOOM_STEP_DRAIN ? st->count == 0
-                  : opSlotless(st->op)       ? st->count >= 1
-                                             : st->count >= 1 && st->count <= s->chunk;
+                  : opSlotless(st->op)      ? st->count >= 1
+                                            : st->count >= 1 && st->count <= s->chunk;
     if (!countOk)
         return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc, opNames[st->op],
                        st->count, s->chunk);
@@ -507,7 +515,8 @@ static int collIsReduction(loomColl_t coll)
            coll == LOOM_COLL_REDUCESCATTER;
 }
 
-/* The tree or recursive doubling when asked for, else the ring, or direct where there is no ring. */
+/* The tree or recursive doubling when asked for, else the ring, or direct where there is no ring.
+ */
 static loomAlgo_t collAlgo(const struct coll *c)
 {
     if (c->tree)

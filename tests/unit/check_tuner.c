@@ -38,7 +38,7 @@ START_TEST(test_parse_lists)
     parseOk("alltoall:cma", a); /* forced: no direct exchange beside it */
     ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), CMA);
     ck_assert_uint_ne(a[LOOM_COLL_ALLTOALLV] & DIRECT, 0); /* which has no single copies */
-    parseOk("alltoall:ring", a); /* the FIFOs */
+    parseOk("alltoall:ring", a);                           /* the FIFOs */
     ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), DIRECT);
     parseOk("^cma", a);
     ck_assert_uint_eq(a[LOOM_COLL_ALLTOALL] & (DIRECT | CMA), DIRECT);
@@ -303,12 +303,13 @@ START_TEST(test_model_obeys_restrictions)
     ck_assert_int_eq(t.algo, LOOM_ALGO_DIRECT); /* below cmaMinBytes */
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20, CMA, &t), 0);
     ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* named: AllGather has the schedule too */
-    if (getenv("LOOM_ALGO") == NULL) { /* unnamed: weighed only where ranks share cores */
+    if (getenv("LOOM_ALGO") == NULL) {       /* unnamed: weighed only where ranks share cores */
         /* tunerChoose passes tunerDefaultAllowed; tunerModel takes it for 0 */
         ck_assert_uint_ne(tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER) & CMA, 0);
         ck_assert_uint_eq(tunerDefaultAllowed(&s, LOOM_COLL_ALLREDUCE) & CMA, 0);
         ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLGATHER, 16 << 20,
-                                    tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER), &t), 0);
+                                    tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER), &t),
+                         0);
         ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* 8 ranks, 2 cores */
         s.cpus = 64;
         ck_assert_uint_eq(tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER) & CMA, 0);
@@ -318,7 +319,7 @@ START_TEST(test_model_obeys_restrictions)
     }
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 16 << 20, CMA, &t), -1);
     ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* no schedule: cma.c takes it, not the model */
-    s.channelsSet = 1; /* LOOM_NCHANNELS set: every channel is used */
+    s.channelsSet = 1;                        /* LOOM_NCHANNELS set: every channel is used */
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1 << 20, RING, &t), 0);
     ck_assert_int_eq(t.nChannels, 4);
 }
