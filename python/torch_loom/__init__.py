@@ -1,0 +1,27 @@
+"""Loom as a torch.distributed backend.
+
+    import torch_loom                      # registers the backend "loom"
+    torch.distributed.init_process_group("loom", ...)
+
+Every process (mp.spawn children included) imports torch_loom itself. The
+backend takes CPU tensors; the group's timeout becomes Loom's timeout.
+"""
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["loom_version"]
+
+
+def loom_version():
+    """LOOM_VERSION_CODE of the Loom built into this module."""
+    return _C.loom_version()
+
+
+def _create_backend(store, rank, size, timeout):
+    return _C.create_backend(store, rank, size, timeout)
+
+
+if "loom" not in dist.Backend.backend_list:
+    dist.Backend.register_backend("loom", _create_backend, devices=["cpu"])

@@ -1,0 +1,771 @@
+/*
+ * backend.cpp — torch_loom: Loom as a torch.distributed (c10d) backend.
+ *
+ * BackendLoom is a c10d::Backend over one Loom communicator. The creator
+ * (called by torch.distributed for every process group, with the group's
+ * prefixed c10d store) makes rank 0 call loomGetUniqueId and publish the
+ * 128-byte id in the store under "torch_loom/uid"; the other ranks read it
+ * and every rank calls loomCommInitRankConfig with the group's timeout as
+ * Loom's timeoutSec. new_group gets a fresh store prefix, so each group gets
+ * its own communicator.
+ *
+ * Asynchrony: each backend owns one worker thread that runs the queued
+ * operations in issue order, each a blocking Loom call (NULL stream) on that
+ * thread, and completes the operation's Work (and its Future) when the call
+ * returns. Deviation from "a Loom host stream per process group": a Loom host
+ * stream is also an ordered queue on a thread of its own, but it reports
+ * completion and errors only for the whole stream (loomStreamQuery /
+ * loomStreamSynchronize), while c10d needs them per operation; a worker of
+ * our own gives both, with Loom's error line for the operation that met it.
+ *
+ * Arguments are checked on the caller's thread (a RuntimeError at once);
+ * copies for non-contiguous tensors are made on the worker, when the
+ * operation runs, so they see what earlier operations wrote. A failed Loom
+ * call completes the Work with a DistBackendError (a RuntimeError) carrying
+ * loomGetLastError's line, which names a dead or stopped peer.
+ *
+ * Only CPU tensors for now: the backend registers for "cpu".
+ */
+#include <torch/python.h>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <loom.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using c10d::OpType;
+
+const char *kName = "loom";
+
+/* The Loom type of a dtype that Loom can reduce; false if there is none. */
+bool reduceType(at::ScalarType t, loomDataType_t *out)
+{
+    switch (t) {
+    case at::kChar:
+        *out = loomInt8;
+        return true;
+    case at::kByte:
+        *out = loomUint8;
+        return true;
+    case at::kInt:
+        *out = loomInt32;
+        return true;
+    case at::kLong:
+        *out = loomInt64;
+        return true;
+    case at::kUInt32:
+        *out = loomUint32;
+        return true;
+    case at::kUInt64:
+        *out = loomUint64;
+        return true;
+    case at::kHalf:
+        *out = loomFloat16;
+        return true;
+    case at::kFloat:
+        *out = loomFloat32;
+        return true;
+    case at::kDouble:
+        *out = loomFloat64;
+        return true;
+    case at::kBFloat16:
+        *out = loomBfloat16;
+        return true;
+    default:
+        return false;
+    }
+}
+
+const char *redOpName(c10d::ReduceOp::RedOpType op)
+{
+    switch (op) {
+    case c10d::ReduceOp::SUM:
+        return "SUM";
+    case c10d::ReduceOp::AVG:
+        return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+        return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+        return "MIN";
+    case c10d::ReduceOp::MAX:
+        return "MAX";
+    case c10d::ReduceOp::BAND:
+        return "BAND";
+    case c10d::ReduceOp::BOR:
+        return "BOR";
+    case c10d::ReduceOp::BXOR:
+        return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+        return "PREMUL_SUM";
+    default:
+        return "UNUSED";
+    }
+}
+
+/* How a tensor goes over the wire: a Loom type and a count of elements. */
+struct Wire {
+    loomDataType_t type;
+    size_t count;
+};
+
+/*
+ * Data movement: the tensor's own type when Loom has it, else its bytes
+ * (bool, int16, complex, ... travel unchanged).
+ */
+Wire moveWire(const at::Tensor &t)
+{
+    Wire w;
+    if (reduceType(t.scalar_type(), &w.type))
+        w.count = (size_t)t.numel();
+    else {
+        w.type = loomUint8;
+        w.count = (size_t)t.numel() * t.element_size();
+    }
+    return w;
+}
+
+/* A contiguous stand-in for a tensor; copies back into it at the end. */
+struct Dense {
+    at::Tensor orig, buf;
+    explicit Dense(const at::Tensor &t) : orig(t), buf(t.is_contiguous() ? t : t.contiguous())
+    {
+    }
+    void *ptr() const
+    {
+        return buf.data_ptr();
+    }
+    void writeBack()
+    {
+        if (!buf.is_same(orig))
+            orig.copy_(buf);
+    }
+};
+
+class WorkLoom : public c10d::Work {
+  public:
+    WorkLoom(int rank, OpType type, std::vector<at::Tensor> outputs)
+        : Work(rank, type), outputs_(std::move(outputs)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get())))
+    {
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+    std::vector<at::Tensor> result() override
+    {
+        return outputs_;
+    }
+    void complete(std::exception_ptr e)
+    {
+        /* The future first: a waiter released by finish() may read it at once. */
+        if (e)
+            future_->setError(e);
+        else
+            future_->markCompleted(c10::IValue(outputs_));
+        finish(e);
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class BackendLoom : public c10d::Backend {
+  public:
+    BackendLoom(loomComm_t comm, int rank, int size, std::chrono::milliseconds timeout)
+        : Backend(rank, size), comm_(comm), timeout_(timeout)
+    {
+        worker_ = std::thread([this] { run(); });
+    }
+    ~BackendLoom() override
+    {
+        shutdown();
+    }
+
+    const std::string getBackendName() const override
+    {
+        return kName;
+    }
+    c10::intrusive_ptr<Options> getBackendOptions() override
+    {
+        return c10::make_intrusive<Options>(kName, timeout_);
+    }
+
+    /* Waits for the queued operations, then frees the communicator. */
+    void shutdown() override
+    {
+        stopWorker();
+        std::lock_guard<std::mutex> g(m_);
+        if (comm_) {
+            loomCommDestroy(comm_);
+            comm_ = nullptr;
+        }
+    }
+    /* Stops what is in flight (it fails within Loom's 100 ms) and frees the communicator. */
+    void abort() override
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            aborted_ = true;
+            if (comm_)
+                loomCommAbort(comm_);
+        }
+        stopWorker();
+        std::lock_guard<std::mutex> g(m_);
+        comm_ = nullptr;
+    }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override
+    {
+        const at::Tensor &t = one(tensors, "broadcast");
+        checkRoot(opts.rootRank, "broadcast");
+        TORCH_CHECK(opts.rootTensor == 0, "torch_loom: broadcast: rootTensor must be 0");
+        int root = (int)opts.rootRank;
+        return enqueue(OpType::BROADCAST, {t}, [this, t, root] {
+            Dense d(t);
+            Wire w = moveWire(d.buf);
+            check(loomBroadcast(d.ptr(), d.ptr(), w.count, w.type, root, comm_, nullptr),
+                  "broadcast");
+            d.writeBack();
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override
+    {
+        const at::Tensor &t = one(tensors, "allreduce");
+        loomDataType_t type = reduceTypeOf(t, "allreduce");
+        loomRedOp_t op = redOp(opts.reduceOp, "allreduce");
+        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op] {
+            Dense d(t);
+            check(loomAllReduce(d.ptr(), d.ptr(), (size_t)t.numel(), type, op, comm_, nullptr),
+                  "allreduce");
+            d.writeBack();
+        });
+    }
+
+    /* Flattened into one buffer: one AllReduce for all of them. */
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const c10d::AllreduceCoalescedOptions &opts) override
+    {
+        TORCH_CHECK(!tensors.empty(), "torch_loom: allreduce_coalesced: no tensors");
+        loomDataType_t type = loomFloat32;
+        for (auto &t : tensors) {
+            checkTensor(t, "allreduce_coalesced");
+            type = reduceTypeOf(t, "allreduce_coalesced");
+            TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                        "torch_loom: allreduce_coalesced: tensors of different dtypes (",
+                        tensors[0].scalar_type(), " and ", t.scalar_type(), ")");
+        }
+        loomRedOp_t op = redOp(opts.reduceOp, "allreduce_coalesced");
+        std::vector<at::Tensor> ts = tensors;
+        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op] {
+            std::vector<at::Tensor> flat;
+            for (auto &t : ts)
+                flat.push_back(t.reshape({-1}));
+            at::Tensor buf = at::cat(flat);
+            check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(), type, op,
+                                comm_, nullptr),
+                  "allreduce_coalesced");
+            int64_t off = 0;
+            for (auto &t : ts) {
+                t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+                off += t.numel();
+            }
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override
+    {
+        const at::Tensor &t = one(tensors, "reduce");
+        checkRoot(opts.rootRank, "reduce");
+        TORCH_CHECK(opts.rootTensor == 0, "torch_loom: reduce: rootTensor must be 0");
+        loomDataType_t type = reduceTypeOf(t, "reduce");
+        loomRedOp_t op = redOp(opts.reduceOp, "reduce");
+        int root = (int)opts.rootRank;
+        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root] {
+            Dense d(t);
+            check(loomReduce(d.ptr(), d.ptr(), (size_t)t.numel(), type, op, root, comm_, nullptr),
+                  "reduce");
+            if (root == rank_)
+                d.writeBack();
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &) override
+    {
+        const at::Tensor &in = one(inputs, "allgather");
+        TORCH_CHECK(outputs.size() == 1, "torch_loom: allgather: one output list per process");
+        std::vector<at::Tensor> outs = outputs[0];
+        sameShapes(outs, in, "allgather");
+        return enqueue(OpType::ALLGATHER, outs, [this, in, outs] {
+            at::Tensor src = in.contiguous();
+            at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
+            Wire w = moveWire(src);
+            check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, nullptr),
+                  "allgather");
+            for (int r = 0; r < size_; r++)
+                outs[r].copy_(all[r].view(outs[r].sizes()));
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &out, at::Tensor &in,
+                                                   const c10d::AllgatherOptions &) override
+    {
+        checkTensor(in, "_allgather_base");
+        checkTensor(out, "_allgather_base");
+        checkFlat(out, in, size_, "_allgather_base (all_gather_into_tensor)");
+        at::Tensor o = out, i = in;
+        return enqueue(OpType::_ALLGATHER_BASE, {o}, [this, o, i] { gatherInto(o, i); });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    allgather_into_tensor_coalesced(std::vector<at::Tensor> &outs, std::vector<at::Tensor> &ins,
+                                    const c10d::AllgatherOptions &) override
+    {
+        TORCH_CHECK(outs.size() == ins.size(),
+                    "torch_loom: allgather_into_tensor_coalesced: as many outputs as inputs");
+        for (size_t k = 0; k < ins.size(); k++) {
+            checkTensor(ins[k], "allgather_into_tensor_coalesced");
+            checkTensor(outs[k], "allgather_into_tensor_coalesced");
+            checkFlat(outs[k], ins[k], size_, "allgather_into_tensor_coalesced");
+        }
+        std::vector<at::Tensor> o = outs, i = ins;
+        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i] {
+            for (size_t k = 0; k < i.size(); k++)
+                gatherInto(o[k], i[k]);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override
+    {
+        const at::Tensor &out = one(outputs, "reduce_scatter");
+        TORCH_CHECK(inputs.size() == 1, "torch_loom: reduce_scatter: one input list per process");
+        std::vector<at::Tensor> ins = inputs[0];
+        sameShapes(ins, out, "reduce_scatter");
+        loomDataType_t type = reduceTypeOf(out, "reduce_scatter");
+        loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter");
+        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op] {
+            std::vector<at::Tensor> flat;
+            for (auto &t : ins)
+                flat.push_back(t.reshape({-1}));
+            at::Tensor all = at::cat(flat);
+            Dense d(out);
+            check(loomReduceScatter(all.data_ptr(), d.ptr(), (size_t)out.numel(), type, op, comm_,
+                                    nullptr),
+                  "reduce_scatter");
+            d.writeBack();
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &out, at::Tensor &in,
+                         const c10d::ReduceScatterOptions &opts) override
+    {
+        checkTensor(in, "_reduce_scatter_base");
+        checkTensor(out, "_reduce_scatter_base");
+        checkFlat(in, out, size_, "_reduce_scatter_base (reduce_scatter_tensor)");
+        loomDataType_t type = reduceTypeOf(out, "_reduce_scatter_base");
+        loomRedOp_t op = redOp(opts.reduceOp, "_reduce_scatter_base");
+        at::Tensor o = out, i = in;
+        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o},
+                       [this, o, i, type, op] { scatterFrom(o, i, type, op); });
+    }
+
+    c10::intrusive_ptr<c10d::Work>
+    reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outs, std::vector<at::Tensor> &ins,
+                                    const c10d::ReduceScatterOptions &opts) override
+    {
+        TORCH_CHECK(outs.size() == ins.size() && !ins.empty(),
+                    "torch_loom: reduce_scatter_tensor_coalesced: as many outputs as inputs");
+        std::vector<loomDataType_t> types;
+        for (size_t k = 0; k < ins.size(); k++) {
+            checkTensor(ins[k], "reduce_scatter_tensor_coalesced");
+            checkTensor(outs[k], "reduce_scatter_tensor_coalesced");
+            checkFlat(ins[k], outs[k], size_, "reduce_scatter_tensor_coalesced");
+            types.push_back(reduceTypeOf(outs[k], "reduce_scatter_tensor_coalesced"));
+        }
+        loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+        std::vector<at::Tensor> o = outs, i = ins;
+        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o, [this, o, i, types, op] {
+            for (size_t k = 0; k < i.size(); k++)
+                scatterFrom(o[k], i[k], types[k], op);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &out, at::Tensor &in,
+                                                 std::vector<int64_t> &outSplits,
+                                                 std::vector<int64_t> &inSplits,
+                                                 const c10d::AllToAllOptions &) override
+    {
+        checkTensor(in, "alltoall_base");
+        checkTensor(out, "alltoall_base");
+        TORCH_CHECK(in.scalar_type() == out.scalar_type(),
+                    "torch_loom: alltoall_base: input and output dtypes differ (", in.scalar_type(),
+                    " and ", out.scalar_type(), ")");
+        std::vector<size_t> sc, sd, rc, rd;
+        splitCounts(in, inSplits, "input", &sc, &sd);
+        splitCounts(out, outSplits, "output", &rc, &rd);
+        at::Tensor o = out, i = in;
+        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd] {
+            exchange(o, i, sc, sd, rc, rd, "alltoall_base");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outs,
+                                            std::vector<at::Tensor> &ins,
+                                            const c10d::AllToAllOptions &) override
+    {
+        TORCH_CHECK(outs.size() == (size_t)size_ && ins.size() == (size_t)size_,
+                    "torch_loom: alltoall: input and output lists need one tensor per rank (",
+                    size_, ")");
+        std::vector<size_t> sc, sd, rc, rd;
+        size_t so = 0, ro = 0;
+        for (int r = 0; r < size_; r++) {
+            checkTensor(ins[r], "alltoall");
+            checkTensor(outs[r], "alltoall");
+            TORCH_CHECK(ins[r].scalar_type() == ins[0].scalar_type() &&
+                            outs[r].scalar_type() == ins[0].scalar_type(),
+                        "torch_loom: alltoall: all tensors must have one dtype");
+            sc.push_back((size_t)ins[r].numel());
+            sd.push_back(so);
+            so += (size_t)ins[r].numel();
+            rc.push_back((size_t)outs[r].numel());
+            rd.push_back(ro);
+            ro += (size_t)outs[r].numel();
+        }
+        std::vector<at::Tensor> o = outs, i = ins;
+        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd] {
+            std::vector<at::Tensor> flat;
+            for (auto &t : i)
+                flat.push_back(t.reshape({-1}));
+            at::Tensor src = at::cat(flat);
+            at::Tensor dst = at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
+            exchange(dst, src, sc, sd, rc, rd, "alltoall");
+            for (int r = 0; r < size_; r++)
+                o[r].copy_(dst.narrow(0, (int64_t)rd[r], (int64_t)rc[r]).view(o[r].sizes()));
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int) override
+    {
+        const at::Tensor &t = one(tensors, "send");
+        checkPeer(dst, "send");
+        return enqueue(OpType::SEND, {t}, [this, t, dst] {
+            at::Tensor c = t.contiguous();
+            Wire w = moveWire(c);
+            check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, nullptr), "send");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int) override
+    {
+        const at::Tensor &t = one(tensors, "recv");
+        checkPeer(src, "recv");
+        return enqueue(OpType::RECV, {t}, [this, t, src] {
+            Dense d(t);
+            Wire w = moveWire(d.buf);
+            check(loomRecv(d.ptr(), w.count, w.type, src, comm_, nullptr), "recv");
+            d.writeBack();
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
+    {
+        TORCH_CHECK(false, "torch_loom: recv from any source is not supported by Loom "
+                           "(pass src=)");
+    }
+
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
+    {
+        return enqueue(OpType::BARRIER, {}, [this] {
+            uint8_t one = 0;
+            check(loomAllReduce(&one, &one, 1, loomUint8, loomMax, comm_, nullptr), "barrier");
+        });
+    }
+
+  private:
+    loomComm_t comm_;
+    std::chrono::milliseconds timeout_;
+    std::thread worker_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<std::pair<c10::intrusive_ptr<WorkLoom>, std::function<void()>>> queue_;
+    bool stop_ = false;
+    std::atomic<bool> aborted_{false};
+
+    void check(loomResult_t r, const char *what)
+    {
+        if (r == loomSuccess)
+            return;
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str("torch_loom: ", what, " failed (", loomGetErrorString(r),
+                                 "): ", loomGetLastError(comm_)));
+    }
+
+    c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
+                                           std::function<void()> fn)
+    {
+        auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs));
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(!stop_ && comm_, "torch_loom: the process group was shut down");
+            queue_.emplace_back(work, std::move(fn));
+        }
+        cv_.notify_one();
+        return work;
+    }
+
+    void run()
+    {
+        for (;;) {
+            std::pair<c10::intrusive_ptr<WorkLoom>, std::function<void()>> job;
+            {
+                std::unique_lock<std::mutex> g(m_);
+                cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
+                if (queue_.empty())
+                    return;
+                job = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            std::exception_ptr e;
+            if (aborted_) {
+                try {
+                    TORCH_CHECK(false, "torch_loom: the process group was aborted");
+                } catch (...) {
+                    e = std::current_exception();
+                }
+            } else {
+                try {
+                    job.second();
+                } catch (...) {
+                    e = std::current_exception();
+                }
+            }
+            job.first->complete(e);
+        }
+    }
+
+    void stopWorker()
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        if (worker_.joinable())
+            worker_.join();
+    }
+
+    void checkTensor(const at::Tensor &t, const char *op)
+    {
+        TORCH_CHECK(t.device().is_cpu(), "torch_loom: ", op, ": only CPU tensors (got ", t.device(),
+                    ")");
+        TORCH_CHECK(t.layout() == at::kStrided, "torch_loom: ", op,
+                    ": only dense tensors (got layout ", t.layout(), ")");
+    }
+    const at::Tensor &one(const std::vector<at::Tensor> &ts, const char *op)
+    {
+        TORCH_CHECK(ts.size() == 1, "torch_loom: ", op, ": one tensor per process (got ", ts.size(),
+                    ")");
+        checkTensor(ts[0], op);
+        return ts[0];
+    }
+    void checkRoot(int64_t root, const char *op)
+    {
+        TORCH_CHECK(root >= 0 && root < size_, "torch_loom: ", op, ": root ", root,
+                    " is not a rank of this group (size ", size_, ")");
+    }
+    void checkPeer(int peer, const char *op)
+    {
+        TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "torch_loom: ", op, ": peer ", peer,
+                    " is not another rank of this group (size ", size_, ", rank ", rank_, ")");
+    }
+    loomDataType_t reduceTypeOf(const at::Tensor &t, const char *op)
+    {
+        loomDataType_t type;
+        TORCH_CHECK(reduceType(t.scalar_type(), &type), "torch_loom: ", op, ": dtype ",
+                    t.scalar_type(),
+                    " cannot be reduced by Loom (int8, uint8, int32, int64, uint32, uint64, "
+                    "float16, bfloat16, float32, float64 can)");
+        return type;
+    }
+    loomRedOp_t redOp(const c10d::ReduceOp &r, const char *op)
+    {
+        switch (r.op_) {
+        case c10d::ReduceOp::SUM:
+            return loomSum;
+        case c10d::ReduceOp::AVG:
+            return loomAvg;
+        case c10d::ReduceOp::PRODUCT:
+            return loomProd;
+        case c10d::ReduceOp::MIN:
+            return loomMin;
+        case c10d::ReduceOp::MAX:
+            return loomMax;
+        default:
+            TORCH_CHECK(false, "torch_loom: ", op, ": ReduceOp.", redOpName(r.op_),
+                        " is not supported by Loom (SUM, AVG, PRODUCT, MIN, MAX are)");
+        }
+    }
+    void sameShapes(const std::vector<at::Tensor> &list, const at::Tensor &t, const char *op)
+    {
+        TORCH_CHECK(list.size() == (size_t)size_, "torch_loom: ", op,
+                    ": the tensor list needs one tensor per rank (", size_, "), got ", list.size());
+        for (auto &x : list) {
+            checkTensor(x, op);
+            TORCH_CHECK(x.numel() == t.numel() && x.scalar_type() == t.scalar_type(),
+                        "torch_loom: ", op,
+                        ": every tensor in the list must have the size and dtype of the "
+                        "other argument");
+        }
+    }
+    /* big holds n times small's elements, same dtype. */
+    void checkFlat(const at::Tensor &big, const at::Tensor &small, int n, const char *op)
+    {
+        TORCH_CHECK(big.scalar_type() == small.scalar_type(), "torch_loom: ", op,
+                    ": input and output dtypes differ");
+        TORCH_CHECK(big.numel() == small.numel() * n, "torch_loom: ", op, ": the large tensor (",
+                    big.numel(), " elements) must hold group size (", n, ") times the small one (",
+                    small.numel(), ")");
+    }
+    void splitCounts(const at::Tensor &t, const std::vector<int64_t> &splits, const char *what,
+                     std::vector<size_t> *counts, std::vector<size_t> *displs)
+    {
+        int64_t rows = t.dim() ? t.size(0) : 1;
+        int64_t row = rows ? t.numel() / rows : 0;
+        if (splits.empty()) {
+            TORCH_CHECK(rows % size_ == 0, "torch_loom: alltoall_base: ", what, " dim 0 (", rows,
+                        ") does not divide by the group size (", size_, ")");
+            for (int r = 0; r < size_; r++) {
+                counts->push_back((size_t)(rows / size_ * row));
+                displs->push_back((size_t)(r * (rows / size_) * row));
+            }
+            return;
+        }
+        TORCH_CHECK(splits.size() == (size_t)size_, "torch_loom: alltoall_base: ", what,
+                    " split sizes need one entry per rank (", size_, "), got ", splits.size());
+        int64_t off = 0;
+        for (int64_t s : splits) {
+            TORCH_CHECK(s >= 0, "torch_loom: alltoall_base: negative split size");
+            counts->push_back((size_t)(s * row));
+            displs->push_back((size_t)(off * row));
+            off += s;
+        }
+        TORCH_CHECK(off == rows, "torch_loom: alltoall_base: ", what, " split sizes add up to ",
+                    off, ", dim 0 is ", rows);
+    }
+
+    void gatherInto(const at::Tensor &out, const at::Tensor &in)
+    {
+        Dense d(out);
+        at::Tensor src = in.contiguous();
+        Wire w = moveWire(src);
+        check(loomAllGather(src.data_ptr(), d.ptr(), w.count, w.type, comm_, nullptr), "allgather");
+        d.writeBack();
+    }
+    void scatterFrom(const at::Tensor &out, const at::Tensor &in, loomDataType_t type,
+                     loomRedOp_t op)
+    {
+        Dense d(out);
+        at::Tensor src = in.contiguous();
+        check(loomReduceScatter(src.data_ptr(), d.ptr(), (size_t)out.numel(), type, op, comm_,
+                                nullptr),
+              "reduce_scatter");
+        d.writeBack();
+    }
+    /* AlltoAllv in the tensors' type, or in bytes for a type Loom lacks. */
+    void exchange(const at::Tensor &out, const at::Tensor &in, std::vector<size_t> sc,
+                  std::vector<size_t> sd, std::vector<size_t> rc, std::vector<size_t> rd,
+                  const char *what)
+    {
+        Dense d(out);
+        at::Tensor src = in.contiguous();
+        if (src.data_ptr() == d.ptr())
+            src = src.clone(); /* Loom's AlltoAllv is not in place */
+        loomDataType_t type;
+        if (!reduceType(src.scalar_type(), &type)) {
+            type = loomUint8;
+            size_t es = (size_t)src.element_size();
+            for (auto *v : {&sc, &sd, &rc, &rd})
+                for (auto &x : *v)
+                    x *= es;
+        }
+        check(loomAlltoAllv(src.data_ptr(), sc.data(), sd.data(), d.ptr(), rc.data(), rd.data(),
+                            type, comm_, nullptr),
+              what);
+        d.writeBack();
+    }
+};
+
+/* Called by torch.distributed for each process group with this backend. */
+c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store> &store,
+                                                int rank, int size,
+                                                const std::chrono::duration<float> &timeout)
+{
+    static const std::string key = "torch_loom/uid";
+    loomUniqueId id;
+    if (rank == 0) {
+        loomResult_t r = loomGetUniqueId(&id);
+        TORCH_CHECK(r == loomSuccess, "torch_loom: loomGetUniqueId failed (", loomGetErrorString(r),
+                    "): ", loomGetLastError(nullptr));
+        std::vector<uint8_t> v((uint8_t *)id.internal, (uint8_t *)id.internal + sizeof id);
+        store->set(key, v);
+    } else {
+        std::vector<uint8_t> v = store->get(key);
+        TORCH_CHECK(v.size() == sizeof id, "torch_loom: the store holds a unique id of ", v.size(),
+                    " bytes, not ", sizeof id);
+        memcpy(id.internal, v.data(), sizeof id);
+    }
+    loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    long long sec = (ms.count() + 999) / 1000;
+    config.timeoutSec = (int)std::max(1LL, std::min(sec, (long long)INT32_MAX));
+    loomComm_t comm = nullptr;
+    loomResult_t r = loomCommInitRankConfig(&comm, size, id, rank, &config);
+    if (r != loomSuccess)
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str("torch_loom: loomCommInitRank (rank ", rank, " of ", size,
+                                 ") failed (", loomGetErrorString(r),
+                                 "): ", loomGetLastError(nullptr)));
+    return c10::make_intrusive<BackendLoom>(comm, rank, size, ms);
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m)
+{
+    m.doc() = "Loom as a torch.distributed backend (import torch_loom registers \"loom\")";
+    m.def("create_backend", &createBackend, "creates the Loom backend of one process group",
+          pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
+          pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def(
+        "loom_version",
+        [] {
+            int v = 0;
+            loomGetVersion(&v);
+            return v;
+        },
+        "LOOM_VERSION_CODE of the linked Loom");
+}

@@ -1,0 +1,70 @@
+"""fault.py — a rank that dies gives the survivors a RuntimeError, not a hang.
+
+`python3 fault.py` starts 3 processes (subprocess, env://, the group timeout
+30 s); after one good all_reduce, rank 2 exits without a word and ranks 0 and
+1 all_reduce again. Each survivor must get a RuntimeError whose line comes
+from Loom and names rank 2, within 60 s, and destroy_process_group must then
+return. Prints "fault: rank R: ..." for each survivor; exits 1 on any miss.
+"""
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def child(rank):
+    import torch
+    import torch.distributed as dist
+    import torch_loom  # noqa: F401
+    dist.init_process_group("loom", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=30))
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    assert t[0].item() == 3
+    if rank == 2:
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        print("fault: rank %d: all_reduce after rank 2 died returned" % rank, flush=True)
+        sys.exit(1)
+    except RuntimeError as e:
+        dt = time.monotonic() - t0
+        msg = str(e).splitlines()[0]
+        print("fault: rank %d: RuntimeError after %.1f s: %s" % (rank, dt, msg), flush=True)
+        if "torch_loom" not in msg or "rank 2" not in msg:
+            print("fault: rank %d: the error does not name rank 2" % rank, flush=True)
+            sys.exit(1)
+    dist.destroy_process_group()
+    print("fault: rank %d: destroyed" % rank, flush=True)
+    sys.exit(0)
+
+
+def main():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    procs = [subprocess.Popen([sys.executable, __file__, "child", str(r)], env=env) for r in range(3)]
+    bad = 0
+    for r, p in enumerate(procs):
+        try:
+            rc = p.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            print("fault: rank %d hangs" % r, flush=True)
+            for q in procs:
+                q.kill()
+            sys.exit(1)
+        if rc != 0:
+            print("fault: rank %d exited %d" % (r, rc), flush=True)
+            bad = 1
+    sys.exit(bad)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "child":
+        child(int(sys.argv[2]))
+    else:
+        main()
