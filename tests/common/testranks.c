@@ -7,6 +7,8 @@
 #include "testranks.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #define EXIT_NO_ID 99
@@ -71,4 +73,15 @@ int testRanksGo(struct testRanks *t, const loomUniqueId *id)
         t->idFds[r] = -1;
     }
     return rc;
+}
+
+int testRankFail(int rank, int code, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rank %d: %s (exit status %d)\n", rank, what, code);
+    return code;
 }
