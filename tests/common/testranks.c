@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_NO_ID 99
@@ -84,4 +85,18 @@ int testRankFail(int rank, int code, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "rank %d: %s (exit status %d)\n", rank, what, code);
     return code;
+}
+
+double testNowSec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void testSleepMs(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }

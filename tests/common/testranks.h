@@ -45,4 +45,9 @@ int testRanksGo(struct testRanks *t, const loomUniqueId *id);
  */
 int testRankFail(int rank, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Seconds on CLOCK_MONOTONIC, one clock for every process of the host. */
+double testNowSec(void);
+/* Sleeps ms milliseconds, signals or not. */
+void testSleepMs(int ms);
+
 #endif /* LOOM_TEST_RANKS_H_ */
