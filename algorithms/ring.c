@@ -46,25 +46,6 @@
 
 #include "schedule.h"
 
-/* What an op does, for filling only the fields it uses. */
-enum {
-    RING_USES_SEND = 0x1,
-    RING_USES_RECV = 0x2,
-    RING_USES_SRC = 0x4,
-    RING_USES_DST = 0x8,
-};
-
-static const uint8_t ringOpUses[LOOM_STEP_NUM_OPS] = {
-    [LOOM_STEP_SEND] = RING_USES_SEND | RING_USES_SRC,
-    [LOOM_STEP_RECV] = RING_USES_RECV | RING_USES_DST,
-    [LOOM_STEP_RECV_REDUCE_SEND] = RING_USES_RECV | RING_USES_SRC | RING_USES_SEND,
-    [LOOM_STEP_RECV_REDUCE_COPY] = RING_USES_RECV | RING_USES_SRC | RING_USES_DST,
-    [LOOM_STEP_RECV_REDUCE_COPY_SEND] =
-        RING_USES_RECV | RING_USES_SRC | RING_USES_DST | RING_USES_SEND,
-    [LOOM_STEP_RECV_COPY_SEND] = RING_USES_RECV | RING_USES_DST | RING_USES_SEND,
-    [LOOM_STEP_COPY] = RING_USES_SRC | RING_USES_DST,
-};
-
 /* One rank's view of the ring for one lane. */
 struct ringLane {
     const struct loomSchedArgs *a;
@@ -127,16 +108,16 @@ static loomResult_t ringStep(const struct ringLane *l, loomStepOp_t op, uint8_t 
 {
     if (count == 0)
         return loomSuccess;
-    uint8_t uses = ringOpUses[op];
+    unsigned uses = loomStepUses(op);
     struct loomStep st = {
         .op = (uint8_t)op,
         .srcBuf = LOOM_BUF_SEND,
         .dstBuf = LOOM_BUF_RECV,
         .flags = flags,
-        .sendPeer = (uses & RING_USES_SEND) ? l->next : -1,
-        .recvPeer = (uses & RING_USES_RECV) ? l->prev : -1,
-        .srcOff = (uses & RING_USES_SRC) ? srcOff : 0,
-        .dstOff = (uses & RING_USES_DST) ? dstOff : 0,
+        .sendPeer = (uses & LOOM_USES_SEND) ? l->next : -1,
+        .recvPeer = (uses & LOOM_USES_RECV) ? l->prev : -1,
+        .srcOff = (uses & LOOM_USES_SRC) ? srcOff : 0,
+        .dstOff = (uses & LOOM_USES_DST) ? dstOff : 0,
         .count = count,
     };
     return scheduleAppend(l->out, &st);

@@ -53,6 +53,23 @@ loomResult_t scheduleAppendOp(struct loomSchedule *s, loomStepOp_t op, uint8_t f
     return scheduleAppend(s, &st);
 }
 
+const char *loomStepName(unsigned op)
+{
+    static const char *const names[LOOM_STEP_NUM_OPS] = {
+        "SEND",
+        "RECV",
+        "RECV_REDUCE_SEND",
+        "RECV_REDUCE_COPY",
+        "RECV_REDUCE_COPY_SEND",
+        "RECV_COPY_SEND",
+        "COPY",
+        "OFFER",
+        "PULL",
+        "DRAIN",
+    };
+    return op < LOOM_STEP_NUM_OPS ? names[op] : "?";
+}
+
 void scheduleReset(struct loomSchedule *s)
 {
     s->nsteps = 0;

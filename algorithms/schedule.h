@@ -65,6 +65,70 @@ typedef enum {
 
 enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
 
+/* Functions the device code shares with the host (issue 19's interpreter) say so. */
+#if defined(__CUDACC__)
+#define LOOM_HOSTDEV __host__ __device__
+#else
+#define LOOM_HOSTDEV
+#endif
+
+/*
+ * The op table: what each step op does, one flag per side of the data path.
+ * Generators, the simulator and both executors read it here rather than
+ * spelling each op out.
+ *
+ *   LOOM_USES_SRC       reads local input src[srcOff .. +count)
+ *   LOOM_USES_RECV      takes one message from recvPeer
+ *   LOOM_USES_REDUCE    combines the message with the local input
+ *   LOOM_USES_DST       writes local output dst[dstOff .. +count)
+ *   LOOM_USES_SEND      puts one message to sendPeer
+ *   LOOM_USES_SLOTLESS  a single copy: no elements pass through a slot
+ *                       (the message is an offer, or there is none)
+ *
+ * A step that writes both dst and a message writes the same values to each.
+ * Without REDUCE, a step with RECV moves the message, one without moves src.
+ */
+enum {
+    LOOM_USES_SRC = 0x01,
+    LOOM_USES_RECV = 0x02,
+    LOOM_USES_REDUCE = 0x04,
+    LOOM_USES_DST = 0x08,
+    LOOM_USES_SEND = 0x10,
+    LOOM_USES_SLOTLESS = 0x20,
+};
+
+/* The LOOM_USES_* flags of op; 0 for a value that is no op. */
+static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
+{
+    switch (op) {
+    case LOOM_STEP_SEND:
+        return LOOM_USES_SRC | LOOM_USES_SEND;
+    case LOOM_STEP_RECV:
+        return LOOM_USES_RECV | LOOM_USES_DST;
+    case LOOM_STEP_RECV_REDUCE_SEND:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_SEND;
+    case LOOM_STEP_RECV_REDUCE_COPY:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST;
+    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST | LOOM_USES_SEND;
+    case LOOM_STEP_RECV_COPY_SEND:
+        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SEND;
+    case LOOM_STEP_COPY:
+        return LOOM_USES_SRC | LOOM_USES_DST;
+    case LOOM_STEP_OFFER:
+        return LOOM_USES_SRC | LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_PULL:
+        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_DRAIN:
+        return LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    default:
+        return 0;
+    }
+}
+
+/* The op's name ("RECV_REDUCE_SEND"), "?" for a value that is no op. */
+const char *loomStepName(unsigned op);
+
 #define LOOM_STEP_FINAL 0x1
 
 struct loomStep {

@@ -195,6 +195,12 @@ static loomResult_t sizeMismatch(struct loomLane *lane, const struct loomStep *s
                         lane->comm->rank, (unsigned long long)got, s->recvPeer, want);
 }
 
+/*
+ * The local work of one step, as the op table (schedule.h) declares it: a
+ * reduction of the message with src into dst or the outgoing slot, else a
+ * copy of the message (or of src) to dst and the outgoing slot. `in` is the
+ * message's slot, `out` the outgoing one (NULL when the op has none).
+ */
 static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *in, char *out)
 {
     size_t es = l->elemSize, bytes = s->count * es;
@@ -202,47 +208,36 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
     int final = (s->flags & LOOM_STEP_FINAL) != 0;
     int n = l->comm->nranks;
+    unsigned uses = loomStepUses(s->op);
 
-    switch (s->op) {
-    case LOOM_STEP_SEND:
-        reduceCopy(out, src, bytes);
-        break;
-    case LOOM_STEP_RECV:
-        reduceCopy(dst, in, bytes);
-        break;
-    case LOOM_STEP_RECV_REDUCE_SEND:
+    if (uses & LOOM_USES_SLOTLESS) {
+        if (s->op == LOOM_STEP_OFFER) { /* PULL and DRAIN: stepPull, laneAdvance */
+            struct loomOffer o;
+            memOfferFill(src, bytes, &o);
+            memcpy(out, &o, sizeof(o));
+        }
+        return;
+    }
+    if (uses & LOOM_USES_REDUCE) {
+        char *to = (uses & LOOM_USES_DST) ? dst : out;
         if (final)
-            reduceApplyFinal(out, in, src, s->count, l->dt, l->op, n);
+            reduceApplyFinal(to, in, src, s->count, l->dt, l->op, n);
         else
-            reduceApply(out, in, src, s->count, l->dt, l->op);
-        break;
-    case LOOM_STEP_RECV_REDUCE_COPY:
-    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
-        if (final)
-            reduceApplyFinal(dst, in, src, s->count, l->dt, l->op, n);
-        else
-            reduceApply(dst, in, src, s->count, l->dt, l->op);
-        if (out)
+            reduceApply(to, in, src, s->count, l->dt, l->op);
+        if (to == dst && out)
             reduceCopy(out, dst, bytes);
-        break;
-    case LOOM_STEP_RECV_COPY_SEND:
-        reduceCopy(out, in, bytes);
-        reduceCopy(dst, in, bytes);
-        break;
-    case LOOM_STEP_COPY:
-        if (dst != src)
+        return;
+    }
+    const char *from = (uses & LOOM_USES_RECV) ? in : src;
+    if (out)
+        reduceCopy(out, from, bytes);
+    if (uses & LOOM_USES_DST) {
+        if (from == in)
+            reduceCopy(dst, in, bytes);
+        else if (dst != src) /* src and dst may overlap in place */
             memmove(dst, src, bytes);
         if (final)
             reducePostOp(dst, s->count, l->dt, l->op, n);
-        break;
-    case LOOM_STEP_OFFER: {
-        struct loomOffer o;
-        memOfferFill(src, bytes, &o);
-        memcpy(out, &o, sizeof(o));
-        break;
-    }
-    default: /* PULL and DRAIN: stepPull, laneAdvance */
-        break;
     }
 }
 
@@ -427,7 +422,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             if (dev && sc->devSlots)
                 sent |= LOOM_FIFO_DEVICE_DATA;
         }
-        if (dev && s->op >= LOOM_STEP_OFFER) { /* the tuner never picks single copies there */
+        if (dev && (loomStepUses(s->op) &
+                    LOOM_USES_SLOTLESS)) { /* the tuner never picks single copies there */
             *err = loomSetError(loomInternalError, "a single-copy step in a device plan");
             return -1;
         }

@@ -66,44 +66,15 @@ struct sym {
     uint8_t writes; /* buffer elements only: how many steps wrote it */
 };
 
-enum { USES_SEND = 0x1, USES_RECV = 0x2, USES_SRC = 0x4, USES_DST = 0x8 };
-
-static const uint8_t opUses[LOOM_STEP_NUM_OPS] = {
-    [LOOM_STEP_SEND] = USES_SEND | USES_SRC,
-    [LOOM_STEP_RECV] = USES_RECV | USES_DST,
-    [LOOM_STEP_RECV_REDUCE_SEND] = USES_RECV | USES_SRC | USES_SEND,
-    [LOOM_STEP_RECV_REDUCE_COPY] = USES_RECV | USES_SRC | USES_DST,
-    [LOOM_STEP_RECV_REDUCE_COPY_SEND] = USES_RECV | USES_SRC | USES_DST | USES_SEND,
-    [LOOM_STEP_RECV_COPY_SEND] = USES_RECV | USES_DST | USES_SEND,
-    [LOOM_STEP_COPY] = USES_SRC | USES_DST,
-    [LOOM_STEP_OFFER] = USES_SEND | USES_SRC,
-    [LOOM_STEP_PULL] = USES_RECV | USES_DST,
-    [LOOM_STEP_DRAIN] = USES_SEND,
-};
-
-static const char *const opNames[LOOM_STEP_NUM_OPS] = {
-    "SEND",
-    "RECV",
-    "RECV_REDUCE_SEND",
-    "RECV_REDUCE_COPY",
-    "RECV_REDUCE_COPY_SEND",
-    "RECV_COPY_SEND",
-    "COPY",
-    "OFFER",
-    "PULL",
-    "DRAIN",
-};
-
 /* Steps that move elements without a slot (single copies). */
 static int opSlotless(int op)
 {
-    return op == LOOM_STEP_OFFER || op == LOOM_STEP_PULL || op == LOOM_STEP_DRAIN;
+    return (loomStepUses((unsigned)op) & LOOM_USES_SLOTLESS) != 0;
 }
 
 static int opReduces(int op)
 {
-    return op == LOOM_STEP_RECV_REDUCE_SEND || op == LOOM_STEP_RECV_REDUCE_COPY ||
-           op == LOOM_STEP_RECV_REDUCE_COPY_SEND;
+    return (loomStepUses((unsigned)op) & LOOM_USES_REDUCE) != 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,24 +194,26 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
 {
     if (st->op >= LOOM_STEP_NUM_OPS)
         return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
-    uint8_t uses = opUses[st->op];
+    uint8_t uses = loomStepUses(st->op);
     int countOk = st->op == LOOM_STEP_DRAIN ? st->count == 0
                   : opSlotless(st->op)      ? st->count >= 1
                                             : st->count >= 1 && st->count <= s->chunk;
     if (!countOk)
-        return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc, opNames[st->op],
-                       st->count, s->chunk);
+        return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc,
+                       loomStepName(st->op), st->count, s->chunk);
     if ((st->flags & ~LOOM_STEP_FINAL) ||
         ((st->flags & LOOM_STEP_FINAL) && !opReduces(st->op) && st->op != LOOM_STEP_COPY))
-        return simFail(s, "rank %d step %zu (%s): bad flags %#x", r, pc, opNames[st->op],
+        return simFail(s, "rank %d step %zu (%s): bad flags %#x", r, pc, loomStepName(st->op),
                        st->flags);
     if (st->srcBuf > LOOM_BUF_RECV || st->dstBuf > LOOM_BUF_RECV)
         return simFail(s, "rank %d step %zu: bad buffer", r, pc);
-    int okSend = (uses & USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
-    int okRecv = (uses & USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
+    int okSend =
+        (uses & LOOM_USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
+    int okRecv =
+        (uses & LOOM_USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
     if (!okSend || !okRecv)
-        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc, opNames[st->op],
-                       st->sendPeer, st->recvPeer);
+        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc,
+                       loomStepName(st->op), st->sendPeer, st->recvPeer);
     return 0;
 }
 
@@ -266,7 +239,7 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st, const str
 {
     struct simRank *rk = &s->ranks[r];
     const struct sym *src = NULL;
-    if (opUses[st->op] & USES_SRC) {
+    if (loomStepUses(st->op) & LOOM_USES_SRC) {
         if (st->srcOff > rk->len[st->srcBuf] || st->count > rk->len[st->srcBuf] - st->srcOff)
             return simFail(s, "rank %d step %zu: reads [%zu,+%zu) of a %zu-element buffer", r,
                            rk->pc, st->srcOff, st->count, rk->len[st->srcBuf]);
@@ -275,7 +248,7 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st, const str
     for (size_t i = 0; i < st->count; i++) {
         if ((src && !src[i].valid) || (msg && !msg[i].valid))
             return simFail(s, "rank %d step %zu (%s): reads an unwritten element", r, rk->pc,
-                           opNames[st->op]);
+                           loomStepName(st->op));
         if (src && msg) {
             if (simReduce(s, r, &msg[i], &src[i], &s->tmp[i]) < 0)
                 return -1;
@@ -345,9 +318,9 @@ static int simStep(struct sim *s, int r)
 {
     struct simRank *rk = &s->ranks[r];
     const struct loomStep *st = &rk->steps[rk->pc];
-    uint8_t uses = opUses[st->op];
-    struct simFifo *in = (uses & USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
-    struct simFifo *out = (uses & USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
+    uint8_t uses = loomStepUses(st->op);
+    struct simFifo *in = (uses & LOOM_USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
+    struct simFifo *out = (uses & LOOM_USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
     if ((in && in->head == in->tail) || (out && out->tail - out->head == LOOM_STEPS))
         return 0;
     if (st->op == LOOM_STEP_DRAIN) {
@@ -363,10 +336,11 @@ static int simStep(struct sim *s, int r)
             return simFail(s,
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
-                           r, rk->pc, opNames[st->op], st->count, st->recvPeer, in->count[slot]);
+                           r, rk->pc, loomStepName(st->op), st->count, st->recvPeer,
+                           in->count[slot]);
         if (in->offer[slot] != (st->op == LOOM_STEP_PULL))
             return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
-                           opNames[st->op], in->offer[slot] ? "an offer" : "elements",
+                           loomStepName(st->op), in->offer[slot] ? "an offer" : "elements",
                            st->recvPeer);
         msg = in->slots + slot * s->chunk;
         if (in->offer[slot]) { /* read the sender's buffer now */
@@ -380,7 +354,7 @@ static int simStep(struct sim *s, int r)
     }
     if (simCompute(s, r, st, msg) < 0)
         return -1;
-    if ((uses & USES_DST) && simStore(s, r, st) < 0)
+    if ((uses & LOOM_USES_DST) && simStore(s, r, st) < 0)
         return -1;
     if (in)
         in->head++;
@@ -410,7 +384,7 @@ static int simDeadlock(struct sim *s)
         left -= (size_t)k;
         const struct loomStep *st = &rk->steps[rk->pc];
         k = snprintf(p, left, " rank %d at step %zu/%zu (%s);", r, rk->pc, rk->nsteps,
-                     st->op < LOOM_STEP_NUM_OPS ? opNames[st->op] : "?");
+                     loomStepName(st->op));
     }
     return -1;
 }
@@ -896,9 +870,9 @@ START_TEST(test_allreduce_shape)
         ck_assert_uint_eq(st->count, 10);
         ck_assert_int_eq(st->flags,
                          ops[i] == LOOM_STEP_RECV_REDUCE_COPY_SEND ? LOOM_STEP_FINAL : 0);
-        ck_assert_int_eq(st->sendPeer, (opUses[st->op] & USES_SEND) ? 2 : -1);
-        ck_assert_int_eq(st->recvPeer, (opUses[st->op] & USES_RECV) ? 0 : -1);
-        size_t off = (opUses[st->op] & USES_SRC) ? st->srcOff : st->dstOff;
+        ck_assert_int_eq(st->sendPeer, (loomStepUses(st->op) & LOOM_USES_SEND) ? 2 : -1);
+        ck_assert_int_eq(st->recvPeer, (loomStepUses(st->op) & LOOM_USES_RECV) ? 0 : -1);
+        size_t off = (loomStepUses(st->op) & LOOM_USES_SRC) ? st->srcOff : st->dstOff;
         ck_assert_uint_eq(off, blocks[i] * 10);
     }
     scheduleFree(&s);
