@@ -116,7 +116,7 @@ struct loomSchedEntry {
     uint64_t key[LOOM_SCHED_KEY];
     uint64_t epoch; /* plan that pins it */
     int valid;
-    struct loomSchedule sched;
+    struct loomPlan sched;
 };
 #define LOOM_SCHED_CACHE 64
 
@@ -185,7 +185,7 @@ struct loomComm {
     /* Schedules: a cache for repeated calls, a pool for one-off ones. */
     struct loomSchedEntry cache[LOOM_SCHED_CACHE];
     uint64_t planEpoch;
-    struct loomSchedule *pool;
+    struct loomPlan *pool;
     int poolSize;
     int poolUsed;      /* entries taken by the plan being built */
     uint64_t schedGen; /* bumped whenever a cached or pooled schedule is (re)built */
@@ -201,7 +201,7 @@ struct loomComm {
         const void *send;
         void *recv;
         uint64_t gen;
-        const struct loomSchedule *sched[LOOM_MAX_CHANNELS];
+        const struct loomPlan *sched[LOOM_MAX_CHANNELS];
     } memo;
     /* Lane ownership of connectors inside one plan (exec.c). */
     int *owner; /* [2 * nChannels * nranks] */

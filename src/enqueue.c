@@ -315,8 +315,8 @@ struct planOp {
     struct loomTuning tune;
     size_t chunkElems;
     int lanes;
-    const struct loomSchedule *sched[LOOM_MAX_CHANNELS]; /* each lane's */
-    size_t stageBytes; /* in-place AlltoAll: the send buffer staged */
+    const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
+    size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
     size_t accBytes;   /* tree Reduce off the root: partial sums, per lane */
     size_t scratchOff; /* where both start in comm->scratch */
 };
@@ -351,7 +351,7 @@ static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
     return loomSuccess;
 }
 
-static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomSchedule *s)
+static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomPlan *s)
 {
     loomGenerator_t gen = scheduleGenerator(a->coll, algo);
     return gen ? gen(a, s) : loomInternalError;
@@ -359,11 +359,11 @@ static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, str
 
 /* Generators do not log (algorithms/ stays below the core): the reason is recorded here. */
 static loomResult_t buildSchedule(const struct loomSchedArgs *a, loomAlgo_t algo,
-                                  struct loomSchedule *s)
+                                  struct loomPlan *s)
 {
     loomResult_t res = generate(a, algo, s);
     if (res == loomSystemError)
-        return loomSetError(res, "%s: out of memory building a schedule of %zu steps",
+        return loomSetError(res, "%s: out of memory building a plan of %u templates",
                             collNames[a->coll], s->nsteps);
     if (res != loomSuccess)
         return loomSetError(res, "%s: no %s schedule for rank %d of %d (count %zu, chunk %zu)",
@@ -383,11 +383,11 @@ static uint64_t keyHash(const uint64_t *k)
     return h;
 }
 
-static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedule **out)
+static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomPlan **out)
 {
     if (*used == comm->poolSize) {
         int cap = comm->poolSize ? 2 * comm->poolSize : 4;
-        struct loomSchedule *p = realloc(comm->pool, (size_t)cap * sizeof(*p));
+        struct loomPlan *p = realloc(comm->pool, (size_t)cap * sizeof(*p));
         if (p == NULL)
             return loomSetError(loomSystemError, "out of memory for schedules");
         memset(p + comm->poolSize, 0, (size_t)(cap - comm->poolSize) * sizeof(*p));
@@ -395,7 +395,7 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
         comm->poolSize = cap;
     }
     *out = &comm->pool[(*used)++];
-    scheduleReset(*out);
+    planReset(*out);
     return loomSuccess;
 }
 
@@ -406,9 +406,9 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
  * lane range and chunk.
  */
 static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArgs *a,
-                                loomAlgo_t algo, size_t es, const struct loomSchedule **out)
+                                loomAlgo_t algo, size_t es, const struct loomPlan **out)
 {
-    struct loomSchedule *s = NULL;
+    struct loomPlan *s = NULL;
     if (a->coll != LOOM_COLL_ALLTOALLV) {
         uint64_t key[LOOM_SCHED_KEY] = {(uint64_t)a->coll | (uint64_t)algo << 8 |
                                             (uint64_t)a->trees << 12 | es << 16 |
@@ -423,7 +423,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
         if (e->epoch != comm->planEpoch) {
             comm->schedGen++;
             e->valid = 0;
-            scheduleReset(&e->sched);
+            planReset(&e->sched);
             LOOMCHECK(buildSchedule(a, algo, &e->sched));
             memcpy(e->key, key, sizeof(key));
             e->valid = 1;
@@ -542,11 +542,16 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
         char *recv = op->recvbuff;
         if (p->accBytes)
             recv = scratch + p->stageBytes + (size_t)c * p->accBytes;
-        const struct loomSchedule *s;
+        const struct loomPlan *s;
         LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
         p->sched[c] = s;
-        tlLanes[(*nlanes)++] = (struct loomLane){
-            comm, c, s->steps, s->nsteps, 0, {(char *)send, recv}, op->dt, op->op, es, 0};
+        tlLanes[(*nlanes)++] = (struct loomLane){.comm = comm,
+                                                 .channel = c,
+                                                 .plan = s,
+                                                 .bufs = {(char *)send, recv},
+                                                 .dt = op->dt,
+                                                 .op = op->op,
+                                                 .elemSize = es};
     }
     return loomSuccess;
 }
@@ -623,10 +628,13 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, comm->memo.nlanes, sizeof(*tlLanes)));
     size_t es = reduceTypeSize(op->dt);
     for (int c = 0; c < comm->memo.nlanes; c++) {
-        const struct loomSchedule *s = comm->memo.sched[c];
-        tlLanes[c] = (struct loomLane){
-            comm,   c,      s->steps, s->nsteps, 0, {(char *)op->sendbuff, op->recvbuff},
-            op->dt, op->op, es,       0};
+        tlLanes[c] = (struct loomLane){.comm = comm,
+                                       .channel = c,
+                                       .plan = comm->memo.sched[c],
+                                       .bufs = {(char *)op->sendbuff, op->recvbuff},
+                                       .dt = op->dt,
+                                       .op = op->op,
+                                       .elemSize = es};
     }
     *nlanes = comm->memo.nlanes;
     return loomSuccess;

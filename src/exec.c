@@ -1,7 +1,9 @@
 /*
- * exec.c — the host executor: walks schedules over connectors on the CPU.
+ * exec.c — the host executor: walks plans over connectors on the CPU.
  *
- * Each lane executes its steps in order. A step may run when its receive
+ * Each lane executes its steps in order, expanding its plan one step ahead
+ * (loomPlanNext, schedule.h): the lane holds the step it runs next, so a
+ * plan of any count costs the same to start. A step may run when its receive
  * FIFO holds a message (tail > pos) and its send FIFO has a free slot
  * (head + LOOM_STEPS > pos); then it copies or reduces with reduce.c,
  * publishes the counters (release) and rings the other end's doorbell.
@@ -121,22 +123,18 @@ static inline int ownerIndex(const struct loomComm *comm, int dir, int channel, 
     return (dir * comm->nChannels + channel) * comm->nranks + peer;
 }
 
+/* Whether the lane's plan talks to peer in direction dir (0 send, 1 receive). */
 static int laneUses(const struct loomLane *lane, int dir, int peer)
 {
-    for (size_t i = lane->cur; i < lane->nsteps; i++) {
-        const struct loomStep *s = &lane->steps[i];
-        if ((dir == 0 && s->sendPeer == peer) || (dir == 1 && s->recvPeer == peer))
-            return 1;
-    }
-    return 0;
+    return planUsesPeer(lane->plan, dir, peer);
 }
 
 static void ownersClaim(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
-        for (size_t k = 0; k < l->nsteps; k++) {
-            const struct loomStep *s = &l->steps[k];
+        for (uint32_t k = 0; k < l->plan->nsteps; k++) {
+            const struct loomPlanStep *s = &l->plan->steps[k];
             int *o;
             if (s->sendPeer >= 0) {
                 o = &l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)];
@@ -357,6 +355,13 @@ static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector 
     }
 }
 
+/* Moves the lane on to its next step. */
+static inline void laneNext(struct loomLane *l)
+{
+    l->cur++;
+    l->more = loomPlanNext(l->plan->steps, l->plan->nsteps, &l->it, &l->step);
+}
+
 /* Runs as many steps of lane `i` as can run now. Returns steps done, or -1 on error. */
 static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaExec *gpu,
                         loomResult_t *err)
@@ -366,8 +371,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
     int shared = nlanes > 1, dev = gpu != NULL;
     long done = 0;
 
-    while (l->cur < l->nsteps && !(dev && cudaExecFull(gpu))) {
-        const struct loomStep *s = &l->steps[l->cur];
+    while (l->more && !(dev && cudaExecFull(gpu))) {
+        const struct loomStep *s = &l->step;
         struct loomConnector *rc = NULL, *sc = NULL;
         const char *in = NULL;
         char *out = NULL;
@@ -381,7 +386,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 break;
             if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
                 break;
-            l->cur++;
+            laneNext(l);
             done++;
             continue;
         }
@@ -441,10 +446,10 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             stepCompute(l, s, in, out);
         }
         stepPublish(dev, rc, sc, sent);
-        l->cur++;
+        laneNext(l);
         done++;
     }
-    if (l->cur == l->nsteps && !l->done) {
+    if (!l->more && !l->done) {
         l->done = 1;
         if (shared)
             ownersRelease(lanes, nlanes, i);
@@ -506,7 +511,7 @@ static int peerGone(const struct loomComm *comm, int p)
  */
 static int laneDeadPeer(const struct loomLane *l)
 {
-    const struct loomStep *s = &l->steps[l->cur];
+    const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
     if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeer))
         return s->recvPeer; /* its offer came, its memory went */
@@ -558,7 +563,7 @@ static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
 
 static loomResult_t timedOut(const struct loomLane *b)
 {
-    const struct loomStep *s = &b->steps[b->cur];
+    const struct loomStep *s = &b->step;
     char stopped[192], from[32] = "", to[32] = "";
     describeStopped(b->comm, stopped, sizeof(stopped));
     if (s->recvPeer >= 0)
@@ -567,9 +572,9 @@ static loomResult_t timedOut(const struct loomLane *b)
         snprintf(to, sizeof(to), "%s%s rank %d", from[0] ? ", " : "",
                  s->op == LOOM_STEP_DRAIN ? "reads by" : "send to", s->sendPeer);
     return loomSetError(loomTimeout,
-                        "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-                        "%zu (%s%s)%s; a peer is stopped, hung or called a different operation",
-                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, from, to, stopped);
+                        "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu "
+                        "(%s%s)%s; a peer is stopped, hung or called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, from, to, stopped);
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
@@ -646,7 +651,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
-        if (b->cur == b->nsteps)
+        if (!b->more)
             return loomSetError(loomTimeout,
                                 "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting for "
                                 "the GPU to finish its steps",
@@ -698,7 +703,7 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
         const struct loomLane *l = &lanes[i];
         if (l->done)
             continue;
-        const struct loomStep *s = &l->steps[l->cur];
+        const struct loomStep *s = &l->step;
         struct loomChannel *ch = &l->comm->channels[l->channel];
         struct loomConnector *rc = s->recvPeer >= 0 ? &ch->recv[s->recvPeer] : NULL;
         struct loomConnector *sc = s->sendPeer >= 0 ? &ch->send[s->sendPeer] : NULL;
@@ -851,6 +856,12 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     if (err != loomSuccess) {
         markBroken(lanes, nlanes, err, 0);
         return err;
+    }
+    for (int i = 0; i < nlanes; i++) {
+        struct loomLane *l = &lanes[i];
+        l->it = (struct loomPlanIter){0, 0};
+        l->cur = 0;
+        l->more = loomPlanNext(l->plan->steps, l->plan->nsteps, &l->it, &l->step);
     }
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);

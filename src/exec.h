@@ -1,7 +1,8 @@
 /*
  * exec.h — the host executor: runs lanes of steps over connectors.
  *
- * A lane is one schedule applied to one operation's buffers on one channel.
+ * A lane is one plan applied to one operation's buffers on one channel; the
+ * executor expands the plan into steps as it goes (loomPlanNext).
  * A plan (one call, or one group) is a set of lanes run together: each lane
  * goes step by step in order, but lanes progress independently, so any
  * matching set of sends and receives completes. Two lanes that use the same
@@ -17,13 +18,16 @@
 struct loomLane {
     struct loomComm *comm;
     int channel;
-    const struct loomStep *steps;
-    size_t nsteps;
-    size_t cur;
-    char *bufs[2]; /* LOOM_BUF_SEND, LOOM_BUF_RECV */
+    const struct loomPlan *plan; /* expanded step by step as the lane runs */
+    char *bufs[2];               /* LOOM_BUF_SEND, LOOM_BUF_RECV */
     loomDataType_t dt;
     loomRedOp_t op;
     size_t elemSize;
+    /* Set by execRun: */
+    struct loomPlanIter it;
+    struct loomStep step; /* the step to run next, while `more` */
+    int more;
+    size_t cur; /* steps run */
     int done;
 };
 

@@ -551,9 +551,9 @@ static void commFree(struct loomComm *comm)
         comm->channels[c].send = comm->channels[c].recv = NULL;
     }
     for (int i = 0; i < LOOM_SCHED_CACHE; i++)
-        scheduleFree(&comm->cache[i].sched);
+        planFree(&comm->cache[i].sched);
     for (int i = 0; i < comm->poolSize; i++)
-        scheduleFree(&comm->pool[i]);
+        planFree(&comm->pool[i]);
     free(comm->pool);
     free(comm->peers);
     topoFree(comm->topo);

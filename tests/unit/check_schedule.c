@@ -77,6 +77,18 @@ static int opReduces(int op)
     return (loomStepUses((unsigned)op) & LOOM_USES_REDUCE) != 0;
 }
 
+/* Runs generator gen and appends its plan, expanded, to *out: the steps the simulator runs. */
+static loomResult_t viaPlan(loomGenerator_t gen, const struct loomSchedArgs *a,
+                            struct loomSchedule *out)
+{
+    struct loomPlan plan = {0};
+    loomResult_t res = gen(a, &plan);
+    if (res == loomSuccess)
+        res = planExpand(&plan, out);
+    planFree(&plan);
+    return res;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Deterministic randomness (xorshift64*), so a failure reproduces.           */
 
@@ -514,16 +526,16 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
         a->sdispls = c->sd + a->rank * c->n;
         a->recvcounts = c->rc + a->rank * c->n;
         a->rdispls = c->rd + a->rank * c->n;
-        return directAlltoAllvSchedule(a, out);
+        return viaPlan(directAlltoAllvPlan, a, out);
     case LOOM_COLL_SEND: /* a sender and a receiver; the other ranks have nothing to do */
         a->coll = a->rank == c->root ? LOOM_COLL_SEND : LOOM_COLL_RECV;
         a->root = a->rank == c->root ? c->peer : c->root;
         if (a->rank == c->root)
-            return directSendSchedule(a, out);
-        return a->rank == c->peer ? directRecvSchedule(a, out) : loomSuccess;
+            return viaPlan(directSendPlan, a, out);
+        return a->rank == c->peer ? viaPlan(directRecvPlan, a, out) : loomSuccess;
     default: {
         loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
-        return gen ? gen(a, out) : loomInternalError;
+        return gen ? viaPlan(gen, a, out) : loomInternalError;
     }
     }
 }
@@ -862,7 +874,7 @@ START_TEST(test_allreduce_shape)
                               .lo = 0,
                               .hi = 40,
                               .chunkElems = 10};
-    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 7);
     for (size_t i = 0; i < 7; i++) {
         const struct loomStep *st = &s.steps[i];
@@ -879,12 +891,56 @@ START_TEST(test_allreduce_shape)
 }
 END_TEST
 
+/* Steps plan p expands to, counted without storing them. */
+static size_t planCountSteps(const struct loomPlan *p)
+{
+    struct loomPlanIter it = {0, 0};
+    struct loomStep st;
+    size_t n = 0;
+    while (loomPlanNext(p->steps, p->nsteps, &it, &st))
+        n++;
+    return n;
+}
+
+/*
+ * A plan's size does not grow with the count: the same templates for 1 MiB
+ * and 1 GiB of floats at 8 ranks, with 128 KiB pieces, and the 1 GiB plan
+ * still expands to every step (a ring AllReduce: 2n - 1 per loop of n pieces).
+ */
+START_TEST(test_plan_size_fixed)
+{
+    loomGenerator_t gens[] = {ringAllReducePlan,     treeAllReducePlan, doublingAllReducePlan,
+                              ringAllGatherPlan,     ringBroadcastPlan, ringReducePlan,
+                              ringReduceScatterPlan, treeBroadcastPlan, directAlltoAllPlan};
+    size_t counts[] = {(size_t)1 << 18, (size_t)1 << 28}, chunk = 32768;
+    for (size_t g = 0; g < sizeof(gens) / sizeof(gens[0]); g++) {
+        uint32_t sizes[2];
+        for (int k = 0; k < 2; k++) {
+            struct loomPlan p = {0};
+            struct loomSchedArgs a = {.nranks = 8,
+                                      .rank = 3,
+                                      .root = 5,
+                                      .count = counts[k],
+                                      .lo = 0,
+                                      .hi = counts[k],
+                                      .chunkElems = chunk};
+            ck_assert_int_eq(gens[g](&a, &p), loomSuccess);
+            sizes[k] = p.nsteps;
+            if (g == 0 && k == 1)
+                ck_assert_uint_eq(planCountSteps(&p), (counts[1] / (8 * chunk)) * 15);
+            planFree(&p);
+        }
+        ck_assert_msg(sizes[0] == sizes[1] && sizes[0] <= 64,
+                      "generator %zu: %u templates for 1 MiB, %u for 1 GiB", g, sizes[0], sizes[1]);
+    }
+}
+END_TEST
+
 START_TEST(test_empty_ranges_emit_nothing)
 {
-    loomResult_t (*gens[])(const struct loomSchedArgs *, struct loomSchedule *) = {
-        ringBroadcastSchedule, ringReduceSchedule,        ringAllReduceSchedule,
-        ringAllGatherSchedule, ringReduceScatterSchedule, directAlltoAllSchedule,
-        directSendSchedule,    directRecvSchedule};
+    loomGenerator_t gens[] = {ringBroadcastPlan, ringReducePlan,        ringAllReducePlan,
+                              ringAllGatherPlan, ringReduceScatterPlan, directAlltoAllPlan,
+                              directSendPlan,    directRecvPlan};
     struct loomSchedule s = {0};
     for (size_t g = 0; g < sizeof(gens) / sizeof(gens[0]); g++) {
         for (int n = 1; n <= 5; n++) {
@@ -895,9 +951,9 @@ START_TEST(test_empty_ranges_emit_nothing)
                                       .lo = 4,
                                       .hi = 4,
                                       .chunkElems = 2};
-            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(gens[g], &a, &s), loomSuccess);
             a.count = a.lo = a.hi = 0;
-            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(gens[g], &a, &s), loomSuccess);
             ck_assert_msg(s.nsteps == 0, "generator %zu n %d emitted %zu steps", g, n, s.nsteps);
         }
     }
@@ -911,7 +967,7 @@ START_TEST(test_empty_ranges_emit_nothing)
                                   .sdispls = displs,
                                   .recvcounts = zeros,
                                   .rdispls = displs};
-        ck_assert_int_eq(directAlltoAllvSchedule(&a, &s), loomSuccess);
+        ck_assert_int_eq(viaPlan(directAlltoAllvPlan, &a, &s), loomSuccess);
         ck_assert_uint_eq(s.nsteps, 0);
     }
     scheduleFree(&s);
@@ -931,14 +987,14 @@ START_TEST(test_inconsistent_args_refused)
                               .lo = 0,
                               .hi = 8,
                               .chunkElems = 4};
-    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringAllReducePlan, &a, &s), loomInternalError);
     a.rank = 2, a.root = 1; /* the root is missing */
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(ringReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringReducePlan, &a, &s), loomInternalError);
     a.ring = NULL, a.chunkElems = 0;
-    ck_assert_int_eq(ringAllGatherSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(directAlltoAllSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(directSendSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringAllGatherPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(directAlltoAllPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(directSendPlan, &a, &s), loomInternalError);
     ck_assert_uint_eq(s.nsteps, 0);
     scheduleFree(&s);
 }
@@ -950,11 +1006,11 @@ START_TEST(test_generators_append)
     struct loomSchedule s = {0};
     struct loomSchedArgs a = {
         .nranks = 3, .rank = 0, .root = 1, .count = 12, .lo = 0, .hi = 6, .chunkElems = 4};
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomSuccess);
     size_t first = s.nsteps;
     ck_assert_uint_gt(first, 0);
     a.lo = 6, a.hi = 12;
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2 * first);
     ck_assert_uint_eq(s.steps[first].dstOff, 6);
     scheduleFree(&s);
@@ -1143,7 +1199,7 @@ START_TEST(test_check_detects_wrong_result)
     for (int r = 0; r < 3; r++) {
         struct loomSchedArgs a = {
             .nranks = 3, .rank = r, .root = 0, .count = 5, .lo = 0, .hi = 5, .chunkElems = 2};
-        ck_assert_int_eq(ringBroadcastSchedule(&a, &scheds[r]), loomSuccess);
+        ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &scheds[r]), loomSuccess);
         ranks[r].steps = scheds[r].steps;
         ranks[r].nsteps = scheds[r].nsteps;
     }
@@ -1326,7 +1382,7 @@ START_TEST(test_doubling_shape)
                               .lo = 0,
                               .hi = 5,
                               .chunkElems = 8};
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2); /* one hop: send mine, add the peer's */
     ck_assert_int_eq(s.steps[0].op, LOOM_STEP_SEND);
     ck_assert_int_eq(s.steps[0].sendPeer, 0);
@@ -1337,7 +1393,7 @@ START_TEST(test_doubling_shape)
     /* 8 ranks: rank 5 meets 4, 7 and 1, one round each. */
     scheduleReset(&s);
     a.nranks = 8, a.rank = 5;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 6);
     int want8[] = {4, 7, 1};
     for (int k = 0; k < 3; k++) {
@@ -1350,14 +1406,14 @@ START_TEST(test_doubling_shape)
      * participant 0 against 3 and 4, then returns the result to 0. */
     scheduleReset(&s);
     a.nranks = 6, a.rank = 0;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2);
     ck_assert_int_eq(s.steps[0].sendPeer, 1);
     ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV);
     ck_assert_int_eq(s.steps[1].recvPeer, 1);
     scheduleReset(&s);
     a.rank = 1;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 6);
     ck_assert_int_eq(s.steps[0].recvPeer, 0);
     ck_assert_int_eq(s.steps[1].sendPeer, 3);
@@ -1366,9 +1422,9 @@ START_TEST(test_doubling_shape)
     ck_assert_int_eq(s.steps[5].srcBuf, LOOM_BUF_RECV);
     /* A rank outside the communicator or a zero chunk is a core bug: refused. */
     a.rank = 6;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomInternalError);
     a.rank = 0, a.chunkElems = 0;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomInternalError);
     scheduleFree(&s);
 }
 END_TEST
@@ -1495,7 +1551,7 @@ START_TEST(test_tree_halves)
             ck_assert_int_eq(treeNodeOf(&a, 0, &nd[0]), loomSuccess);
             ck_assert_int_eq(treeNodeOf(&a, 1, &nd[1]), loomSuccess);
             scheduleReset(&s);
-            ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(treeBroadcastPlan, &a, &s), loomSuccess);
             size_t got[2] = {0, 0};
             for (size_t i = 0; i < s.nsteps; i++)
                 for (int t = 0; t < 2; t++)
@@ -1636,17 +1692,17 @@ START_TEST(test_tree_refuses_bad_args)
                               .hi = 8,
                               .chunkElems = 4,
                               .hosts = gap};
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     int twice[3] = {0, 2, 2}; /* an order that is no permutation */
     a.hosts = NULL, a.order = twice;
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     a.order = NULL, a.root = 3; /* no such rank */
-    ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(treeReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeBroadcastPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeReducePlan, &a, &s), loomInternalError);
     a.root = 0, a.chunkElems = 0;
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     a.chunkElems = 4, a.hi = 9; /* past count */
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     ck_assert_uint_eq(s.nsteps, 0);
     scheduleFree(&s);
 }
@@ -1742,6 +1798,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("array", test_array_grows_and_keeps_order));
     suite_add_tcase(s, tcase("allreduce shape", test_allreduce_shape));
     suite_add_tcase(s, tcase("empty ranges", test_empty_ranges_emit_nothing));
+    suite_add_tcase(s, tcase("plan size", test_plan_size_fixed));
     suite_add_tcase(s, tcase("generators append", test_generators_append));
     suite_add_tcase(s, tcase("inconsistent args", test_inconsistent_args_refused));
     suite_add_tcase(s, tcase("sim deadlock", test_sim_detects_deadlock));
