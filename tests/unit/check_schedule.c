@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comms.h"
+#include "exec.h"
 #include "schedule.h"
 
 #define MAX_RANKS 128 /* the tree schedules run up to here */
@@ -1783,6 +1785,138 @@ START_TEST(test_random_ring_order)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Differential: the same plans through the simulator and the real executor. */
+
+/*
+ * The case the ranks run (set before they are forked, so each child has it,
+ * with the simulator's buffers of the same plans, by inheritance).
+ */
+static const struct coll *diffCase;
+static struct simRank diffRanks[MAX_RANKS];
+
+#define DIFF_POISON 0xdeadbeefdeadbeefULL
+
+/*
+ * Element j of rank r's send buffer: its index (plus one) in the high half
+ * and its rank's bit in the low half. A sum of k such elements of one index
+ * holds the ranks' bits, and k x (index + 1) above them: every value says
+ * which elements it adds up, as a simulator symbol does.
+ */
+static uint64_t diffInput(int r, size_t j)
+{
+    return ((uint64_t)(j + 1) << 32) | ((uint64_t)1 << r);
+}
+
+static int diffMatches(const struct sym *e, uint64_t v)
+{
+    if (!e->valid)
+        return v == DIFF_POISON;
+    uint64_t mask = v & 0xffffffffULL;
+    return mask == (uint64_t)e->mask &&
+           (v >> 32) == (uint64_t)__builtin_popcountll(mask) * ((uint64_t)e->idx + 1);
+}
+
+/* One rank: builds its plan as the simulator did, runs it with exec.c, compares every element. */
+static int diffRank(int rank, int nranks, loomComm_t comm)
+{
+    const struct coll *c = diffCase;
+    const struct simRank *sim = &diffRanks[rank];
+    struct loomSchedArgs a = {.coll = c->coll,
+                              .nranks = nranks,
+                              .rank = rank,
+                              .ring = c->ring,
+                              .root = c->root,
+                              .count = c->count,
+                              .lo = 0,
+                              .hi = c->count,
+                              .chunkElems = c->chunk,
+                              .hosts = c->hosts,
+                              .order = c->order,
+                              .trees = c->trees};
+    struct loomPlan plan = {0};
+    uint64_t *buf[2];
+    for (int b = 0; b < 2; b++)
+        buf[b] = malloc((sim->len[b] + 1) * sizeof(uint64_t));
+    if (buf[0] == NULL || buf[1] == NULL)
+        return 2;
+    for (size_t j = 0; j < sim->len[0]; j++)
+        buf[0][j] = diffInput(rank, j);
+    for (size_t i = 0; i < sim->len[1]; i++)
+        buf[1][i] = DIFF_POISON;
+    loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
+    if (gen == NULL || gen(&a, &plan) != loomSuccess)
+        return 3;
+    struct loomLane lane = {.comm = comm,
+                            .channel = 0,
+                            .plan = &plan,
+                            .bufs = {(char *)buf[0], (char *)buf[1]},
+                            .dt = loomUint64,
+                            .op = loomSum,
+                            .elemSize = sizeof(uint64_t)};
+    loomResult_t res = execRun(&lane, 1, NULL);
+    if (res != loomSuccess) {
+        fprintf(stderr, "rank %d: execRun: %s\n", rank, loomGetLastError(comm));
+        return 4;
+    }
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < sim->len[b]; i++) {
+            if (!diffMatches(&sim->buf[b][i], buf[b][i])) {
+                fprintf(stderr,
+                        "rank %d: buffer %d element %zu is %#llx, the simulator has {mask %#llx "
+                        "idx %u valid %d}\n",
+                        rank, b, i, (unsigned long long)buf[b][i],
+                        (unsigned long long)sim->buf[b][i].mask, sim->buf[b][i].idx,
+                        sim->buf[b][i].valid);
+                return 5;
+            }
+        }
+    }
+    planFree(&plan);
+    free(buf[0]);
+    free(buf[1]);
+    return 0;
+}
+
+/* Simulates c's plans, then runs them on c->n real processes and compares. */
+static void diffRun(const struct coll *c)
+{
+    char err[ERR_LEN];
+    uint64_t rng = 1;
+    memset(diffRanks, 0, sizeof(diffRanks));
+    collAllocBuffers(c, diffRanks);
+    int rc = collRunLane(c, diffRanks, schedPool, 0, c->count, 0, &rng, err);
+    ck_assert_msg(rc == 0, "simulator: coll %d n %d: %s", c->coll, c->n, err);
+    diffCase = c;
+    runRanks(c->n, diffRank);
+}
+
+START_TEST(test_differential)
+{
+    static const loomColl_t colls[] = {LOOM_COLL_ALLREDUCE,     LOOM_COLL_REDUCE,
+                                       LOOM_COLL_BROADCAST,     LOOM_COLL_ALLGATHER,
+                                       LOOM_COLL_REDUCESCATTER, LOOM_COLL_ALLTOALL};
+    static const int sizes[] = {1, 2, 3, 5};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        int n = sizes[k];
+        for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
+            for (int algo = 0; algo < 3; algo++) {
+                struct coll c = {.coll = colls[i],
+                                 .n = n,
+                                 .root = n - 1,
+                                 .count = 29,
+                                 .chunk = 3,
+                                 .tree = algo == 1,
+                                 .doubling = algo == 2};
+                if (scheduleGenerator(c.coll, collAlgo(&c)) == NULL)
+                    continue; /* no such algorithm for this collective */
+                diffRun(&c);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 
 static TCase *tcase(const char *name, const TTest *test)
 {
@@ -1830,6 +1964,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("tree hosts", test_tree_hosts));
     suite_add_tcase(s, tcase("tree lanes", test_tree_lanes));
     suite_add_tcase(s, tcase("tree bad args", test_tree_refuses_bad_args));
+    suite_add_tcase(s, tcase("differential", test_differential));
     return s;
 }
 
