@@ -878,31 +878,38 @@ static void runSection(struct perf *p, enum coll c, const struct typeInfo *type,
 
 /* ---- options --------------------------------------------------------------- */
 
+/*
+ * The options in the order nccl-tests' -h lists its own, with the same letters
+ * and meanings; the ones nccl-tests does not have, or gives another meaning,
+ * come last, marked [Loom].
+ */
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: loomrun -n N loom-perf [options]\n"
-            "  -C coll    allreduce|allgather|reducescatter|broadcast|reduce|alltoall|sendrecv|all"
-            " (allreduce)\n"
-            "  -b bytes   smallest size (32M); K, M, G suffixes are powers of 1024\n"
-            "  -e bytes   largest size (32M)\n"
-            "  -f factor  multiply the size by factor between lines\n"
-            "  -i bytes   add bytes to the size between lines when -f is not given (1M)\n"
-            "  -n iters   timed iterations per size (20)\n"
-            "  -w iters   warmup iterations per size (5)\n"
-            "  -c 0|1     check the results (1)\n"
-            "  -o op      sum|prod|max|min|avg|all (sum)\n"
-            "  -d type    int8|uint8|int32|uint32|int64|uint64|half|float16|float|float32|\n"
-            "             double|float64|bfloat16|all (float)\n"
-            "  -r root    root of broadcast and reduce, or all (0)\n"
-            "  -a 0..3    time across ranks: 0 rank 0, 1 average, 2 min, 3 max (1)\n"
-            "  -z 0|1     1: blocking calls (NULL stream); 0: calls on a stream, a CUDA stream\n"
-            "             with -G 1 (0)\n"
-            "  -G 0|1     1: CUDA device buffers; 0: host buffers (1 where a GPU is usable)\n"
-            "  -O bytes   misalign both buffers by this many bytes (0)\n"
-            "  -R 0|1     1: host buffers from loomMemAlloc, which peers on the host map for\n"
-            "             single copies; 0: ordinary memory (0)\n"
-            "  -h         this help\n");
+    fprintf(f, "usage: loom-perf [options]                 one rank, no launcher\n"
+               "       loomrun -n N loom-perf [options]    N ranks (or mpirun, srun)\n"
+               "  -b bytes   smallest size (32M); K, M, G suffixes are powers of 1024\n"
+               "  -e bytes   largest size (32M)\n"
+               "  -i bytes   add bytes to the size between lines when -f is not given (1M)\n"
+               "  -f factor  multiply the size by factor between lines\n"
+               "  -n iters   timed iterations per size (20)\n"
+               "  -w iters   warmup iterations per size (5)\n"
+               "  -c 0|1     check the results (1)\n"
+               "  -o op      sum|prod|max|min|avg|all (sum)\n"
+               "  -d type    int8|uint8|int32|uint32|int64|uint64|half|float16|float|float32|\n"
+               "             double|float64|bfloat16|all (float)\n"
+               "  -r root    root of broadcast and reduce, or all (0)\n"
+               "  -z 0|1     1: blocking calls (NULL stream); 0: calls on a stream, a CUDA stream\n"
+               "             with -G 1 (0)\n"
+               "  -a 0..3    time across ranks: 0 rank 0, 1 average, 2 min, 3 max (1)\n"
+               "  -R 0|1     1: host buffers from loomMemAlloc, which peers on the host map for\n"
+               "             single copies; 0: ordinary memory (0)\n"
+               "  -h         this help\n"
+               "Loom's own (nccl-tests has one binary per collective, and -C, -G other meanings):\n"
+               "  -C coll    [Loom] allreduce|allgather|reducescatter|broadcast|reduce|alltoall|\n"
+               "             sendrecv|all (allreduce)\n"
+               "  -G 0|1     [Loom] 1: CUDA device buffers; 0: host buffers (1 where a GPU is\n"
+               "             usable)\n"
+               "  -O bytes   [Loom] misalign both buffers by this many bytes (0)\n");
 }
 
 /*

@@ -6,6 +6,11 @@
  * when a launcher's variables say the process runs under one and Loom's own
  * variables are absent, so the same binary still runs under loomrun, by
  * hand (loom-info) or with LOOM_ROOT_ADDR under mpirun, without MPI.
+ *
+ * Started by hand with no launcher at all (none of Loom's, MPI's, PMIx's or
+ * Slurm's rank variables), a tool is a job of one rank, as an nccl-tests
+ * binary started as one process is: it makes its own unique id and a 1-rank
+ * communicator, rather than stopping with loomCommInitFromEnv's error.
  */
 #include "toolcomm.h"
 
@@ -16,14 +21,49 @@
 #include <mpi.h>
 #endif
 
-static int mpiStarted;
+static int mpiStarted, alone;
 
-#ifdef LOOM_TOOLS_MPI
 static int envSet(const char *name)
 {
     const char *v = getenv(name);
     return v != NULL && *v != '\0';
 }
+
+/*
+ * No launcher started this process: none of the variables loomCommInitFromEnv
+ * reads to find the job (the rank variables of launch.c's table and Loom's
+ * own rendezvous) is set.
+ */
+static int noLauncher(void)
+{
+    static const char *const vars[] = {
+        "LOOM_UNIQUE_ID", "LOOM_ROOT_ADDR", "LOOM_RANK", "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",      "SLURM_PROCID",   "PMI_RANK"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        if (envSet(vars[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A job of one rank: this process makes the unique id and is rank 0 of 1. */
+static loomResult_t aloneJoin(const char *tool, loomComm_t *comm)
+{
+    loomUniqueId id;
+    loomResult_t res = loomGetUniqueId(&id);
+    if (res == loomSuccess) {
+        res = loomCommInitRank(comm, 1, id, 0);
+    }
+    if (res != loomSuccess) {
+        fprintf(stderr, "%s: cannot create a 1-rank communicator: %s: %s\n", tool,
+                loomGetErrorString(res), loomGetLastError(NULL));
+    }
+    alone = res == loomSuccess;
+    return res;
+}
+
+#ifdef LOOM_TOOLS_MPI
 
 static int underMpiLauncher(void)
 {
@@ -71,6 +111,9 @@ loomResult_t toolCommInit(int *argc, char ***argv, const char *tool, loomComm_t 
     (void)argc;
     (void)argv;
 #endif
+    if (noLauncher()) {
+        return aloneJoin(tool, comm);
+    }
     loomResult_t res = loomCommInitFromEnv(comm);
     if (res != loomSuccess)
         fprintf(stderr, "%s: cannot join the communicator: %s: %s\n", tool, loomGetErrorString(res),
@@ -80,6 +123,9 @@ loomResult_t toolCommInit(int *argc, char ***argv, const char *tool, loomComm_t 
 
 const char *toolCommHow(void)
 {
+    if (alone) {
+        return "no launcher (a job of one rank)";
+    }
     return mpiStarted ? "MPI_Bcast of the unique id" : "loomCommInitFromEnv";
 }
 
@@ -89,5 +135,5 @@ void toolCommFinalize(void)
     if (mpiStarted)
         MPI_Finalize();
 #endif
-    mpiStarted = 0;
+    mpiStarted = alone = 0;
 }
