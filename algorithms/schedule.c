@@ -72,22 +72,17 @@ void planLoop(struct loomPlan *p)
     p->open = p->nsteps;
 }
 
-/* Pieces of t (iterations it spans after its lag). */
-static uint64_t planPieces(const struct loomPlanStep *t)
+loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *tmpl)
 {
-    if (t->piece == 0)
-        return 1;
-    return t->len / t->piece + (t->len % t->piece != 0);
-}
-
-loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t)
-{
+    struct loomPlanStep tc = *tmpl, *t = &tc;
     unsigned uses = loomStepUses(t->op);
     struct loomStep first;
     if (uses == 0 || ((uses & LOOM_USES_SEND) != 0) != (t->sendPeer >= 0) ||
         ((uses & LOOM_USES_RECV) != 0) != (t->recvPeer >= 0) || t->nblocks == 0 ||
         t->block >= t->nblocks || (t->piece == 0 && t->nblocks != 1))
         return loomInternalError;
+    t->npieces = t->piece == 0 ? 1 : t->len / t->piece + (t->len % t->piece != 0);
+    t->blockLen = t->piece / t->nblocks + (t->piece % t->nblocks != 0);
     /* The first piece is the longest, so a block empty there is empty everywhere. */
     if (!loomPlanStepAt(t, t->lag, &first))
         return loomSuccess;
@@ -102,8 +97,8 @@ loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t)
         p->cap = cap;
     }
     uint64_t niters = p->nsteps > p->open ? p->steps[p->open].niters : 0;
-    if (t->lag + planPieces(t) > niters)
-        niters = t->lag + planPieces(t);
+    if (t->lag + t->npieces > niters)
+        niters = t->lag + t->npieces;
     p->steps[p->nsteps++] = *t;
     for (uint32_t k = p->open; k < p->nsteps; k++) {
         p->steps[k].loopStart = p->open;

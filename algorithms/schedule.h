@@ -41,9 +41,9 @@
  * plans and run them for many rank counts in a symbolic simulator
  * (tests/unit/check_schedule.c).
  *
- * Sizes: a step is 40 bytes, a template 80. An 8-rank ring AllReduce lane of
+ * Sizes: a step is 40 bytes, a template 96. An 8-rank ring AllReduce lane of
  * 1 GiB in 128 KiB pieces is 15360 steps (600 KiB) as a list, and 15
- * templates (1200 bytes) as a plan, the same as for 1 MiB.
+ * templates (1440 bytes) as a plan, the same as for 1 MiB.
  */
 #ifndef LOOM_SCHEDULE_H_
 #define LOOM_SCHEDULE_H_
@@ -200,6 +200,9 @@ struct loomPlanStep {
     uint64_t len;    /* elements of the range */
     uint64_t piece;  /* elements per piece, or 0: the whole range in one step */
     uint64_t srcBase, dstBase;
+    /* Filled by planAppend, so that expanding divides only in a ragged last piece: */
+    uint64_t npieces;  /* pieces of the range (1 for piece 0) */
+    uint64_t blockLen; /* ceil(piece / nblocks): the block size of a full piece */
 };
 
 /* A growable plan. Generators append; the caller owns and reuses it. */
@@ -221,18 +224,16 @@ static inline LOOM_HOSTDEV int loomPlanStepAt(const struct loomPlanStep *t, uint
                                               struct loomStep *out)
 {
     uint64_t count, rel = 0;
-    if (i < t->lag)
+    if (i < t->lag || i - t->lag >= t->npieces)
         return 0;
-    uint64_t j = i - t->lag;
     if (t->piece == 0) {
-        if (j != 0)
-            return 0;
         count = t->len;
     } else {
-        if (j >= t->len / t->piece + (t->len % t->piece != 0))
-            return 0;
-        uint64_t pos = j * t->piece, m = t->len - pos < t->piece ? t->len - pos : t->piece;
-        uint64_t bs = t->nblocks == 1 ? m : m / t->nblocks + (m % t->nblocks != 0);
+        uint64_t pos = (i - t->lag) * t->piece;
+        uint64_t m = t->len - pos < t->piece ? t->len - pos : t->piece;
+        uint64_t bs = m;
+        if (t->nblocks != 1)
+            bs = m == t->piece ? t->blockLen : m / t->nblocks + (m % t->nblocks != 0);
         uint64_t start = t->block * bs;
         if (start >= m)
             return 0;
@@ -365,8 +366,8 @@ void scheduleFree(struct loomSchedule *s);
 
 /*
  * Ring generators (algorithms/ring.c). Each appends the plan of this rank's
- * steps for one lane to *out, in loops of its own (it does not reset it). They return loomSystemError when out
- * of memory (the caller records the reason: generators do not log) and
+ * steps for one lane to *out, in loops of its own (it does not reset it). They return
+ * loomSystemError when out of memory (the caller records the reason: generators do not log) and
  * loomInternalError when the rank or root is not in the ring or chunkElems is
  * 0 (a core bug, since the core checked the user's arguments).
  */

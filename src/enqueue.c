@@ -461,17 +461,17 @@ static size_t alignUp(size_t x)
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
  * before they are sent; a tree Reduce keeps partial sums off the root.
  */
-static void planTune(struct loomOp *op, struct planOp *p)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
-    tunerChoose(comm, op->coll, opBytes(op), cudaPlanActive(), &p->tune);
+    tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
     size_t want = op->count / p->chunkElems;
     int n = p->tune.nChannels;
     p->lanes = op->coll == LOOM_COLL_ALLTOALLV ? 1 : want < (size_t)n ? (want ? (int)want : 1) : n;
     p->stageBytes = 0;
-    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && !cudaPlanActive())
+    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && dev == NULL)
         p->stageBytes = alignUp(opBytes(op));
     p->accBytes = 0;
     if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_TREE && op->root != comm->rank)
@@ -500,13 +500,13 @@ static loomResult_t planScratch(struct loomOp *ops, int nops)
 
 /* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
 static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char *scratch,
-                                 const void **send)
+                                 struct cudaExec *dev, const void **send)
 {
     *send = op->sendbuff;
     if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || opBytes(op) == 0)
         return loomSuccess;
-    if (cudaPlanActive())
-        return cudaStageInPlace(op, opBytes(op), send);
+    if (dev)
+        return cudaStageInPlace(dev, op, opBytes(op), send);
     if (p->stageBytes) {
         memcpy(scratch, op->sendbuff, opBytes(op));
         *send = scratch;
@@ -514,13 +514,13 @@ static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char
     return loomSuccess;
 }
 
-static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
+static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int *nlanes)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt), n = (size_t)comm->nranks;
     char *scratch = (char *)comm->scratch + p->scratchOff;
     const void *send;
-    LOOMCHECK(stageInPlace(op, p, scratch, &send));
+    LOOMCHECK(stageInPlace(op, p, scratch, dev, &send));
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, *nlanes + p->lanes, sizeof(*tlLanes)));
     for (int c = 0; c < p->lanes; c++) {
         struct loomSchedArgs a = {.coll = op->coll,
@@ -567,7 +567,7 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
-static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
+static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
@@ -577,11 +577,11 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i]);
+        planTune(&ops[i], &tlPlan[i], dev);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
-        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], nlanes));
+        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], dev, nlanes));
     return loomSuccess;
 }
 
@@ -660,7 +660,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, &nlanes);
     if (dev == NULL && nops == 1)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {

@@ -45,10 +45,9 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn);
 loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **ex);
 /* After execRun: waits out anything still in flight after an error, restores the context. */
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
-/* 1 between cudaPlanBegin and cudaPlanEnd of a device plan on this thread. */
-int cudaPlanActive(void);
-/* Copies an in-place AlltoAll's send buffer to device scratch space; *send is the copy. */
-loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send);
+/* Copies an in-place AlltoAll's send buffer to ex's device scratch space; *send is the copy. */
+loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t bytes,
+                              const void **send);
 /* Queues on `stream` (of context ctx) a kernel that waits until *flag >= value (cyclic). */
 loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value);
 /* Loads ctx's kernels ahead of any wait on its streams (ctx current on this thread). */

@@ -394,8 +394,6 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn)
 
 /* ---- plans ---- */
 
-static __thread struct cudaExec *tlActive; /* the executor of the plan being built */
-
 /*
  * The kind of memory of a plan (1 device, with its context; 0 host or no
  * buffer at all); a plan takes one kind, and device buffers of one context.
@@ -462,14 +460,8 @@ loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cud
     }
     ex->saved = saved;
     ex->head = ex->tail = 0;
-    tlActive = ex;
     *out = ex;
     return loomSuccess;
-}
-
-int cudaPlanActive(void)
-{
-    return tlActive != NULL;
 }
 
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
@@ -485,12 +477,11 @@ void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
         cudaExecRetire(ex, &ignored); /* execRun retired everything; this only makes sure */
     ex->head = ex->tail = 0;
     ex->lib->ctxSetCurrent(ex->saved);
-    tlActive = NULL;
 }
 
-loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send)
+loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t bytes,
+                              const void **send)
 {
-    struct cudaExec *ex = tlActive;
     if (ex == NULL)
         return loomSetError(loomInternalError, "device staging outside a device plan");
     const struct cudaLib *lib = ex->lib;
