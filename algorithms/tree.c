@@ -3,7 +3,7 @@
  *
  * A ring needs 2(n-1) hops before the last rank has its result; a tree
  * needs about 2 log2(n). One binary tree wastes half the links (leaves only
- * send up and receive down), so, as DESIGN.md says, two complementary trees
+ * send up and receive down), so, as docs/design.md says, two complementary trees
  * each carry half of the data, and a participant that is interior in one is
  * a leaf in the other.
  *

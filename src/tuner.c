@@ -48,15 +48,12 @@
 #define ALGO_FALLBACK (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT))
 /*
  * What an unset LOOM_ALGO, or a list after ^, allows: all but cma, which runs
- * only where a list names it (measured on the 2-core machine, the FIFOs beat
- * single copies about 2x for AllReduce on 2 ranks from 128 KiB to 64 MiB,
- * and for Broadcast and Reduce; single copies won only under heavy load) —
- * except for AlltoAll, whose single copies are a schedule
- * (algorithms/direct.c) that the model weighs like the others (see
- * cmaByteNs). AllGather has such a schedule too, weighed only where ranks
- * share cores (tunerModel): measured 2x faster than the ring at 64-256 KiB
- * on 2 ranks, it was 10-25% slower from 1 MiB there and slower at 64 KiB on
- * 4 ranks (medians of 7).
+ * only where a list names it (on the 2-core machine the FIFOs beat single
+ * copies for AllReduce, Broadcast and Reduce; docs/performance.md) — except
+ * for AlltoAll, whose single copies are a schedule (algorithms/direct.c) that
+ * the model weighs like the others (see cmaByteNs). AllGather has such a
+ * schedule too, weighed only where ranks share cores (tunerModel), the one
+ * place it measured faster than the ring.
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -324,100 +321,33 @@ struct tuneCosts {
 };
 
 /*
- * shm, measured on this project's build machine (2 cores of an AMD EPYC VM
- * under KVM, 1 MiB connector FIFOs so 128 KiB slots, Loom 0.1.0) with
- * tools/loom-perf -z 1 -c 0 under tools/loomrun, out-of-place times,
- * medians of 9 interleaved runs of bench/tuning-check taken while the
- * shared machine was quiet (load average below 3; under the heavy load of
- * other builds every figure doubles or worse and the crossovers move down):
+ * shm. Each constant is fitted to forced-algorithm runs of bench/tuning-check
+ * (loom-perf -z 1 -c 0 under loomrun, medians of interleaved runs on a quiet
+ * 2-core build machine); docs/performance.md, "The tuner's constants", has
+ * the figures each was read from, the choices they give, what they replaced
+ * and how to redo them on another machine.
  *
- *   callUs         n=1, 8 B AllReduce (one COPY step):               0.09 us
- *   hopUs          n=2, 8 B AllReduce, ring and tree alike:          0.4-0.6 us
- *                  = callUs + 2 x (hopUs + stepUs)
- *   switchUs       n=4, 32 B ring (7 units, 2 ranks a core):        ~22 us
- *   crowdUs        n=8, 32 B ring (15 units, 4 ranks a core):       ~65-75 us
- *                  a unit costs ~3.4 and ~4.7 us: 2.5 + 0.65 per rank beyond two
- *   ringSparse     n=8, 8 B ring (2 elements, 6 of 8 blocks empty): ~49 us,
- *                  0.7 of the 32 B figure = 0.6 + 0.4 x 2/8
- *   treeSwitches   n=8, 16 B .. 1 KiB tree (6 units): ~40 us against ring ~70;
- *                  n=4, 8 .. 512 B (4 units): ~13 us against ~22: 1.0 .. 1.4
- *   tree1Switches  one tree against two, 8 B, n=8, 21 alternations: equal or
- *                  up to 10% faster: 1.15
- *   rootedSwitches Broadcast and Reduce over both trees, n=4 and 8: 1.5-8x
- *                  slower than the chain back to back. The chain (and one
- *                  tree) lets each rank run several calls' steps in one
- *                  time slice, since data only flows down (or up); over two
- *                  trees a rank interior in one waits for its peers of the
- *                  other in every call, so ranks that share cores switch
- *                  at least once a call. 3.0 keeps two trees off the shm
- *                  path whenever ranks share cores
- *   rooted1Switches one tree against the chain (loom-perf -z 1 -c 0 back to
- *                  back, one tree forced by a switch used for the
- *                  measurement only, medians of 3 interleaved runs on the
- *                  loaded machine, load average 12-20): n=8 Broadcast 8 KiB
- *                  10.7 against 30 us, 64 KiB 138 against 160, 4 MiB 7.5
- *                  against 6.9 ms (two trees: 48 us, 166 us, 6.6 ms); n=4
- *                  even up to 1 KiB: 1.2
- *   byteNs         n=2, 64 MiB, CPU-bound: 8 x 64 MiB touched on 2 cores in
- *                  ~17.5 ms (tree; the ring's loops wait on each other)
- *   stepUs         not separable from hopUs at these sizes; small
- *
- *   ringShare*     the ring's byte total, (6n - 4) S priced at byteNs,
- *                  over-predicted it at every size wherever ranks share
- *                  cores. Three tuning-check runs (-r 7, quiet machine):
- *                  ring n=4 33-34 us at 32 KiB (model 39.6), 45-46 at 64 KiB
- *                  (60.9), 67-72 at 128 KiB (103.5), 310-390 at 1 MiB
- *                  (718), 2.1-2.9 ms at 4 MiB (2.87), 34-50 ms at 64 MiB
- *                  (46); n=8 126-140 at 64 KiB (153.8), 249-291 at 256 KiB
- *                  (435), 1.09-1.28 ms at 1 MiB (1.56), 4.8-5.7 ms at 4 MiB
- *                  (6.2), 84-95 ms at 64 MiB (100). The byte totals that fit
- *                  are 0.5-0.8 of the formula up to 1 MiB (a block, a
- *                  fraction of a slot, stays in the cache while it goes
- *                  round) and 0.75-0.9 from 2 MiB. The tree's and
- *                  doubling's fits needed no such share. 0.5 up to 1 MiB,
- *                  0.85 from 4 MiB, linear between.
- *
- *   cmaByteNs      single-copy AlltoAll (LOOM_ALGO=alltoall:cma, loom-perf -c 1, medians of
- *                  7 interleaved runs): 2 ranks 64 MiB 13.8 ms, where a rank reads 32 MiB
- *                  from its peer and copies its own 32 MiB (0.2 ns a byte read, byteNs for
- *                  the copy: 11.1 ms predicted); 4 ranks 64 MiB 26.8 ms, three reads of
- *                  16 MiB a rank, two ranks a core (24.5 predicted)
- *   cmaPeerUs      2 ranks 64 KiB: 11-20 us; 1.5 us a read beyond its bytes, which puts
- *                  the single copies ahead of the direct exchange from 64 KiB on 2, 4
- *                  and 8 ranks. Where they are weighed at all is LOOM_CMA_MIN_BYTES's
- *                  default, 512 KiB: in single-size runs (200 calls, medians of 5,
- *                  FIFO time / single-copy time) 2 ranks 128 KiB 0.91, 256 KiB 1.53,
- *                  512 KiB 1.04, 2 MiB 2.19; 4 ranks 1.02, 0.85, 1.25, 1.59; 8 ranks
- *                  128 KiB 0.73, 256 KiB 0.99, 1 MiB 1.62, 16 MiB 1.34 (README,
- *                  "single copies for AlltoAll, as steps")
- *
- * The resulting AllReduce choices: n=2 recursive doubling up to 8 KiB, ring
- * to 256 KiB, tree above (measured 15-45% faster there); n=4 doubling up to
- * 16 KiB, ring above; n=8 doubling up to 16 KiB, ring above. (Before
- * ringShare*: n=4 doubling to 32 KiB, n=8 doubling to 8 KiB and the tree to
- * 64 KiB; the three runs above measured the ring fastest at n=4 32 KiB, at
- * n=8 32 KiB (by 2%, 17%, 10% over the tree) and 64 KiB, and doubling
- * at or below the tree at n=8 16 KiB (58.6/58.5, 53.5/63.6, 47.7/54.7 us),
- * which treeSwitches 1.25 rather than 1.2 tips.)
- * (Doubling measured against the others: see doublingPipe. Before it
- * existed the tree took the small sizes: n=2 up to 512 B, n=4 up to 32 KiB,
- * n=8 up to 64 KiB, one tree up to 512 B.)
- * (The n=4 crossover moved from 4 to 32 KiB when the tree's first piece was
- * charged 6 piece sizes a level instead of 11: four interleaved
- * `bench/tuning-check -n "4 8" -r 7 -b 4K -e 256K` runs on the quiet
- * machine gave ring/tree at n=4 of 1.20 at 4 KiB, 1.09 at 8 KiB, 1.05 at
- * 16 KiB, 1.02 at 32 KiB, 0.92 at 64 KiB; at n=8 1.31, 1.29, 1.17, 1.16,
- * 1.10 from 4 to 64 KiB, 1.03 at 128 KiB (a coin toss, run to run) and
- * 0.88 at 256 KiB.)
- * AlltoAll: single copies from LOOM_CMA_MIN_BYTES (512 KiB) where the kernel
- * allows them, the direct exchange below.
- * Broadcast and Reduce when ranks share cores: one tree up to 64 KiB at n=8
- * and 16 KiB at n=4, the chain above; never both trees. To redo on
- * another machine: run bench/tuning-check -r 9 on a quiet machine (forced
- * ring, tree and doubling and the automatic choice for n = 2, 4, 8 from 8 B
- * to 64 MiB), read the figures above from its columns, set them
- * here, and check that its chosen/best column stays within 1.10;
- * loom-info --tuning shows what the model then predicts.
+ *   callUs          a 1-rank 8 B AllReduce (one COPY step)
+ *   hopUs           a 2-rank 8 B AllReduce = callUs + 2 x (hopUs + stepUs)
+ *   switchUs        a ring unit with two ranks a core (n=4, 32 B)
+ *   crowdUs         what each rank beyond two on a core adds (n=8, 32 B)
+ *   ringSparse      a ring whose blocks are mostly empty (n=8, 8 B) still
+ *                   pays most of a hop's switches
+ *   treeSwitches    small tree AllReduce against the ring, n=4 and 8; 1.25
+ *                   rather than 1.2 gives doubling the n=8 16 KiB tie
+ *   tree1Switches   one tree against two, 8 B, n=8: equal or a little faster
+ *   rootedSwitches  Broadcast and Reduce over two trees lose 1.5-8x to the
+ *                   chain where ranks share cores (a rank interior in one
+ *                   tree waits for the other every call); 3.0 keeps them
+ *                   off that path
+ *   rooted1Switches one tree against the chain, n=4 and 8
+ *   byteNs          2 ranks, 64 MiB, CPU-bound
+ *   stepUs          not separable from hopUs at these sizes; small
+ *   ringShare*      where ranks share cores the ring's byte total, (6n-4) S,
+ *                   over-predicts it (a block stays in cache while it goes
+ *                   round): half up to 1 MiB, 0.85 from 4 MiB fits
+ *   cmaByteNs       single-copy AlltoAll of 64 MiB on 2 and 4 ranks
+ *   cmaPeerUs       single-copy AlltoAll of 64 KiB on 2 ranks
  */
 static const struct tuneCosts shmCosts = {
     .transport = "shm",
@@ -446,31 +376,16 @@ static const struct tuneCosts shmCosts = {
  * after the other (the first piece's way, then one a piece behind it: each
  * message costs about a hop here, wake-ups included), hopUs each, and
  * netBytes that one host's link carries (byteNs each). The shm terms stay
- * for every unit (a few us against the network's tens). Measured on the
- * 2-core build machine, between network namespaces on a bridge
- * (tests/multinode/netns.sh), 2 hosts x 1 rank (a core each), loom-perf
- * -G 0 -z 1 -c 0 under mpirun, LOOM_SPIN=0, forced algorithms, one run
- * each, 2026-11-30:
+ * for every unit (a few us against the network's tens). Fitted between
+ * network namespaces of the 2-core build machine (tests/multinode/netns.sh;
+ * figures in docs/performance.md, "Across hosts"):
  *
- *   hopUs   8 B AllReduce: doubling (one exchange) 51-54 us, tree (two
- *           hops) 90-101 us: ~50 us a hop (veth, bridge, TCP, the proxy's
- *           epoll wake-up, the executor's)
- *   byteNs  8 MiB: ring (each rank sends S) 14.8 ms, doubling (S) 14.2 ms;
- *           32 MiB ring 52.7 ms: 1.6-1.8 ns a byte, 1.5 with what the
- *           hops cost
+ *   hopUs   8 B AllReduce, doubling (one exchange) against the tree (two
+ *           hops): ~50 us a hop (veth, bridge, TCP, two wake-ups)
+ *   byteNs  8-32 MiB ring and doubling: 1.5 ns a byte once hops are counted
  *
- * With the shm constants alone the choice on 2 hosts was off by up to 2.1x
- * (2 x 1, 32 KiB: doubling 77 us, the ring chosen 163), and the trees were
- * cut into pieces of 4-16 KiB that took up to 3x longer; with these, the
- * choice was within 1.13x of the best forced algorithm at every size from
- * 8 B to 32 MiB on 2 x 1 and 2 x 2, and 1.14x on 4 x 1 (the README's table,
- * "Across hosts"; only 2 x 1 gives each rank a core here). A real network
- * (25-100 Gbit/s, switches) has ~10-30 us hops and 0.1-0.3 ns bytes: redo
- * both figures there with the same runs under mpirun, one rank a host
- * (LOOM_ALGO=doubling at 8 B for the hop, the 8-32 MiB ring for the byte),
- * and check the choices with forced runs beside the automatic one, as in
- * the README's table. InfiniBand is priced the same, unmeasured (no
- * device here).
+ * A real network has shorter hops and cheaper bytes: redo both there as
+ * docs/performance.md says. InfiniBand is priced the same, unmeasured.
  */
 struct tuneNetCosts {
     double hopUs;
@@ -666,12 +581,9 @@ static void treePipe(const struct tuneCase *c, struct tunePipe *p)
  * not a power of two), each a hop on which a rank sends its whole piece and
  * adds its partner's (2 steps, 5 piece sizes touched). Pieces do not overlap
  * on a rank: R units per piece. The CPU total counts 3.5 piece sizes a round,
- * not 5: fitted to `bench/tuning-check -n "2 4 8" -a "ring tree doubling"`
- * (quiet machine, medians of 5; at n=4 16 KiB-128 KiB took 21, 41, 65 and
- * 122 us against 26, 48, 91 and 176 predicted with 5; at n=8 64 KiB 190 us
- * against 268), where ranks share cores and the CPU total decides; on 2
- * ranks, where the critical path decides, 5 fits (32 KiB: 14.7 us, the
- * ring's 5.4, so the ring is chosen from 16 KiB there).
+ * not 5: that fits the runs where ranks share cores and the CPU total
+ * decides; on 2 ranks, where the critical path decides, 5 fits
+ * (docs/performance.md, "The tuner's constants").
  */
 /*
  * The most ranks of one host whose partner is on another host in one
@@ -815,16 +727,12 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 /*
  * What LOOM_ALGO allows for coll on this shape. AllGather's single copies are
  * weighed where ranks share cores unless LOOM_ALGO rules them out: there they
- * measured as fast as the ring on ordinary buffers and 1.5-3x faster on
- * loomMemAlloc ones (medians of 3 interleaved runs, ring / single copies,
- * ordinary then loomMemAlloc buffers: 4 ranks 2 MiB 745 / 492 and 446 / 205
- * us, 8 MiB 3.27 / 3.18 and 2.75 / 1.84 ms, 32 MiB 12.9 / 12.9 and 13.7 / 6.1
- * ms; 8 ranks 2 MiB 1.62 / 1.36 and 1.65 / 0.53 ms), and there src/cma.c does
- * not ask whether every rank passes loomMemAlloc buffers (cmaAsk). With a
- * core per rank they lost to the ring from 1 MiB on ordinary buffers (2
- * ranks, 10-25%), and src/cma.c takes the loomMemAlloc case. The shape's
- * ranks and CPUs are the most crowded host's, agreed at init, so every rank
- * allows the same.
+ * measured as fast as the ring on ordinary buffers and faster on loomMemAlloc
+ * ones (docs/performance.md), and there src/cma.c does not ask whether every
+ * rank passes loomMemAlloc buffers (cmaAsk). With a core per rank they lost
+ * to the ring from 1 MiB on ordinary buffers, and src/cma.c takes the
+ * loomMemAlloc case. The shape's ranks and CPUs are the most crowded host's,
+ * agreed at init, so every rank allows the same.
  */
 uint32_t tunerDefaultAllowed(const struct loomTuneShape *shape, loomColl_t coll)
 {

@@ -859,7 +859,7 @@ END_TEST
 
 START_TEST(test_allreduce_shape)
 {
-    /* n = 4, one loop of 4 full blocks: DESIGN.md's sequence, exactly. */
+    /* n = 4, one loop of 4 full blocks: docs/design.md's sequence, exactly. */
     static const int ops[] = {LOOM_STEP_SEND,
                               LOOM_STEP_RECV_REDUCE_SEND,
                               LOOM_STEP_RECV_REDUCE_SEND,

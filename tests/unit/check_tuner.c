@@ -175,7 +175,7 @@ END_TEST
 /*
  * Across hosts: the network's hops and bytes join the critical path. The
  * choices asserted are the ones measured fastest (or within 7%) on 2 and 4
- * namespace hosts (src/tuner.c, netCosts; README, "Across hosts").
+ * namespace hosts (src/tuner.c, netCosts; docs/performance.md, "Across hosts").
  */
 START_TEST(test_model_across_hosts)
 {
