@@ -153,6 +153,42 @@ loomResult_t loomCommInitFromEnv(loomComm_t *comm);
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
                            loomConfig_t *config);
 
+/* Flags of loomCommShrink. */
+#define LOOM_SHRINK_DEFAULT 0x00 /* comm is healthy: wait for its operations to finish first */
+#define LOOM_SHRINK_ABORT 0x01   /* comm is broken by a failure: abort what is in flight first */
+
+/*
+ * Makes *newcomm of the ranks of comm not in excludeRanks[0 .. excludeCount-1],
+ * ranked in their order in comm (ranks below the first excluded keep their
+ * number). Collective over the ranks kept, which must all pass the same list
+ * (in any order); the excluded ranks do not call it. Works on a comm that a
+ * failure made unusable (pass LOOM_SHRINK_ABORT to stop its operations in
+ * flight, which then return loomRemoteError); with LOOM_SHRINK_DEFAULT it
+ * first waits for comm's operations on streams to end. The ranks kept meet
+ * at the lowest of them, through the addresses exchanged when comm was made,
+ * so neither a dead rank nor the unique id's root is needed. config NULL:
+ * inherit comm's. comm is left as it was for loomCommDestroy (or Abort),
+ * which the caller still calls.
+ * Returns loomInvalidArgument for a bad list (a rank out of range, or the
+ * caller's own rank) or flags; loomInvalidUsage, on every rank kept, when
+ * their lists differ (as long as they agree on the lowest rank kept; else
+ * loomTimeout); loomRemoteError naming a rank kept that failed or left
+ * during the shrink (call it again with that rank excluded too);
+ * loomTimeout naming the ranks kept that did not arrive within LOOM_TIMEOUT.
+ * On failure *newcomm is untouched. See loom(7) for the recovery pattern.
+ */
+loomResult_t loomCommShrink(loomComm_t comm, const int *excludeRanks, int excludeCount,
+                            loomComm_t *newcomm, loomConfig_t *config, int flags);
+/*
+ * Stores in ranks[0 .. *count-1], ascending, the ranks of comm that this
+ * rank knows to have failed: exited or killed, lost their connection, or
+ * (on this host) stopped past LOOM_TIMEOUT. ranks must have room for
+ * loomCommCount entries; NULL only counts. Looks afresh at each call; other
+ * ranks may know of more or fewer failures (exchange the lists, or use the
+ * union, before loomCommShrink). Local: no communication.
+ */
+loomResult_t loomCommGetFailedRanks(loomComm_t comm, int *ranks, int *count);
+
 /* Waits for every operation issued on comm to finish. The comm stays usable. */
 loomResult_t loomCommFinalize(loomComm_t comm);
 /*

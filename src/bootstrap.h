@@ -76,6 +76,29 @@ loomResult_t bootstrapInit(const loomUniqueId *id, int rank, int nranks, int tim
 loomResult_t bootstrapAllGather(struct loomBootstrap *b, void *data, size_t bytes);
 /* Returns when every rank has entered the barrier. */
 loomResult_t bootstrapBarrier(struct loomBootstrap *b);
+/*
+ * The rendezvous of loomCommShrink: the ranks not in `exclude` (sorted,
+ * without duplicates) meet at the listening socket of the lowest of them,
+ * which every rank has known since init, so it needs neither the ring (a
+ * death breaks it) nor the id's root (which may be the dead rank). That
+ * rank checks that everyone passed the same list and attempt, and hands each
+ * a fresh unique id for the new communicator (its own process runs the id's
+ * root thread). gone(ctx, r) says whether the communicator knows rank r to
+ * have failed: a rank that fails before it arrives ends the wait at once.
+ * Returns loomSuccess with *newId; else, on every rank that arrived,
+ * loomInvalidUsage for different lists, loomRemoteError for a rank that
+ * failed or left, loomTimeout for one that did not come within the timeout
+ * (each naming the rank). Never reads the abort flag: the caller may have
+ * aborted the communicator's operations to get here.
+ */
+struct bootstrapShrink {
+    const int *exclude;
+    int nexclude;
+    int (*gone)(void *ctx, int rank);
+    void *goneCtx;
+};
+loomResult_t bootstrapShrink(struct loomBootstrap *b, const struct bootstrapShrink *s,
+                             loomUniqueId *newId);
 /* Closes the ring sockets and frees b (NULL is a no-op). Not collective. */
 void bootstrapClose(struct loomBootstrap *b);
 

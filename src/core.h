@@ -234,6 +234,9 @@ int commIsLive(const struct loomComm *comm);
  * loomInvalidArgument / loomInvalidUsage with a line naming `fn`.
  */
 loomResult_t commCheck(const struct loomComm *comm, const char *fn);
+/* The checks of loomCommInitRankConfig's arguments, with `fn` in the error line. */
+loomResult_t commCheckInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
+                               const char *fn);
 /* Copies this thread's last error line to comm (for loomGetLastError(comm)). */
 void commRecordError(struct loomComm *comm);
 /* Marks comm unusable after a failure in the middle of an operation. */

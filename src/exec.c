@@ -502,6 +502,18 @@ static int peerGone(const struct loomComm *comm, int p)
     return st == 'Z' || st == 'X' || st == 'x';
 }
 
+int execPeerFailed(const struct loomComm *comm, int p)
+{
+    if (p == comm->rank)
+        return 0;
+    if (peerGone(comm, p))
+        return 1;
+    /* Stopped (SIGSTOP, a debugger) counts once a wait on this communicator has timed out. */
+    char st = isLocalPeer(comm, p) ? procState(comm->peers[p].pid) : '?';
+    return (st == 'T' || st == 't') &&
+           atomic_load_explicit(&comm->broken, memory_order_acquire) == loomTimeout;
+}
+
 /*
  * The peer lane `l` waits for if that peer's process is gone, else -1. Only a
  * peer the current step is blocked on counts: a rank that finished its part

@@ -63,5 +63,11 @@ int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const 
  * for a peer's timeout, else loomRemoteError, with the peer's line recorded.
  */
 loomResult_t execPeerFailure(struct loomComm *comm);
+/*
+ * 1 if this rank knows peer p to have failed: its process on this host is
+ * gone (or a zombie), a transport saw its connection end, or, once a wait on
+ * comm timed out, it is stopped on this host. Any thread.
+ */
+int execPeerFailed(const struct loomComm *comm, int p);
 
 #endif /* LOOM_EXEC_H_ */

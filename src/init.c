@@ -567,8 +567,8 @@ static void commFree(struct loomComm *comm)
     comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
 }
 
-static loomResult_t checkInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
-                                  const char *fn)
+loomResult_t commCheckInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
+                               const char *fn)
 {
     if (comm == NULL)
         return loomSetError(loomInvalidArgument, "%s: comm is NULL", fn);
@@ -679,7 +679,7 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 {
     const char *fn = "loomCommInitRank";
     debugInit();
-    LOOMCHECK(checkInitArgs(newcomm, nranks, rank, config, fn));
+    LOOMCHECK(commCheckInitArgs(newcomm, nranks, rank, config, fn));
     struct loomComm *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return loomSetError(loomSystemError, "%s: out of memory", fn);

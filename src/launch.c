@@ -18,12 +18,24 @@
  * These variables are the job's identity, set by a launcher, not settings a
  * user tunes, so they are read here and not through the parameter table;
  * LOOM_ROOT_ADDR is a setting and comes from the table.
+ *
+ * Where the launcher runs a PMIx server (Open MPI's mpirun, srun
+ * --mpi=pmix) and Loom was built with libpmix, no address is needed: rank 0
+ * makes a unique id (random secret and all) and puts it in the job's
+ * key-value store, a fence with data collection spreads it, and the other
+ * ranks get it from there. LOOM_UNIQUE_ID, then LOOM_ROOT_ADDR, come first
+ * when set.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config.h"
+#ifdef HAVE_PMIX
+#include <pmix.h>
+#endif
 
 #include "bootstrap.h"
 #include "debug.h"
@@ -137,6 +149,90 @@ static loomResult_t idFromHex(const char *hex, loomUniqueId *id)
     return loomSuccess;
 }
 
+#ifdef HAVE_PMIX
+#define PMIX_ID_KEY "loom.uniqueid"
+
+static loomResult_t pmixFailed(const char *call, pmix_status_t rc)
+{
+    return loomSetError(loomSystemError, "loomCommInitFromEnv: %s: %s", call,
+                        PMIx_Error_string(rc));
+}
+
+/* Rank 0 makes the id and puts it in the store; a fence with data collection spreads it. */
+static loomResult_t pmixExchange(const pmix_proc_t *me, loomUniqueId *id)
+{
+    pmix_value_t val;
+    pmix_info_t info;
+    bool collect = true;
+    pmix_status_t rc;
+    if (me->rank == 0) {
+        LOOMCHECK(bootstrapGetUniqueId(id));
+        PMIX_VALUE_CONSTRUCT(&val);
+        val.type = PMIX_BYTE_OBJECT;
+        val.data.bo.bytes = id->internal;
+        val.data.bo.size = sizeof(id->internal);
+        if ((rc = PMIx_Put(PMIX_GLOBAL, PMIX_ID_KEY, &val)) != PMIX_SUCCESS)
+            return pmixFailed("PMIx_Put", rc);
+        if ((rc = PMIx_Commit()) != PMIX_SUCCESS)
+            return pmixFailed("PMIx_Commit", rc);
+    }
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(NULL, 0, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS)
+        return pmixFailed("PMIx_Fence", rc);
+    if (me->rank == 0)
+        return loomSuccess;
+    pmix_proc_t root;
+    pmix_value_t *got = NULL;
+    PMIX_LOAD_PROCID(&root, me->nspace, 0);
+    if ((rc = PMIx_Get(&root, PMIX_ID_KEY, NULL, 0, &got)) != PMIX_SUCCESS)
+        return loomSetError(loomSystemError,
+                            "loomCommInitFromEnv: rank %u found no unique id from rank 0 in the "
+                            "PMIx store (%s); is rank 0 a Loom program too?",
+                            me->rank, PMIx_Error_string(rc));
+    int ok = got->type == PMIX_BYTE_OBJECT && got->data.bo.size == sizeof(id->internal);
+    if (ok)
+        memcpy(id->internal, got->data.bo.bytes, sizeof(id->internal));
+    PMIX_VALUE_RELEASE(got);
+    if (!ok)
+        return loomSetError(loomSystemError,
+                            "loomCommInitFromEnv: the PMIx store holds something else under \"%s\"",
+                            PMIX_ID_KEY);
+    return loomSuccess;
+}
+
+/* Under a PMIx launcher, the id through its store: *found 1 then. */
+static loomResult_t pmixUniqueId(const struct launchIdentity *l, loomUniqueId *id, int *found)
+{
+    pmix_proc_t me;
+    *found = 0;
+    if (envGet("PMIX_NAMESPACE") == NULL || envGet("PMIX_RANK") == NULL)
+        return loomSuccess;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    if (rc != PMIX_SUCCESS)
+        return pmixFailed("PMIx_Init", rc);
+    loomResult_t res = loomSuccess;
+    if ((int)me.rank != l->rank)
+        res = loomSetError(loomInvalidUsage,
+                           "loomCommInitFromEnv: PMIx says rank %u, %s says rank %d; set "
+                           "LOOM_ROOT_ADDR to join by address instead",
+                           me.rank, l->source, l->rank);
+    if (res == loomSuccess)
+        res = pmixExchange(&me, id);
+    PMIx_Finalize(NULL, 0);
+    *found = res == loomSuccess;
+    return res;
+}
+#else
+static loomResult_t pmixUniqueId(const struct launchIdentity *l, loomUniqueId *id, int *found)
+{
+    (void)l, (void)id;
+    *found = 0;
+    return loomSuccess;
+}
+#endif
+
 loomResult_t loomCommInitFromEnv(loomComm_t *comm)
 {
     struct launchIdentity me;
@@ -147,18 +243,33 @@ loomResult_t loomCommInitFromEnv(loomComm_t *comm)
     LOOMCHECK(launchIdentify(&me));
     const char *hex = envGet("LOOM_UNIQUE_ID");
     const char *rootAddr = paramStr(LOOM_PARAM_ROOT_ADDR);
+    int pmix = 0;
     if (hex != NULL) {
         LOOMCHECK(idFromHex(hex, &id));
     } else if (rootAddr[0] != '\0') {
         LOOMCHECK(bootstrapRootAddrId(rootAddr, me.job, me.rank == 0, &id));
     } else {
-        return loomSetError(loomInvalidUsage,
-                            "loomCommInitFromEnv: rank %d of %d (from %s) has no LOOM_UNIQUE_ID "
-                            "(loomrun sets it) and no LOOM_ROOT_ADDR; under mpirun or srun set "
-                            "LOOM_ROOT_ADDR=host:port, an address of the host where rank 0 runs",
-                            me.rank, me.nranks, me.source);
+        LOOMCHECK(pmixUniqueId(&me, &id, &pmix));
+        if (!pmix)
+            return loomSetError(loomInvalidUsage,
+                                "loomCommInitFromEnv: rank %d of %d (from %s) has no "
+                                "LOOM_UNIQUE_ID (loomrun sets it), no LOOM_ROOT_ADDR and no PMIx "
+                                "server to ask (%s); under mpirun or srun set "
+                                "LOOM_ROOT_ADDR=host:port, an address of the host where rank 0 "
+                                "runs",
+                                me.rank, me.nranks, me.source,
+#ifdef HAVE_PMIX
+                                "PMIX_NAMESPACE is unset"
+#else
+                                "this Loom was built without libpmix"
+#endif
+            );
     }
     INFO(LOOM_INIT, "rank %d of %d (local rank %d) from %s%s%s", me.rank, me.nranks, me.localRank,
-         me.source, hex ? "" : ", rendezvous at LOOM_ROOT_ADDR=", hex ? "" : rootAddr);
+         me.source,
+         hex    ? ""
+         : pmix ? ", unique id from rank 0 through PMIx"
+                : ", rendezvous at LOOM_ROOT_ADDR=",
+         hex || pmix ? "" : rootAddr);
     return loomCommInitRankConfig(comm, me.nranks, id, me.rank, NULL);
 }

@@ -17,7 +17,7 @@
  * pipes are all plain file descriptors:
  *
  *   signalfd ---- SIGCHLD -> reap; first failure -> SIGTERM the rest,
- *             |              SIGKILL 3 s later
+ *             |              SIGKILL 3 s later (unless --keep-going)
  *             `-- SIGINT/SIGTERM/SIGHUP -> forwarded to every live rank
  *   pipes ------- (--tag-output) lines prefixed "[rank] ", partial last
  *                 lines flushed at EOF
@@ -82,6 +82,7 @@ struct rank {
 struct job {
     int nranks;
     int tagOutput;
+    int keepGoing;       /* --keep-going: a failed rank does not stop the others */
     double timeoutSec;   /* 0: none */
     const char *program; /* as given */
     char *path;          /* resolved */
@@ -102,15 +103,18 @@ struct job {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: loomrun -n N [--tag-output] [--timeout SEC] program [args...]\n"
+            "usage: loomrun -n N [--tag-output] [--timeout SEC] [--keep-going] program [args...]\n"
             "Starts N ranks of program on this host, each with LOOM_UNIQUE_ID, LOOM_RANK,\n"
             "LOOM_NRANKS, LOOM_LOCAL_RANK and LOOM_LOCAL_SIZE set for loomCommInitFromEnv.\n"
             "  -n, --nranks N   number of ranks, 1 to %d (required)\n"
             "  --tag-output     prefix every line the ranks print with \"[rank] \"\n"
             "  --timeout SEC    stop the job after SEC seconds (exit status 124)\n"
+            "  --keep-going     let the other ranks run on when one fails (programs that\n"
+            "                   survive a lost rank, such as loom-train --elastic)\n"
             "  -h, --help       print this help\n"
-            "If a rank fails, the others get SIGTERM, then SIGKILL 3 s later, and loomrun\n"
-            "exits with that rank's status (128 + signal if it was killed).\n",
+            "If a rank fails, the others get SIGTERM, then SIGKILL 3 s later (unless\n"
+            "--keep-going), and loomrun exits with that rank's status (128 + signal if it\n"
+            "was killed).\n",
             MAX_RANKS);
 }
 
@@ -118,7 +122,7 @@ static int usageError(const char *fmt, const char *arg)
 {
     fputs("loomrun: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: loomrun -n N [--tag-output] [--timeout SEC] program [args...]\n"
+    fputs("\nusage: loomrun -n N [--tag-output] [--timeout SEC] [--keep-going] program [args...]\n"
           "Run 'loomrun --help' for more.\n",
           stderr);
     return EXIT_USAGE;
@@ -135,11 +139,9 @@ static int64_t nowNs(void)
 static int parseArgs(int argc, char **argv, struct job *job)
 {
     static const struct option longOpts[] = {
-        {"nranks", required_argument, NULL, 'n'},
-        {"tag-output", no_argument, NULL, 't'},
-        {"timeout", required_argument, NULL, 'T'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"nranks", required_argument, NULL, 'n'},  {"tag-output", no_argument, NULL, 't'},
+        {"timeout", required_argument, NULL, 'T'}, {"keep-going", no_argument, NULL, 'k'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int haveN = 0;
     int c;
@@ -161,6 +163,9 @@ static int parseArgs(int argc, char **argv, struct job *job)
         }
         case 't':
             job->tagOutput = 1;
+            break;
+        case 'k':
+            job->keepGoing = 1;
             break;
         case 'T': {
             errno = 0;
@@ -464,7 +469,16 @@ static void rankEnded(struct job *job, int i, int status)
     char how[96];
     int code;
     describeEnd(status, how, sizeof(how), &code);
+    if (job->firstFailure >= 0 && job->keepGoing) {
+        fprintf(stderr, "loomrun: rank %d (pid %ld) %s\n", i, (long)job->ranks[i].pid, how);
+        return;
+    }
     job->firstFailure = code;
+    if (job->live > 0 && job->keepGoing) {
+        fprintf(stderr, "loomrun: rank %d (pid %ld) %s; the other %d rank%s go on (--keep-going)\n",
+                i, (long)job->ranks[i].pid, how, job->live, job->live == 1 ? "" : "s");
+        return;
+    }
     if (job->live > 0) {
         fprintf(stderr, "loomrun: rank %d (pid %ld) %s; terminating the other %d rank%s\n", i,
                 (long)job->ranks[i].pid, how, job->live, job->live == 1 ? "" : "s");

@@ -145,14 +145,19 @@ long dataIndex(struct dataSet *d, int rank, long step, int j)
     return d->perm[rank + (long)d->nranks * (within * d->batch + j)];
 }
 
-loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels)
+loomResult_t dataRows(struct dataSet *d, long step, long lo, int n, float *x, int *labels)
 {
-    for (int j = 0; j < d->batch; j++) {
-        long sample = dataIndex(d, rank, step, j);
+    for (int j = 0; j < n; j++) {
+        long g = lo + j, sample = dataIndex(d, (int)(g / d->batch), step, (int)(g % d->batch));
         float *row = x + (size_t)j * d->dim;
         for (int i = 0; i < d->dim; i++)
             row[i] = (float)rngNormal(d->seed, STREAM_DATA, (uint64_t)sample * d->dim + i);
         labels[j] = dataLabel(d, row);
     }
     return loomSuccess;
+}
+
+loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels)
+{
+    return dataRows(d, step, (long)rank * d->batch, d->batch, x, labels);
 }

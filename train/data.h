@@ -42,4 +42,12 @@ long dataIndex(struct dataSet *d, int rank, long step, int j);
 /* Rank `rank`'s batch of step `step` (0-based): batch x dim inputs and batch labels. */
 loomResult_t dataBatch(struct dataSet *d, int rank, long step, float *x, int *labels);
 
+/*
+ * Rows [lo, lo + n) of the global batch of step `step`: the batches of every
+ * rank stacked in rank order (row k x batch + j is sample j of rank k).
+ * Rank k's batch is rows [k x batch, (k + 1) x batch); --elastic re-divides
+ * the same rows among the ranks left after a failure.
+ */
+loomResult_t dataRows(struct dataSet *d, long step, long lo, int n, float *x, int *labels);
+
 #endif /* LOOM_TRAIN_DATA_H_ */

@@ -25,6 +25,14 @@
  * --compare-overlap alternates the two step by step (odd steps overlapped),
  * so that a comparison of their times on a shared machine sees the same
  * background load in both.
+ *
+ * --elastic: the state is saved before each step (16 bytes a parameter more,
+ * and a copy of it a step), so that after a rank dies the survivors, whatever
+ * part of the step each had finished, all go back to the same state and redo
+ * the step on a smaller communicator (ddpRegroup). They re-divide the same
+ * global batch; where it does not divide evenly, each scales its mean
+ * gradient by rows x N / global rows before the average, so the average is
+ * still the mean over the global batch.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +55,9 @@ struct ddp {
     loomStream_t current; /* this step's: the stream, or NULL for the blocking way */
     struct bucket *buckets;
     int nbuckets, launched;
+    double gradScale; /* rows x nranks / global rows: 1 unless the rows are uneven */
+    void *saved;      /* --elastic: the state at the start of the step */
+    size_t savedBytes;
 };
 
 /* Cuts [0, total) into buckets of at least capBytes, whole tensors, from the end. */
@@ -73,10 +84,23 @@ static loomResult_t ddpBuckets(struct ddp *d, size_t capBytes)
     return loomSuccess;
 }
 
+static void ddpScale(struct ddp *d, void *p, size_t n)
+{
+    float f = (float)d->gradScale;
+    for (size_t i = 0; i < n; i++) {
+        if (d->rep.bf16)
+            ((uint16_t *)p)[i] = floatToBf16(bf16ToFloat(((uint16_t *)p)[i]) * f);
+        else
+            ((float *)p)[i] *= f;
+    }
+}
+
 static loomResult_t ddpLaunch(struct ddp *d, loomStream_t stream)
 {
     const struct bucket *b = &d->buckets[d->launched++];
     void *p = (char *)d->rep.grads + b->lo * dtypeSize(d->rep.bf16);
+    if (d->gradScale != 1.0)
+        ddpScale(d, p, b->hi - b->lo);
     uint64_t t0 = nowNs();
     return trainComm(
         d->t, "loomAllReduce",
@@ -154,9 +178,44 @@ static loomResult_t ddpCollect(void *self, struct finalState *out)
     return loomSuccess;
 }
 
+static void ddpSave(void *self)
+{
+    struct ddp *d = self;
+    if (d->saved == NULL) {
+        d->savedBytes = replicaStateBytes(&d->rep);
+        d->saved = ledgerAlloc(&d->t->ledger, LEDGER_TEMP, d->savedBytes);
+    }
+    if (d->saved != NULL)
+        replicaSave(&d->rep, d->saved);
+}
+
+static loomResult_t ddpRegroup(void *self)
+{
+    struct ddp *d = self;
+    struct trainer *t = d->t;
+    if (d->saved == NULL)
+        return trainFail(t, loomSystemError, "elastic: no saved state to go back to");
+    replicaRestore(&d->rep, d->saved);
+    d->gradScale = (double)t->rows * t->nranks / (double)t->globalRows;
+    if (d->acts.rows != t->rows) {
+        modelActsFree(&d->acts, &d->shape, &t->ledger);
+        if (modelActsInit(&d->acts, &d->shape, t->rows, &t->ledger) != loomSuccess)
+            return trainFail(t, loomSystemError, "out of memory for %d rows of activations",
+                             t->rows);
+    }
+    /* The stream holds the error of the failed step; a new one starts clean. */
+    if (d->stream != NULL) {
+        loomStreamDestroy(d->stream);
+        d->stream = NULL;
+        LOOMCHECK(trainComm(t, "loomStreamCreate", loomStreamCreate(&d->stream), nowNs()));
+    }
+    return loomSuccess;
+}
+
 static void ddpDestroy(void *self)
 {
     struct ddp *d = self;
+    ledgerFree(&d->t->ledger, LEDGER_TEMP, d->saved, d->savedBytes);
     if (d->stream != NULL)
         loomStreamDestroy(d->stream);
     modelActsFree(&d->acts, &d->shape, &d->t->ledger);
@@ -175,13 +234,14 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
     if (d == NULL)
         return trainFail(t, loomSystemError, "out of memory");
     d->t = t;
+    d->gradScale = 1.0;
     d->shape = (struct modelShape){o->layers, o->hidden, o->ffn, o->classes};
     d->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
     d->hooks = (struct modelHooks){d, hookParams, hookRelease, hookGrads, hookReady};
     if (modelSpecs(&d->shape, &specs, &nunits) != loomSuccess ||
         layoutInit(&d->lay, specs, nunits, 1) != loomSuccess ||
         replicaInit(&d->rep, &d->lay, o->bf16, o->seed, &t->ledger) != loomSuccess ||
-        modelActsInit(&d->acts, &d->shape, o->batch, &t->ledger) != loomSuccess ||
+        modelActsInit(&d->acts, &d->shape, t->rows, &t->ledger) != loomSuccess ||
         ddpBuckets(d, (size_t)(o->bucketMb * 1024 * 1024)) != loomSuccess) {
         free(specs);
         ddpDestroy(d);
@@ -200,6 +260,8 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
                            .fingerprint = ddpFingerprint,
                            .collect = ddpCollect,
                            .destroy = ddpDestroy,
+                           .regroup = ddpRegroup,
+                           .save = ddpSave,
                            .psi = d->lay.params,
                            .formula = "16 Psi",
                            .formulaBytes = 16.0 * (double)d->lay.params};

@@ -16,12 +16,24 @@
  * of the strategy. With --check the ranks gather their final weights, rank 0
  * trains the single-process reference (check.c) and compares, and
  * broadcasts the verdict, so every rank exits 0 only if the check holds.
+ *
+ * --elastic (DDP): a step that fails because a rank died is not the end.
+ * The survivors ask loomCommGetFailedRanks who failed, make a smaller
+ * communicator with loomCommShrink, re-divide the same global batch among
+ * themselves, go back to the state saved before the step (the strategy's
+ * regroup) and redo it; the pause is printed. The global batches stay those
+ * of the original ranks, so --check compares with the same single-process
+ * reference, which at the failed step holds the weights the survivors hold.
+ * ZeRO and MoE keep a rank's shard of the state only on that rank: there a
+ * lost rank ends the run with a line saying what was lost.
  */
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "check.h"
 #include "data.h"
@@ -50,6 +62,8 @@ static void usage(FILE *f)
                "  --check                also train a single-process reference and compare\n"
                "  --log-every K          print every K-th step (1)\n"
                "  --verify-every K       compare parameter hashes across ranks every K steps (10)\n"
+               "  --elastic              go on without a rank that dies (ddp; see loom-train(1))\n"
+               "  --test-kill R:S        for tests: rank R SIGKILLs itself in step S\n"
                "  -h, --help\n");
 }
 
@@ -101,7 +115,9 @@ enum {
     OPT_AUX,
     OPT_CHECK,
     OPT_LOG,
-    OPT_VERIFY
+    OPT_VERIFY,
+    OPT_ELASTIC,
+    OPT_TEST_KILL
 };
 
 static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_MODE},
@@ -125,6 +141,8 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"check", no_argument, 0, OPT_CHECK},
                                             {"log-every", required_argument, 0, OPT_LOG},
                                             {"verify-every", required_argument, 0, OPT_VERIFY},
+                                            {"elastic", no_argument, 0, OPT_ELASTIC},
+                                            {"test-kill", required_argument, 0, OPT_TEST_KILL},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
 
@@ -181,6 +199,21 @@ static int parseMode(const char *s, struct trainOptions *o)
     return -1;
 }
 
+static int parseKill(const char *s, struct trainOptions *o)
+{
+    char rank[32];
+    const char *colon = strchr(s, ':');
+    long r;
+    if (colon == NULL || colon - s >= (long)sizeof(rank))
+        return -1;
+    memcpy(rank, s, (size_t)(colon - s));
+    rank[colon - s] = '\0';
+    if (parseLong(rank, 0, INT_MAX, &r) != 0 || parseLong(colon + 1, 1, 1L << 24, &o->testKillStep))
+        return -1;
+    o->testKillRank = (int)r;
+    return 0;
+}
+
 static int parseOptions(int argc, char **argv, struct trainOptions *o)
 {
     int c, idx = 0;
@@ -201,7 +234,8 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
                                .experts = 8,
                                .topK = 2,
                                .capacity = 1.25,
-                               .auxWeight = 0.01};
+                               .auxWeight = 0.01,
+                               .testKillRank = -1};
     while ((c = getopt_long(argc, argv, "h", longOptions, &idx)) != -1) {
         switch (c) {
         case OPT_MODE:
@@ -227,6 +261,13 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         case OPT_CHECK:
             o->check = 1;
             break;
+        case OPT_ELASTIC:
+            o->elastic = 1;
+            break;
+        case OPT_TEST_KILL:
+            if (parseKill(optarg, o) != 0)
+                return usageError("--test-kill wants RANK:STEP (step from 1), not", optarg);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -241,6 +282,7 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
     }
     if (optind < argc)
         return usageError("unexpected argument", argv[optind]);
+
     if (o->ffn == 0)
         o->ffn = 4 * o->hidden;
     if (o->mode == MODE_MOE && o->experts < o->topK)
@@ -321,6 +363,8 @@ struct run {
     struct runRecord rec;
     double *stepMs, *commShare;
     int mismatches;
+    int rank0, nranks0; /* before any failure */
+    long failedStep;    /* --elastic: the first step redone after a failure, -1 if none */
 };
 
 /* Collective: do all ranks hold the same hash? */
@@ -344,9 +388,16 @@ static loomResult_t trainStep(struct run *r, long step)
     struct trainer *t = &r->t;
     struct stepStats st = {0, 0, 0};
     uint64_t start = nowNs(), comm0 = t->commNs;
-    LOOMCHECK(dataBatch(&r->data, t->rank, step, r->x, r->labels));
+    LOOMCHECK(dataRows(&r->data, step, t->rowLo, t->rows, r->x, r->labels));
+    if (r->o.elastic && r->s.save != NULL)
+        r->s.save(r->s.self);
+    if (r->rank0 == r->o.testKillRank && step + 1 == r->o.testKillStep) {
+        printf("loom-train: rank %d: --test-kill: SIGKILL in step %ld\n", r->rank0, step + 1);
+        raise(SIGKILL);
+    }
     LOOMCHECK(r->s.step(r->s.self, step + 1, r->x, r->labels, &st));
-    double local[3] = {st.loss / t->nranks, st.gradNormSq, st.dropped / t->nranks}, global[3];
+    double share = (double)t->rows / (double)t->globalRows;
+    double local[3] = {st.loss * share, st.gradNormSq, st.dropped / t->nranks}, global[3];
     uint64_t t0 = nowNs();
     LOOMCHECK(trainComm(t, "loomAllReduce",
                         loomAllReduce(local, global, 3, loomFloat64, loomSum, t->comm, NULL), t0));
@@ -360,8 +411,8 @@ static loomResult_t trainStep(struct run *r, long step)
         if (r->o.mode == MODE_MOE)
             snprintf(dropped, sizeof(dropped), "  dropped %4.1f%%", 100.0 * global[2]);
         printf("step %5ld  loss %.6f  tokens/s %10.0f  comm %5.1f%%  (%.3f ms)%s\n", step + 1,
-               global[0], (double)t->nranks * r->o.batch / (ms / 1e3), 100.0 * r->commShare[step],
-               ms, dropped);
+               global[0], (double)t->globalRows / (ms / 1e3), 100.0 * r->commShare[step], ms,
+               dropped);
     }
     if (r->s.fingerprint != NULL && r->o.verifyEvery > 0 && (step + 1) % r->o.verifyEvery == 0) {
         int same;
@@ -416,7 +467,7 @@ static void stepTimes(const struct run *r, int first, int stride, double *med, d
 static void printTiming(const struct run *r)
 {
     int first = r->o.steps > 1 ? 1 : 0;
-    double ms, fastest, share, tokens = (double)r->t.nranks * r->o.batch;
+    double ms, fastest, share, tokens = (double)r->t.globalRows;
     if (r->t.rank != 0)
         return;
     if (r->o.mode == MODE_DDP && r->o.overlap == OVERLAP_ALTERNATE && r->o.steps >= 4) {
@@ -439,6 +490,25 @@ static void printTiming(const struct run *r)
            ms, fastest, first + 1, r->o.steps, tokens / (ms / 1e3), 100.0 * share);
 }
 
+/* --elastic: the losses from the redone step on, against the reference, which at that step
+ * holds the weights the survivors went back to (checkCompare bounds them too). */
+static int checkAfterFailure(const struct run *r, const struct runRecord *ref)
+{
+    const struct trainOptions o = r->o;
+    long from = r->failedStep;
+    double worst = 0.0;
+    for (long s = from; s < o.steps; s++) {
+        double d = fabs(r->rec.loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
+        worst = d > worst || d != d ? d : worst;
+    }
+    double tol = o.bf16 ? 2e-3 : 1e-6;
+    int ok = worst <= tol;
+    printf("check: after the failure, steps %ld..%d on %d ranks: max |diff|/loss %.3e against the "
+           "reference from the same weights at step %ld, tolerance %.2g (that of every step)  %s\n",
+           from + 1, o.steps, r->t.nranks, worst, from + 1, tol, ok ? "ok" : "EXCEEDED");
+    return ok;
+}
+
 /* Collective: final weights everywhere, identical on every rank; rank 0 compares. */
 static loomResult_t runCheck(struct run *r, int *ok)
 {
@@ -451,8 +521,10 @@ static loomResult_t runCheck(struct run *r, int *ok)
     if (r->t.rank == 0) {
         printf("check: final weights gathered on every rank are %s\n",
                same ? "bitwise identical across ranks" : "NOT identical across ranks");
-        if (referenceRun(&r->o, r->t.nranks, &ref) == loomSuccess) {
-            verdict = same && checkCompare(&r->o, r->t.nranks, &ref, &r->rec);
+        if (referenceRun(&r->o, r->nranks0, &ref) == loomSuccess) {
+            verdict = same && checkCompare(&r->o, r->nranks0, &ref, &r->rec);
+            if (r->failedStep >= 0)
+                verdict &= checkAfterFailure(r, &ref);
             runRecordFree(&ref);
         }
         /* before the broadcast: a rank that exits first may make the launcher stop this one */
@@ -476,6 +548,12 @@ static loomResult_t runCreate(struct run *r)
     }
     loomCommUserRank(t->comm, &t->rank);
     loomCommCount(t->comm, &t->nranks);
+    r->rank0 = t->rank;
+    r->nranks0 = t->nranks;
+    r->failedStep = -1;
+    t->rows = r->o.batch;
+    t->rowLo = (long)t->rank * r->o.batch;
+    t->globalRows = (long)t->nranks * r->o.batch;
     t->opt = &r->o;
     LOOMCHECK(dataInit(&r->data, r->o.hidden, r->o.classes, r->o.samples, r->o.batch, t->nranks,
                        r->o.seed));
@@ -512,11 +590,125 @@ static void runDestroy(struct run *r)
     free(r->commShare);
 }
 
+/* ---- --elastic ---- */
+
+static void rankList(const int *ranks, int n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used + 12 < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? ", " : "", ranks[i]);
+}
+
+/* Who failed, as this rank sees it; waits up to 10 s for a failure to show. 0 or -1. */
+static int elasticFailed(loomComm_t comm, int *failed, int *n)
+{
+    for (int waited = 0; waited < 10000; waited += 10) {
+        if (loomCommGetFailedRanks(comm, failed, n) == loomSuccess && *n > 0)
+            return 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+/* A sharded mode cannot go on: says what went with the failed ranks. */
+static loomResult_t elasticLost(const struct run *r, const int *failed, int n, const char *who,
+                                long step)
+{
+    static const char *const what[] = {
+        "", "its shard of the optimizer state", "its shards of the gradients and optimizer state",
+        "its shards of the parameters, gradients and optimizer state",
+        "its experts of every MoE layer and their optimizer state"};
+    int lowest = 0;
+    for (int i = 0; i < n && failed[i] == lowest; i++)
+        lowest++;
+    if (r->t.rank == lowest)
+        printf("elastic: rank %s failed in step %ld; in mode %s each rank holds %s (1/%d of it) "
+               "and nobody else does, so that part of the model is lost; without a checkpoint "
+               "(loom-train keeps none) this run cannot go on: stopping\n",
+               who, step + 1, modeNames[r->o.mode], what[r->o.mode], r->nranks0);
+    return loomRemoteError;
+}
+
+/* Makes the communicator of the ranks left; tries again if ranks disagreed or another died. */
+static loomResult_t elasticShrink(struct run *r, long step, loomComm_t *newcomm, char *who,
+                                  size_t len)
+{
+    loomComm_t comm = r->t.comm;
+    int *failed = calloc((size_t)r->t.nranks, sizeof(*failed)), n = 0;
+    loomResult_t res = loomRemoteError;
+    if (failed == NULL)
+        return trainFail(&r->t, loomSystemError, "out of memory");
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (elasticFailed(comm, failed, &n) != 0) {
+            trainFail(&r->t, res, "elastic: step %ld failed, but no rank is known to have failed",
+                      step + 1);
+            break;
+        }
+        rankList(failed, n, who, len);
+        if (r->s.regroup == NULL) {
+            res = elasticLost(r, failed, n, who, step);
+            break;
+        }
+        res = loomCommShrink(comm, failed, n, newcomm, NULL, LOOM_SHRINK_ABORT);
+        if (res == loomSuccess)
+            break;
+        trainFail(&r->t, res, "elastic: loomCommShrink without rank %s: %s%s", who,
+                  loomGetLastError(comm),
+                  res == loomInvalidUsage || res == loomRemoteError ? "; trying again" : "");
+        if (res != loomInvalidUsage && res != loomRemoteError)
+            break;
+    }
+    free(failed);
+    return res;
+}
+
+/* After step `step` failed (at errAt): shrink, re-divide the global batch, redo the step. */
+static loomResult_t elasticRecover(struct run *r, long step, uint64_t errAt)
+{
+    struct trainer *t = &r->t;
+    loomComm_t newcomm;
+    char who[128];
+    LOOMCHECK(elasticShrink(r, step, &newcomm, who, sizeof(who)));
+    loomCommDestroy(t->comm);
+    t->comm = newcomm;
+    loomCommUserRank(t->comm, &t->rank);
+    loomCommCount(t->comm, &t->nranks);
+    t->rowLo = t->globalRows * t->rank / t->nranks;
+    t->rows = (int)(t->globalRows * (t->rank + 1) / t->nranks - t->rowLo);
+    float *x = realloc(r->x, (size_t)t->rows * r->o.hidden * sizeof(float));
+    int *labels = realloc(r->labels, (size_t)t->rows * sizeof(int));
+    r->x = x ? x : r->x;
+    r->labels = labels ? labels : r->labels;
+    if (x == NULL || labels == NULL)
+        return trainFail(t, loomSystemError, "out of memory");
+    LOOMCHECK(r->s.regroup(r->s.self));
+    if (r->failedStep < 0)
+        r->failedStep = step;
+    if (t->rank == 0)
+        printf("elastic: rank %s failed in step %ld; %d ranks redo it from the state saved "
+               "before it and go on, %ld..%ld tokens each of the same global batch of %ld; pause "
+               "%.3f s (from the error to the new communicator)\n",
+               who, step + 1, t->nranks, t->globalRows / t->nranks,
+               (t->globalRows + t->nranks - 1) / t->nranks, t->globalRows,
+               (double)(nowNs() - errAt) / 1e9);
+    return loomSuccess;
+}
+
 static loomResult_t runTrain(struct run *r, int *ok)
 {
     printHeader(r);
-    for (long step = 0; step < r->o.steps; step++)
-        LOOMCHECK(trainStep(r, step));
+    for (long step = 0, recoveries = 0; step < r->o.steps;) {
+        loomResult_t res = trainStep(r, step);
+        if (res == loomSuccess) {
+            step++;
+            continue;
+        }
+        if (!r->o.elastic || recoveries++ == r->nranks0 - 1)
+            return res;
+        LOOMCHECK(elasticRecover(r, step, nowNs())); /* and the loop redoes the step */
+    }
     int same;
     if (r->s.fingerprint != NULL) {
         LOOMCHECK(verifyHashes(r, r->s.fingerprint(r->s.self), &same));

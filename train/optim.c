@@ -225,3 +225,40 @@ size_t replicaWeights(const struct replica *r, int u0, int u1, float *out)
     }
     return n;
 }
+
+size_t replicaStateBytes(const struct replica *r)
+{
+    size_t n = r->lay->total;
+    return n * dtypeSize(r->bf16) + n * sizeof(float) * (r->bf16 ? 3 : 2);
+}
+
+/* The parts of the state, in the order they are saved: where each is and its size. */
+static int replicaParts(const struct replica *r, void *parts[4], size_t sizes[4])
+{
+    size_t n = r->lay->total;
+    int k = 0;
+    parts[k] = r->params, sizes[k++] = n * dtypeSize(r->bf16);
+    if (r->bf16)
+        parts[k] = r->opt.master, sizes[k++] = n * sizeof(float);
+    parts[k] = r->opt.m, sizes[k++] = n * sizeof(float);
+    parts[k] = r->opt.v, sizes[k++] = n * sizeof(float);
+    return k;
+}
+
+void replicaSave(const struct replica *r, void *buf)
+{
+    void *parts[4];
+    size_t sizes[4];
+    char *p = buf;
+    for (int i = 0, k = replicaParts(r, parts, sizes); i < k; p += sizes[i], i++)
+        memcpy(p, parts[i], sizes[i]);
+}
+
+void replicaRestore(struct replica *r, const void *buf)
+{
+    void *parts[4];
+    size_t sizes[4];
+    const char *p = buf;
+    for (int i = 0, k = replicaParts(r, parts, sizes); i < k; p += sizes[i], i++)
+        memcpy(parts[i], p, sizes[i]);
+}

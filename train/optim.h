@@ -90,4 +90,14 @@ uint64_t replicaHash(const struct replica *r);
 /* Units [u0, u1) of fp32 weights, unpadded, back to back at out; returns elements written. */
 size_t replicaWeights(const struct replica *r, int u0, int u1, float *out);
 
+/*
+ * The state a step changes (parameters, fp32 master, Adam moments), saved to
+ * and restored from replicaStateBytes() bytes at buf: --elastic saves it
+ * before each step, so the survivors of a failure all redo that step from
+ * the same state, whatever part of it each had finished.
+ */
+size_t replicaStateBytes(const struct replica *r);
+void replicaSave(const struct replica *r, void *buf);
+void replicaRestore(struct replica *r, const void *buf);
+
 #endif /* LOOM_TRAIN_OPTIM_H_ */

@@ -57,6 +57,9 @@ struct trainOptions {
     int verifyEvery; /* steps between cross-rank parameter fingerprints (0: only at the end) */
     int experts, topK;
     double capacity, auxWeight;
+    int elastic;      /* --elastic: go on without a rank that fails */
+    int testKillRank; /* --test-kill R:S: rank R SIGKILLs itself at step S (-1: no) */
+    long testKillStep;
 };
 
 /* ---- memory ledger ---- */
@@ -90,6 +93,10 @@ struct trainer {
     const struct trainOptions *opt;
     loomComm_t comm;
     int rank, nranks;
+    /* This rank's rows (tokens) of each step's global batch of globalRows: [rowLo, rowLo + rows).
+     * rank x batch, batch and nranks x batch, until --elastic re-divides them. */
+    long rowLo, globalRows;
+    int rows;
     struct ledger ledger;
     uint64_t commNs; /* time the training thread spent in or waiting for Loom calls */
 };
@@ -120,6 +127,14 @@ struct strategy {
     /* Collective: the final weights (and outputs) on every rank, for --check. */
     loomResult_t (*collect)(void *self, struct finalState *out);
     void (*destroy)(void *self);
+    /*
+     * --elastic, after t->comm was replaced by a smaller one and t's rows re-divided:
+     * back to the state at the start of the step that failed, ready to redo it.
+     * NULL where the state is sharded and a lost rank's share cannot be recovered.
+     */
+    loomResult_t (*regroup)(void *self);
+    /* --elastic: called before each step, so that regroup can return to it. */
+    void (*save)(void *self);
     /* Parameters in the model and the model-state formula of this strategy, for the ledger. */
     size_t psi;
     const char *formula; /* "16 Psi/N" */

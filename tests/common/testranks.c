@@ -7,6 +7,7 @@
 #include "testranks.h"
 
 #include <errno.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_NO_ID 99
@@ -71,4 +72,18 @@ int testRanksGo(struct testRanks *t, const loomUniqueId *id)
         t->idFds[r] = -1;
     }
     return rc;
+}
+
+double testNowSec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void testSleepMs(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }

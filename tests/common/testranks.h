@@ -37,4 +37,9 @@ int testRanksFork(struct testRanks *t, int nranks, testRankFn fn, void *arg);
 /* Hands every waiting child the id. 0 or -1. */
 int testRanksGo(struct testRanks *t, const loomUniqueId *id);
 
+/* Seconds on CLOCK_MONOTONIC, one clock for every process of the host. */
+double testNowSec(void);
+/* Sleeps ms milliseconds, signals or not. */
+void testSleepMs(int ms);
+
 #endif /* LOOM_TEST_RANKS_H_ */

@@ -90,20 +90,6 @@ struct job {
     int goFd[MAX_RANKS][2]; /* RELEASE_FROM_THREAD: the parent says when to abort */
 };
 
-static double monoNow(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleepMs(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* ---- a rank ---- */
 
 struct abortThread {
@@ -118,9 +104,9 @@ static void *abortMain(void *arg)
     char c;
     if (read(t->goFd, &c, 1) != 1)
         return NULL;
-    t->rep->releaseStart = monoNow();
+    t->rep->releaseStart = testNowSec();
     t->rep->releaseResult = loomCommAbort(t->comm);
-    t->rep->releaseEnd = monoNow();
+    t->rep->releaseEnd = testNowSec();
     t->rep->aborted = 1;
     return NULL;
 }
@@ -182,9 +168,9 @@ static loomResult_t chainWait(loomComm_t comm, int rank, int nranks, float *buf)
 static void rankRelease(struct report *rep, loomComm_t comm)
 {
     rep->aborted = rep->rank % 2 == 0;
-    rep->releaseStart = monoNow();
+    rep->releaseStart = testNowSec();
     rep->releaseResult = rep->aborted ? loomCommAbort(comm) : loomCommDestroy(comm);
-    rep->releaseEnd = monoNow();
+    rep->releaseEnd = testNowSec();
 }
 
 static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
@@ -227,7 +213,7 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         if (res == loomSuccess && job->work == WORK_CHAIN)
             res = chainWait(comm, rank, nranks, buf);
     }
-    rep.returnedAt = monoNow();
+    rep.returnedAt = testNowSec();
     rep.result = res;
     snprintf(rep.error, sizeof(rep.error), "%s", loomGetLastError(comm));
     if (job->release == RELEASE_FROM_THREAD)
@@ -290,7 +276,7 @@ static void jobStart(struct job *job, int nranks, int timeoutSec, enum release r
         waitedMs += 200;
         ck_assert_msg(waitedMs < 60000, "only %d of %d ranks started looping", got, nranks);
     }
-    sleepMs(50); /* and they are well inside it */
+    testSleepMs(50); /* and they are well inside it */
 }
 
 /* Reads one report; fails the test if none comes within maxSec. */
@@ -388,13 +374,13 @@ static void faultRun(const struct faultCase *fc)
     char victimHost[64];
     jobStart(&job, fc->nranks, fc->timeoutSec, fc->release, fc->work, fc->perHost);
     hostOf(&job, fc->victim, victimHost, sizeof(victimHost));
-    double faultAt = monoNow();
+    double faultAt = testNowSec();
     ck_assert_int_eq(kill(job.pids[fc->victim], fc->sig), 0);
     if (fc->sig == SIGKILL)
         waitpid(job.pids[fc->victim], NULL, 0); /* reaped at once: never a zombie */
     if (fc->release == RELEASE_FROM_THREAD) {
-        sleepMs(fc->abortDelayMs);
-        faultAt = monoNow(); /* durations count from the abort */
+        testSleepMs(fc->abortDelayMs);
+        faultAt = testNowSec(); /* durations count from the abort */
         for (int r = 0; r < job.nranks; r++)
             if (r != fc->victim)
                 ck_assert_int_eq(write(job.goFd[r][1], "g", 1), 1);

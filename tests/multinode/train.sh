@@ -8,6 +8,10 @@
 # of MPI: the ranks join through LOOM_ROOT_ADDR (rank 0's host) and the
 # rank variables mpirun sets.
 #
+# Then ddp once more with no LOOM_ROOT_ADDR at all, as a new user would run
+# it: rank 0 publishes its unique id in mpirun's PMIx store and the others
+# fetch it (skipped, in one line, in a build without libpmix).
+#
 # Skipped, in one line, unless run as root where network namespaces work.
 set -u
 . "$(dirname "$0")/../integration/common.sh"
@@ -36,4 +40,19 @@ for mode in ddp zero1 zero2 zero3 moe; do
     fi
     port=$((port + 1))
 done
+
+if "$top_builddir/tools/loom-info" 2>/dev/null | grep -q "pmix=yes"; then
+    log=$TEST_TMPDIR/ddp-pmix.log
+    run_logged "$log" env -u LOOM_ROOT_ADDR "$MN_MPIRUN" 2 2 -x LOOM_TIMEOUT=120 -x LOOM_SPIN=0 \
+        -x LOOM_DEBUG=INFO -x LOOM_DEBUG_SUBSYS=INIT "$LOOM_TRAIN" --mode ddp --check --steps 20 \
+        --log-every 10
+    if train_check "$log" $? "ddp on 2 hosts x 2 ranks, no LOOM_ROOT_ADDR (PMIx)" 20; then
+        [ "$(grep -c "unique id from rank 0 through PMIx" "$log")" -eq 4 ] ||
+            record_failure "ddp-pmix: not every rank took the unique id from PMIx"
+        grep -q "4 ranks on 2 hosts, 2 on this one (h2)" "$log" ||
+            record_failure "ddp-pmix: the ranks did not span hosts h1 and h2"
+    fi
+else
+    note "ddp with no LOOM_ROOT_ADDR skipped: this Loom was built without libpmix"
+fi
 finish

@@ -204,6 +204,8 @@ static void assertCommRefused(loomComm_t bad, loomResult_t res, const char *word
     int n;
     void *mem;
     ck_error(loomCommSplit(bad, 0, 0, &sub, NULL), res, word);
+    ck_error(loomCommShrink(bad, NULL, 0, &sub, NULL, LOOM_SHRINK_DEFAULT), res, word);
+    ck_error(loomCommGetFailedRanks(bad, NULL, &n), res, word);
     ck_error(loomCommFinalize(bad), res, word);
     ck_error(loomCommGetAsyncError(bad, &async), res, word);
     ck_error(loomCommCount(bad, &n), res, word);
@@ -242,6 +244,23 @@ START_TEST(test_comm_outputs)
     config.magic = 1;
     ck_error(loomCommSplit(comm, 0, 0, &sub, &config), loomInvalidArgument,
              "LOOM_CONFIG_INITIALIZER");
+    int self = 0, other = 1, failed = -1;
+    ck_error(loomCommShrink(comm, NULL, 0, NULL, NULL, 0), loomInvalidArgument, "newcomm");
+    ck_error(loomCommShrink(comm, NULL, 0, &sub, NULL, 7), loomInvalidArgument, "flags");
+    ck_error(loomCommShrink(comm, &self, 1, &sub, NULL, 0), loomInvalidArgument, "excludeCount");
+    ck_error(loomCommShrink(comm, NULL, -1, &sub, NULL, 0), loomInvalidArgument, "excludeCount");
+    ck_error(loomCommShrink(comm, &other, 0, &sub, &config, 0), loomInvalidArgument,
+             "LOOM_CONFIG_INITIALIZER");
+    ck_assert_ptr_eq(sub, FOREIGN_COMM);
+    ck_error(loomCommGetFailedRanks(comm, &failed, NULL), loomInvalidArgument, "count");
+    ck_assert_int_eq(loomCommGetFailedRanks(comm, &failed, &self), loomSuccess);
+    ck_assert_int_eq(self, 0);
+    ck_assert_int_eq(failed, -1);
+    /* Shrinking a rank alone by nothing makes a communicator of one. */
+    ck_assert_int_eq(loomCommShrink(comm, NULL, 0, &sub, NULL, LOOM_SHRINK_DEFAULT), loomSuccess);
+    ck_assert_int_eq(loomCommCount(sub, &self), loomSuccess);
+    ck_assert_int_eq(self, 1);
+    ck_assert_int_eq(loomCommDestroy(sub), loomSuccess);
     loomResult_t async = loomInternalError;
     ck_assert_int_eq(loomCommGetAsyncError(comm, &async), loomSuccess);
     ck_assert_int_eq(async, loomSuccess);
