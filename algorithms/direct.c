@@ -19,104 +19,72 @@
  *
  * AlltoAll and AllGather also have single-copy schedules (LOOM_ALGO_CMA,
  * below).
+ *
+ * As plans (schedule.h): each round is one loop over pieces whose body is a
+ * SEND and a RECV template, each with its own length, so a plan holds O(n)
+ * templates whatever the counts.
  */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "schedule.h"
 
-static size_t directMin(size_t x, size_t y)
+/*
+ * Appends one template: op over len elements in pieces of `piece` (0: one
+ * step of all of them), src and dst offsets moving from srcOff and dstOff.
+ */
+static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPeer, int recvPeer,
+                               size_t srcOff, size_t dstOff, size_t len, size_t piece)
 {
-    return x < y ? x : y;
-}
-
-static loomResult_t directSend(struct loomSchedule *out, int peer, size_t srcOff, size_t count)
-{
-    struct loomStep st = {
-        .op = LOOM_STEP_SEND,
+    unsigned uses = loomStepUses(op);
+    struct loomPlanStep t = {
+        .op = (uint8_t)op,
         .srcBuf = LOOM_BUF_SEND,
         .dstBuf = LOOM_BUF_RECV,
-        .sendPeer = peer,
-        .recvPeer = -1,
-        .srcOff = srcOff,
-        .count = count,
+        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
+                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
+        .sendPeer = sendPeer,
+        .recvPeer = recvPeer,
+        .nblocks = 1,
+        .len = len,
+        .piece = piece,
+        .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
+        .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
     };
-    return scheduleAppend(out, &st);
+    return planAppend(out, &t);
 }
 
-static loomResult_t directRecv(struct loomSchedule *out, int peer, size_t dstOff, size_t count)
-{
-    struct loomStep st = {
-        .op = LOOM_STEP_RECV,
-        .srcBuf = LOOM_BUF_SEND,
-        .dstBuf = LOOM_BUF_RECV,
-        .sendPeer = -1,
-        .recvPeer = peer,
-        .dstOff = dstOff,
-        .count = count,
-    };
-    return scheduleAppend(out, &st);
-}
-
-static loomResult_t directCopy(struct loomSchedule *out, size_t srcOff, size_t dstOff, size_t count)
-{
-    struct loomStep st = {
-        .op = LOOM_STEP_COPY,
-        .srcBuf = LOOM_BUF_SEND,
-        .dstBuf = LOOM_BUF_RECV,
-        .sendPeer = -1,
-        .recvPeer = -1,
-        .srcOff = srcOff,
-        .dstOff = dstOff,
-        .count = count,
-    };
-    return scheduleAppend(out, &st);
-}
-
-/* Copies count elements from srcOff to dstOff in pieces of chunk. */
-static loomResult_t directCopyPieces(struct loomSchedule *out, size_t srcOff, size_t dstOff,
+/* Copies count elements from srcOff to dstOff in pieces of chunk: a loop of its own. */
+static loomResult_t directCopyPieces(struct loomPlan *out, size_t srcOff, size_t dstOff,
                                      size_t count, size_t chunk)
 {
-    size_t len;
-    for (size_t j = 0; j < count; j += len) {
-        len = directMin(chunk, count - j);
-        loomResult_t res = directCopy(out, srcOff + j, dstOff + j, len);
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    planLoop(out);
+    return directStep(out, LOOM_STEP_COPY, -1, -1, srcOff, dstOff, count, chunk);
 }
 
 /*
- * One round of the exchange: nsend elements from srcOff to sendTo and nrecv
- * elements from recvFrom to dstOff, alternating pieces while either remains.
+ * One round: nsend elements to sendTo and nrecv from recvFrom, alternating
+ * piece by piece (one loop; the longer side goes on alone).
  */
-static loomResult_t directExchange(struct loomSchedule *out, size_t chunk, int sendTo,
-                                   size_t srcOff, size_t nsend, int recvFrom, size_t dstOff,
-                                   size_t nrecv)
+static loomResult_t directExchange(struct loomPlan *out, size_t chunk, int sendTo, size_t srcOff,
+                                   size_t nsend, int recvFrom, size_t dstOff, size_t nrecv)
 {
-    size_t total = nsend > nrecv ? nsend : nrecv;
-    for (size_t j = 0; j < total; j += directMin(chunk, total - j)) {
-        loomResult_t res = loomSuccess;
-        if (j < nsend)
-            res = directSend(out, sendTo, srcOff + j, directMin(chunk, nsend - j));
-        if (res == loomSuccess && j < nrecv)
-            res = directRecv(out, recvFrom, dstOff + j, directMin(chunk, nrecv - j));
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    planLoop(out);
+    loomResult_t res = directStep(out, LOOM_STEP_SEND, sendTo, -1, srcOff, 0, nsend, chunk);
+    if (res == loomSuccess)
+        res = directStep(out, LOOM_STEP_RECV, -1, recvFrom, 0, dstOff, nrecv, chunk);
+    return res;
 }
 
 /* A zero chunk would never advance; the core never passes one, so it is an internal bug. */
 static loomResult_t directCheck(const struct loomSchedArgs *a)
 {
-    if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->chunkElems == 0)
+    if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->chunkElems == 0 || a->lo > a->hi)
         return loomInternalError;
     return loomSuccess;
 }
 
-loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directAlltoAllPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     loomResult_t res = directCheck(a);
     if (res != loomSuccess)
@@ -138,16 +106,12 @@ loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSc
 }
 
 /*
- * Single copies (AlltoAll and AllGather). Each peer is offered this rank's
- * block for it (AllGather: the whole send buffer) before anything else, so no
- * rank waits for an offer behind a copy; the own block is copied while the
- * peers start reading; the pulls go r - 1, r - 2, ..., so that in each round
- * every rank's memory is read by one peer; the drains come last. Whole
- * blocks: a pull goes through no slot, and one long process_vm_readv pins
- * pages in fewer calls than many short ones. `gather`: every peer is offered
- * the same elements, the send buffer's [lo, hi).
+ * Single copies (LOOM_ALGO_CMA): this rank offers each peer its block (a
+ * whole block per OFFER), copies its own, pulls its block of every peer's
+ * send buffer, then drains every peer it offered to. gather: AllGather,
+ * whose blocks are all the send buffer.
  */
-static loomResult_t directCma(const struct loomSchedArgs *a, struct loomSchedule *out, int gather)
+static loomResult_t directCma(const struct loomSchedArgs *a, struct loomPlan *out, int gather)
 {
     loomResult_t res = directCheck(a);
     if (res != loomSuccess)
@@ -156,58 +120,41 @@ static loomResult_t directCma(const struct loomSchedArgs *a, struct loomSchedule
     size_t len = a->hi - a->lo, own = (size_t)r * a->count + a->lo;
     if (len == 0)
         return loomSuccess;
+    planLoop(out);
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
-        struct loomStep st = {.op = LOOM_STEP_OFFER,
-                              .srcBuf = LOOM_BUF_SEND,
-                              .dstBuf = LOOM_BUF_RECV,
-                              .sendPeer = p,
-                              .recvPeer = -1,
-                              .srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo,
-                              .count = len};
-        res = scheduleAppend(out, &st);
+        size_t srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo;
+        res = directStep(out, LOOM_STEP_OFFER, p, -1, srcOff, 0, len, 0);
     }
     if (res == loomSuccess)
         res = directCopyPieces(out, gather ? a->lo : own, own, len, a->chunkElems);
+    planLoop(out);
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r - k + n) % n;
-        struct loomStep st = {.op = LOOM_STEP_PULL,
-                              .srcBuf = LOOM_BUF_SEND,
-                              .dstBuf = LOOM_BUF_RECV,
-                              .sendPeer = -1,
-                              .recvPeer = p,
-                              .dstOff = (size_t)p * a->count + a->lo,
-                              .count = len};
-        res = scheduleAppend(out, &st);
+        res = directStep(out, LOOM_STEP_PULL, -1, p, 0, (size_t)p * a->count + a->lo, len, 0);
     }
-    for (int k = 1; k < n && res == loomSuccess; k++) {
-        struct loomStep st = {.op = LOOM_STEP_DRAIN,
-                              .srcBuf = LOOM_BUF_SEND,
-                              .dstBuf = LOOM_BUF_RECV,
-                              .sendPeer = (r + k) % n,
-                              .recvPeer = -1};
-        res = scheduleAppend(out, &st);
-    }
+    for (int k = 1; k < n && res == loomSuccess; k++)
+        res = directStep(out, LOOM_STEP_DRAIN, (r + k) % n, -1, 0, 0, 0, 0);
     return res;
 }
 
-loomResult_t directAlltoAllCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return directCma(a, out, 0);
 }
 
-loomResult_t directAllGatherCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return directCma(a, out, 1);
 }
 
-loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     loomResult_t res = directCheck(a);
     if (res != loomSuccess)
         return res;
     int n = a->nranks, r = a->rank;
-    size_t self = directMin(a->sendcounts[r], a->recvcounts[r]);
+    size_t self = a->sendcounts[r] < a->recvcounts[r] ? a->sendcounts[r] : a->recvcounts[r];
     res = directCopyPieces(out, a->sdispls[r], a->rdispls[r], self, a->chunkElems);
     if (res != loomSuccess)
         return res;
@@ -221,30 +168,18 @@ loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomS
     return loomSuccess;
 }
 
-loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directSendPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    if (a->chunkElems == 0)
+    if (a->chunkElems == 0 || a->lo > a->hi)
         return loomInternalError;
-    size_t len;
-    for (size_t c0 = a->lo; c0 < a->hi; c0 += len) {
-        len = directMin(a->chunkElems, a->hi - c0);
-        loomResult_t res = directSend(out, a->root, c0, len);
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    planLoop(out);
+    return directStep(out, LOOM_STEP_SEND, a->root, -1, a->lo, 0, a->hi - a->lo, a->chunkElems);
 }
 
-loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    if (a->chunkElems == 0)
+    if (a->chunkElems == 0 || a->lo > a->hi)
         return loomInternalError;
-    size_t len;
-    for (size_t c0 = a->lo; c0 < a->hi; c0 += len) {
-        len = directMin(a->chunkElems, a->hi - c0);
-        loomResult_t res = directRecv(out, a->root, c0, len);
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    planLoop(out);
+    return directStep(out, LOOM_STEP_RECV, -1, a->root, 0, a->lo, a->hi - a->lo, a->chunkElems);
 }

@@ -37,15 +37,29 @@ static int doublingRank(int v, int extra)
     return v < extra ? 2 * v + 1 : v + extra;
 }
 
-/* One step on elements [off, off + count) of both buffers. */
-static loomResult_t doublingStep(struct loomSchedule *out, loomStepOp_t op, uint8_t srcBuf,
-                                 int sendPeer, int recvPeer, size_t off, size_t count,
+/* One step on the same piece of both buffers (the lane's [lo, hi) in pieces of chunkElems). */
+static loomResult_t doublingStep(const struct loomSchedArgs *a, struct loomPlan *out,
+                                 loomStepOp_t op, uint8_t srcBuf, int sendPeer, int recvPeer,
                                  uint8_t flags)
 {
-    return scheduleAppendOp(out, op, flags, recvPeer, sendPeer, srcBuf, off, off, count);
+    struct loomPlanStep t = {
+        .op = (uint8_t)op,
+        .srcBuf = srcBuf,
+        .dstBuf = LOOM_BUF_RECV,
+        .flags = flags,
+        .moves = LOOM_PLAN_SRC_MOVES | LOOM_PLAN_DST_MOVES,
+        .sendPeer = sendPeer,
+        .recvPeer = recvPeer,
+        .nblocks = 1,
+        .len = a->hi - a->lo,
+        .piece = a->chunkElems,
+        .srcBase = a->lo,
+        .dstBase = a->lo,
+    };
+    return planAppend(out, &t);
 }
 
-loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     int n = a->nranks, r = a->rank;
     if (n < 1 || r < 0 || r >= n || a->chunkElems == 0 || a->lo > a->hi || a->hi > a->count)
@@ -58,35 +72,30 @@ loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loo
     int helper = r < 2 * extra && r % 2 == 1; /* adds r - 1's vector and plays for both */
     int v = r < 2 * extra ? r / 2 : r - extra;
     loomResult_t res = loomSuccess;
-    for (size_t off = a->lo; off < a->hi && res == loomSuccess; off += a->chunkElems) {
-        size_t cnt = a->hi - off < a->chunkElems ? a->hi - off : a->chunkElems;
-        if (n == 1) {
-            res =
-                doublingStep(out, LOOM_STEP_COPY, LOOM_BUF_SEND, -1, -1, off, cnt, LOOM_STEP_FINAL);
-            continue;
-        }
-        if (folded) {
-            res = doublingStep(out, LOOM_STEP_SEND, LOOM_BUF_SEND, r + 1, -1, off, cnt, 0);
-            if (res == loomSuccess)
-                res = doublingStep(out, LOOM_STEP_RECV, LOOM_BUF_SEND, -1, r + 1, off, cnt, 0);
-            continue;
-        }
-        /* Where this rank's partial sum lives: its own vector until it adds another. */
-        uint8_t cur = LOOM_BUF_SEND;
-        if (helper) {
-            res = doublingStep(out, LOOM_STEP_RECV_REDUCE_COPY, cur, -1, r - 1, off, cnt, 0);
-            cur = LOOM_BUF_RECV;
-        }
-        for (int k = 0; k < rounds && res == loomSuccess; k++) {
-            int partner = doublingRank(v ^ (1 << k), extra);
-            res = doublingStep(out, LOOM_STEP_SEND, cur, partner, -1, off, cnt, 0);
-            if (res == loomSuccess)
-                res = doublingStep(out, LOOM_STEP_RECV_REDUCE_COPY, cur, -1, partner, off, cnt,
-                                   k == rounds - 1 ? LOOM_STEP_FINAL : 0);
-            cur = LOOM_BUF_RECV;
-        }
-        if (helper && res == loomSuccess)
-            res = doublingStep(out, LOOM_STEP_SEND, LOOM_BUF_RECV, r - 1, -1, off, cnt, 0);
+    planLoop(out);
+    if (n == 1)
+        return doublingStep(a, out, LOOM_STEP_COPY, LOOM_BUF_SEND, -1, -1, LOOM_STEP_FINAL);
+    if (folded) {
+        res = doublingStep(a, out, LOOM_STEP_SEND, LOOM_BUF_SEND, r + 1, -1, 0);
+        if (res == loomSuccess)
+            res = doublingStep(a, out, LOOM_STEP_RECV, LOOM_BUF_SEND, -1, r + 1, 0);
+        return res;
     }
+    /* Where this rank's partial sum lives: its own vector until it adds another. */
+    uint8_t cur = LOOM_BUF_SEND;
+    if (helper) {
+        res = doublingStep(a, out, LOOM_STEP_RECV_REDUCE_COPY, cur, -1, r - 1, 0);
+        cur = LOOM_BUF_RECV;
+    }
+    for (int k = 0; k < rounds && res == loomSuccess; k++) {
+        int partner = doublingRank(v ^ (1 << k), extra);
+        res = doublingStep(a, out, LOOM_STEP_SEND, cur, partner, -1, 0);
+        if (res == loomSuccess)
+            res = doublingStep(a, out, LOOM_STEP_RECV_REDUCE_COPY, cur, -1, partner,
+                               k == rounds - 1 ? LOOM_STEP_FINAL : 0);
+        cur = LOOM_BUF_RECV;
+    }
+    if (helper && res == loomSuccess)
+        res = doublingStep(a, out, LOOM_STEP_SEND, LOOM_BUF_RECV, r - 1, -1, 0);
     return res;
 }

@@ -38,37 +38,23 @@
  * n - 1 hops; Broadcast is a chain that starts at the root, Reduce one that
  * starts just after it and ends on it.
  *
- * A step whose count would be 0 is left out. Both ends of a FIFO compute the
- * same block sizes, so they leave out the same messages.
+ * Each generator emits a plan (schedule.h): one loop whose body is the
+ * steps above, with offsets that move with the piece (AllReduce: one loop
+ * of 2n - 1 templates over pieces of n x chunkElems, each moving its block;
+ * the others: one template per step of a piece), so a plan's size depends
+ * on n, not on the count. A step whose count would be 0 is left out. Both
+ * ends of a FIFO compute the same block sizes, so they leave out the same
+ * messages.
  */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "schedule.h"
 
-/* What an op does, for filling only the fields it uses. */
-enum {
-    RING_USES_SEND = 0x1,
-    RING_USES_RECV = 0x2,
-    RING_USES_SRC = 0x4,
-    RING_USES_DST = 0x8,
-};
-
-static const uint8_t ringOpUses[LOOM_STEP_NUM_OPS] = {
-    [LOOM_STEP_SEND] = RING_USES_SEND | RING_USES_SRC,
-    [LOOM_STEP_RECV] = RING_USES_RECV | RING_USES_DST,
-    [LOOM_STEP_RECV_REDUCE_SEND] = RING_USES_RECV | RING_USES_SRC | RING_USES_SEND,
-    [LOOM_STEP_RECV_REDUCE_COPY] = RING_USES_RECV | RING_USES_SRC | RING_USES_DST,
-    [LOOM_STEP_RECV_REDUCE_COPY_SEND] =
-        RING_USES_RECV | RING_USES_SRC | RING_USES_DST | RING_USES_SEND,
-    [LOOM_STEP_RECV_COPY_SEND] = RING_USES_RECV | RING_USES_DST | RING_USES_SEND,
-    [LOOM_STEP_COPY] = RING_USES_SRC | RING_USES_DST,
-};
-
 /* One rank's view of the ring for one lane. */
 struct ringLane {
     const struct loomSchedArgs *a;
-    struct loomSchedule *out;
+    struct loomPlan *out;
     int n;
     int pos;      /* ring[pos] == rank */
     int next;     /* rank that receives what this rank sends */
@@ -76,7 +62,7 @@ struct ringLane {
     int rootDist; /* hops from the root's position to pos, -1 if root is not in the ring */
 };
 
-typedef loomResult_t (*ringPieceFn)(const struct ringLane *l, size_t c0, size_t len);
+typedef loomResult_t (*ringPieceFn)(const struct ringLane *l);
 
 static int ringMod(int x, int n)
 {
@@ -96,10 +82,10 @@ static int ringRankAt(const struct ringLane *l, int x)
  * or a zero chunk is a core bug; refusing it beats emitting a schedule that
  * hangs or loops forever.
  */
-static loomResult_t ringLaneInit(const struct loomSchedArgs *a, struct loomSchedule *out,
+static loomResult_t ringLaneInit(const struct loomSchedArgs *a, struct loomPlan *out,
                                  struct ringLane *l)
 {
-    if (a->nranks < 1 || a->chunkElems == 0)
+    if (a->nranks < 1 || a->chunkElems == 0 || a->lo > a->hi)
         return loomInternalError;
     l->a = a;
     l->out = out;
@@ -118,207 +104,181 @@ static loomResult_t ringLaneInit(const struct loomSchedArgs *a, struct loomSched
     l->next = ringRankAt(l, l->pos + 1);
     l->prev = ringRankAt(l, l->pos - 1);
     l->rootDist = rootPos < 0 ? -1 : ringMod(l->pos - rootPos, l->n);
+    planLoop(out);
     return loomSuccess;
 }
 
-/* Appends one step with the peers and offsets `op` uses; a count of 0 appends nothing. */
-static loomResult_t ringStep(const struct ringLane *l, loomStepOp_t op, uint8_t flags,
-                             size_t srcOff, size_t dstOff, size_t count)
+/*
+ * Appends one template over the lane's [lo, hi) in pieces of `piece`, each
+ * cut in nblocks, moving block `block`; src and dst offsets are srcBase and
+ * dstBase plus the position in [lo, hi). Peers and offsets the op does not
+ * use are left out.
+ */
+static loomResult_t ringTemplate(const struct ringLane *l, loomStepOp_t op, uint8_t flags,
+                                 size_t srcBase, size_t dstBase, size_t piece, int nblocks,
+                                 int block)
 {
-    if (count == 0)
-        return loomSuccess;
-    uint8_t uses = ringOpUses[op];
-    struct loomStep st = {
+    unsigned uses = loomStepUses(op);
+    struct loomPlanStep t = {
         .op = (uint8_t)op,
         .srcBuf = LOOM_BUF_SEND,
         .dstBuf = LOOM_BUF_RECV,
         .flags = flags,
-        .sendPeer = (uses & RING_USES_SEND) ? l->next : -1,
-        .recvPeer = (uses & RING_USES_RECV) ? l->prev : -1,
-        .srcOff = (uses & RING_USES_SRC) ? srcOff : 0,
-        .dstOff = (uses & RING_USES_DST) ? dstOff : 0,
-        .count = count,
+        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
+                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
+        .sendPeer = (uses & LOOM_USES_SEND) ? l->next : -1,
+        .recvPeer = (uses & LOOM_USES_RECV) ? l->prev : -1,
+        .nblocks = (uint32_t)nblocks,
+        .block = (uint32_t)block,
+        .len = l->a->hi - l->a->lo,
+        .piece = piece,
+        .srcBase = (uses & LOOM_USES_SRC) ? srcBase + l->a->lo : 0,
+        .dstBase = (uses & LOOM_USES_DST) ? dstBase + l->a->lo : 0,
     };
-    return scheduleAppend(l->out, &st);
+    return planAppend(l->out, &t);
 }
 
-/* Calls fn on [lo, hi) in pieces of at most chunkElems. */
-static loomResult_t ringPieces(const struct ringLane *l, ringPieceFn fn)
+/* One step of each piece of chunkElems; offsets are relative to the piece. */
+static loomResult_t ringStep(const struct ringLane *l, loomStepOp_t op, uint8_t flags,
+                             size_t srcOff, size_t dstOff)
 {
-    size_t hi = l->a->hi;
-    size_t len;
-    for (size_t c0 = l->a->lo; c0 < hi; c0 += len) {
-        len = hi - c0 < l->a->chunkElems ? hi - c0 : l->a->chunkElems;
-        loomResult_t res = fn(l, c0, len);
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    return ringTemplate(l, op, flags, srcOff, dstOff, l->a->chunkElems, 1, 0);
 }
 
-/* The n blocks of one AllReduce loop: [base, base + m) cut in pieces of bs. */
-struct ringBlocks {
-    size_t base;
-    size_t m;
-    size_t bs;
-};
-
-/* One AllReduce step on blk(x); the same offset in both buffers. */
-static loomResult_t ringBlockStep(const struct ringLane *l, const struct ringBlocks *b,
-                                  loomStepOp_t op, uint8_t flags, int x)
+/* One AllReduce step on blk(x) of every loop; the same offset in both buffers. */
+static loomResult_t ringBlockStep(const struct ringLane *l, loomStepOp_t op, uint8_t flags, int x)
 {
-    size_t start = (size_t)ringMod(x, l->n) * b->bs;
-    if (start >= b->m)
-        return loomSuccess;
-    size_t len = b->m - start < b->bs ? b->m - start : b->bs;
-    return ringStep(l, op, flags, b->base + start, b->base + start, len);
+    size_t n = (size_t)l->n, chunk = l->a->chunkElems;
+    size_t loop = chunk > SIZE_MAX / n ? SIZE_MAX : n * chunk;
+    return ringTemplate(l, op, flags, 0, 0, loop, l->n, ringMod(x, l->n));
 }
 
-static loomResult_t ringAllReduceLoop(const struct ringLane *l, size_t base, size_t m)
+loomResult_t ringAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    int n = l->n, p = l->pos;
-    struct ringBlocks b = {base, m, m / (size_t)n + (m % (size_t)n != 0)};
-    loomResult_t res;
+    struct ringLane l;
+    loomResult_t res = ringLaneInit(a, out, &l);
+    if (res != loomSuccess)
+        return res;
+    int n = l.n, p = l.pos;
 
     if (n == 1)
-        return ringBlockStep(l, &b, LOOM_STEP_COPY, LOOM_STEP_FINAL, 0);
-    if ((res = ringBlockStep(l, &b, LOOM_STEP_SEND, 0, p)) != loomSuccess)
+        return ringBlockStep(&l, LOOM_STEP_COPY, LOOM_STEP_FINAL, 0);
+    if ((res = ringBlockStep(&l, LOOM_STEP_SEND, 0, p)) != loomSuccess)
         return res;
     for (int s = 1; s <= n - 2; s++)
-        if ((res = ringBlockStep(l, &b, LOOM_STEP_RECV_REDUCE_SEND, 0, p - s)) != loomSuccess)
+        if ((res = ringBlockStep(&l, LOOM_STEP_RECV_REDUCE_SEND, 0, p - s)) != loomSuccess)
             return res;
-    res = ringBlockStep(l, &b, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, p - (n - 1));
+    res = ringBlockStep(&l, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, p - (n - 1));
     if (res != loomSuccess)
         return res;
     for (int s = 1; s <= n - 2; s++)
-        if ((res = ringBlockStep(l, &b, LOOM_STEP_RECV_COPY_SEND, 0, p + 1 - s)) != loomSuccess)
+        if ((res = ringBlockStep(&l, LOOM_STEP_RECV_COPY_SEND, 0, p + 1 - s)) != loomSuccess)
             return res;
-    return ringBlockStep(l, &b, LOOM_STEP_RECV, 0, p + 2 - n);
+    return ringBlockStep(&l, LOOM_STEP_RECV, 0, p + 2 - n);
 }
 
-loomResult_t ringAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+/* Offset of the per-rank block of the rank at ring position x. */
+static size_t ringBlockOff(const struct ringLane *l, int x)
 {
-    struct ringLane l;
-    loomResult_t res = ringLaneInit(a, out, &l);
-    if (res != loomSuccess)
-        return res;
-    size_t n = (size_t)l.n;
-    size_t loop = a->chunkElems > SIZE_MAX / n ? SIZE_MAX : n * a->chunkElems;
-    size_t m;
-    for (size_t base = a->lo; base < a->hi; base += m) {
-        m = a->hi - base < loop ? a->hi - base : loop;
-        if ((res = ringAllReduceLoop(&l, base, m)) != loomSuccess)
-            return res;
-    }
-    return loomSuccess;
+    return (size_t)ringRankAt(l, x) * l->a->count;
 }
 
-/* Offset of piece c0 in the per-rank block of the rank at ring position x. */
-static size_t ringBlockOff(const struct ringLane *l, int x, size_t c0)
-{
-    return (size_t)ringRankAt(l, x) * l->a->count + c0;
-}
-
-static loomResult_t ringReduceScatterPiece(const struct ringLane *l, size_t c0, size_t len)
+static loomResult_t ringReduceScatterPiece(const struct ringLane *l)
 {
     int n = l->n, p = l->pos;
     loomResult_t res;
 
     if (n == 1)
-        return ringStep(l, LOOM_STEP_COPY, LOOM_STEP_FINAL, ringBlockOff(l, p, c0), c0, len);
-    res = ringStep(l, LOOM_STEP_SEND, 0, ringBlockOff(l, p - 1, c0), 0, len);
+        return ringStep(l, LOOM_STEP_COPY, LOOM_STEP_FINAL, ringBlockOff(l, p), 0);
+    res = ringStep(l, LOOM_STEP_SEND, 0, ringBlockOff(l, p - 1), 0);
     if (res != loomSuccess)
         return res;
     for (int s = 1; s <= n - 2; s++) {
-        size_t off = ringBlockOff(l, p - 1 - s, c0);
-        if ((res = ringStep(l, LOOM_STEP_RECV_REDUCE_SEND, 0, off, 0, len)) != loomSuccess)
+        size_t off = ringBlockOff(l, p - 1 - s);
+        if ((res = ringStep(l, LOOM_STEP_RECV_REDUCE_SEND, 0, off, 0)) != loomSuccess)
             return res;
     }
-    return ringStep(l, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, ringBlockOff(l, p, c0), c0,
-                    len);
+    return ringStep(l, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, ringBlockOff(l, p), 0);
 }
 
-loomResult_t ringReduceScatterSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+/* A collective of pieces: fn appends the steps of one piece. */
+static loomResult_t ringPieces(const struct loomSchedArgs *a, struct loomPlan *out, ringPieceFn fn,
+                               int rooted)
 {
     struct ringLane l;
     loomResult_t res = ringLaneInit(a, out, &l);
-    return res != loomSuccess ? res : ringPieces(&l, ringReduceScatterPiece);
+    if (res != loomSuccess)
+        return res;
+    if (rooted && l.rootDist < 0)
+        return loomInternalError;
+    return fn(&l);
 }
 
-static loomResult_t ringAllGatherPiece(const struct ringLane *l, size_t c0, size_t len)
+loomResult_t ringReduceScatterPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    return ringPieces(a, out, ringReduceScatterPiece, 0);
+}
+
+static loomResult_t ringAllGatherPiece(const struct ringLane *l)
 {
     int n = l->n, p = l->pos;
-    size_t own = (size_t)l->a->rank * l->a->count + c0;
+    size_t own = (size_t)l->a->rank * l->a->count;
     loomResult_t res;
 
-    if ((res = ringStep(l, LOOM_STEP_COPY, 0, c0, own, len)) != loomSuccess)
+    if ((res = ringStep(l, LOOM_STEP_COPY, 0, 0, own)) != loomSuccess)
         return res;
     if (n == 1)
         return loomSuccess;
-    if ((res = ringStep(l, LOOM_STEP_SEND, 0, c0, 0, len)) != loomSuccess)
+    if ((res = ringStep(l, LOOM_STEP_SEND, 0, 0, 0)) != loomSuccess)
         return res;
     for (int s = 1; s <= n - 2; s++) {
-        size_t off = ringBlockOff(l, p - s, c0);
-        if ((res = ringStep(l, LOOM_STEP_RECV_COPY_SEND, 0, 0, off, len)) != loomSuccess)
+        size_t off = ringBlockOff(l, p - s);
+        if ((res = ringStep(l, LOOM_STEP_RECV_COPY_SEND, 0, 0, off)) != loomSuccess)
             return res;
     }
-    return ringStep(l, LOOM_STEP_RECV, 0, 0, ringBlockOff(l, p - (n - 1), c0), len);
+    return ringStep(l, LOOM_STEP_RECV, 0, 0, ringBlockOff(l, p - (n - 1)));
 }
 
-loomResult_t ringAllGatherSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t ringAllGatherPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    struct ringLane l;
-    loomResult_t res = ringLaneInit(a, out, &l);
-    return res != loomSuccess ? res : ringPieces(&l, ringAllGatherPiece);
+    return ringPieces(a, out, ringAllGatherPiece, 0);
 }
 
-static loomResult_t ringBroadcastPiece(const struct ringLane *l, size_t c0, size_t len)
+static loomResult_t ringBroadcastPiece(const struct ringLane *l)
 {
     int n = l->n, d = l->rootDist;
 
     if (d == 0) {
-        loomResult_t res = ringStep(l, LOOM_STEP_COPY, 0, c0, c0, len);
+        loomResult_t res = ringStep(l, LOOM_STEP_COPY, 0, 0, 0);
         if (res != loomSuccess || n == 1)
             return res;
-        return ringStep(l, LOOM_STEP_SEND, 0, c0, 0, len);
+        return ringStep(l, LOOM_STEP_SEND, 0, 0, 0);
     }
     if (d < n - 1)
-        return ringStep(l, LOOM_STEP_RECV_COPY_SEND, 0, 0, c0, len);
-    return ringStep(l, LOOM_STEP_RECV, 0, 0, c0, len);
+        return ringStep(l, LOOM_STEP_RECV_COPY_SEND, 0, 0, 0);
+    return ringStep(l, LOOM_STEP_RECV, 0, 0, 0);
 }
 
-loomResult_t ringBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t ringBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    struct ringLane l;
-    loomResult_t res = ringLaneInit(a, out, &l);
-    if (res != loomSuccess)
-        return res;
-    if (l.rootDist < 0)
-        return loomInternalError;
-    return ringPieces(&l, ringBroadcastPiece);
+    return ringPieces(a, out, ringBroadcastPiece, 1);
 }
 
 /* The chain starts one hop after the root, so the root reduces last and keeps the result. */
-static loomResult_t ringReducePiece(const struct ringLane *l, size_t c0, size_t len)
+static loomResult_t ringReducePiece(const struct ringLane *l)
 {
     int n = l->n, d = l->rootDist;
 
     if (n == 1)
-        return ringStep(l, LOOM_STEP_COPY, LOOM_STEP_FINAL, c0, c0, len);
+        return ringStep(l, LOOM_STEP_COPY, LOOM_STEP_FINAL, 0, 0);
     if (d == 1)
-        return ringStep(l, LOOM_STEP_SEND, 0, c0, 0, len);
+        return ringStep(l, LOOM_STEP_SEND, 0, 0, 0);
     if (d > 1)
-        return ringStep(l, LOOM_STEP_RECV_REDUCE_SEND, 0, c0, 0, len);
-    return ringStep(l, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, c0, c0, len);
+        return ringStep(l, LOOM_STEP_RECV_REDUCE_SEND, 0, 0, 0);
+    return ringStep(l, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, 0, 0);
 }
 
-loomResult_t ringReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t ringReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    struct ringLane l;
-    loomResult_t res = ringLaneInit(a, out, &l);
-    if (res != loomSuccess)
-        return res;
-    if (l.rootDist < 0)
-        return loomInternalError;
-    return ringPieces(&l, ringReducePiece);
+    return ringPieces(a, out, ringReducePiece, 1);
 }

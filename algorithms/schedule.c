@@ -1,11 +1,11 @@
 /*
- * schedule.c — the growable step array every generator appends to.
+ * schedule.c — plans and step arrays: building, expanding, the generator table.
  *
- * A schedule is built once per (operation, lane) and usually cached or
- * rebuilt into the same array for the next call, so the array only ever
- * grows: scheduleReset keeps the memory, and growth doubles the capacity so
- * that a lane of k steps costs O(log k) reallocations the first time and
- * none afterwards.
+ * A plan is built once per (operation, lane) and usually cached or rebuilt
+ * into the same array for the next call, so its array only ever grows:
+ * planReset keeps the memory, and growth doubles the capacity. Its size
+ * depends on the number of ranks, not on the count. The step array
+ * (struct loomSchedule) is a plan expanded, for the simulator.
  *
  * This file sits below the core's logging (algorithms include only
  * schedule.h and libc), so an allocation failure is reported by its code
@@ -35,22 +35,21 @@ loomResult_t scheduleAppend(struct loomSchedule *s, const struct loomStep *step)
     return loomSuccess;
 }
 
-loomResult_t scheduleAppendOp(struct loomSchedule *s, loomStepOp_t op, uint8_t flags, int recvPeer,
-                              int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
-                              size_t count)
+const char *loomStepName(unsigned op)
 {
-    struct loomStep st = {
-        .op = (uint8_t)op,
-        .srcBuf = srcBuf,
-        .dstBuf = LOOM_BUF_RECV,
-        .flags = flags,
-        .sendPeer = sendPeer,
-        .recvPeer = recvPeer,
-        .srcOff = srcOff,
-        .dstOff = dstOff,
-        .count = count,
+    static const char *const names[LOOM_STEP_NUM_OPS] = {
+        "SEND",
+        "RECV",
+        "RECV_REDUCE_SEND",
+        "RECV_REDUCE_COPY",
+        "RECV_REDUCE_COPY_SEND",
+        "RECV_COPY_SEND",
+        "COPY",
+        "OFFER",
+        "PULL",
+        "DRAIN",
     };
-    return scheduleAppend(s, &st);
+    return op < LOOM_STEP_NUM_OPS ? names[op] : "?";
 }
 
 void scheduleReset(struct loomSchedule *s)
@@ -66,6 +65,82 @@ void scheduleFree(struct loomSchedule *s)
     s->cap = 0;
 }
 
+/* ---- plans ---- */
+
+void planLoop(struct loomPlan *p)
+{
+    p->open = p->nsteps;
+}
+
+loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *tmpl)
+{
+    struct loomPlanStep tc = *tmpl, *t = &tc;
+    unsigned uses = loomStepUses(t->op);
+    struct loomStep first;
+    if (uses == 0 || ((uses & LOOM_USES_SEND) != 0) != (t->sendPeer >= 0) ||
+        ((uses & LOOM_USES_RECV) != 0) != (t->recvPeer >= 0) || t->nblocks == 0 ||
+        t->block >= t->nblocks || (t->piece == 0 && t->nblocks != 1))
+        return loomInternalError;
+    t->npieces = t->piece == 0 ? 1 : t->len / t->piece + (t->len % t->piece != 0);
+    t->blockLen = t->piece / t->nblocks + (t->piece % t->nblocks != 0);
+    /* The first piece is the longest, so a block empty there is empty everywhere. */
+    if (!loomPlanStepAt(t, t->lag, &first))
+        return loomSuccess;
+    if (p->nsteps == p->cap) {
+        uint32_t cap = p->cap ? p->cap * 2 : 16;
+        if (cap <= p->cap)
+            return loomSystemError;
+        struct loomPlanStep *steps = realloc(p->steps, cap * sizeof(*steps));
+        if (steps == NULL)
+            return loomSystemError;
+        p->steps = steps;
+        p->cap = cap;
+    }
+    uint64_t niters = p->nsteps > p->open ? p->steps[p->open].niters : 0;
+    if (t->lag + t->npieces > niters)
+        niters = t->lag + t->npieces;
+    p->steps[p->nsteps++] = *t;
+    for (uint32_t k = p->open; k < p->nsteps; k++) {
+        p->steps[k].loopStart = p->open;
+        p->steps[k].loopEnd = p->nsteps;
+        p->steps[k].niters = niters;
+    }
+    return loomSuccess;
+}
+
+void planReset(struct loomPlan *p)
+{
+    p->nsteps = 0;
+    p->open = 0;
+}
+
+void planFree(struct loomPlan *p)
+{
+    free(p->steps);
+    p->steps = NULL;
+    p->nsteps = p->cap = p->open = 0;
+}
+
+loomResult_t planExpand(const struct loomPlan *p, struct loomSchedule *out)
+{
+    struct loomPlanIter it = {0, 0};
+    struct loomStep st;
+    while (loomPlanNext(p->steps, p->nsteps, &it, &st)) {
+        loomResult_t res = scheduleAppend(out, &st);
+        if (res != loomSuccess)
+            return res;
+    }
+    return loomSuccess;
+}
+
+int planUsesPeer(const struct loomPlan *p, int dir, int peer)
+{
+    for (uint32_t k = 0; k < p->nsteps; k++)
+        if ((dir == 0 ? p->steps[k].sendPeer : p->steps[k].recvPeer) == peer)
+            return 1;
+    return 0;
+}
+
 /* Indexed by loomColl_t, then loomAlgo_t; NULL where a collective lacks the algorithm. */
 #define RING LOOM_ALGO_RING
 #define TREE LOOM_ALGO_TREE
@@ -73,17 +148,17 @@ void scheduleFree(struct loomSchedule *s)
 #define DOUBLING LOOM_ALGO_DOUBLING
 #define CMA LOOM_ALGO_CMA
 static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
-    [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastSchedule, [TREE] = treeBroadcastSchedule},
-    [LOOM_COLL_REDUCE] = {[RING] = ringReduceSchedule, [TREE] = treeReduceSchedule},
-    [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReduceSchedule,
-                             [TREE] = treeAllReduceSchedule,
-                             [DOUBLING] = doublingAllReduceSchedule},
-    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherSchedule, [CMA] = directAllGatherCmaSchedule},
-    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterSchedule},
-    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllSchedule, [CMA] = directAlltoAllCmaSchedule},
-    [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvSchedule},
-    [LOOM_COLL_SEND] = {[DIRECT] = directSendSchedule},
-    [LOOM_COLL_RECV] = {[DIRECT] = directRecvSchedule},
+    [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastPlan, [TREE] = treeBroadcastPlan},
+    [LOOM_COLL_REDUCE] = {[RING] = ringReducePlan, [TREE] = treeReducePlan},
+    [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReducePlan,
+                             [TREE] = treeAllReducePlan,
+                             [DOUBLING] = doublingAllReducePlan},
+    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherPlan, [CMA] = directAllGatherCmaPlan},
+    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterPlan},
+    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllPlan, [CMA] = directAlltoAllCmaPlan},
+    [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvPlan},
+    [LOOM_COLL_SEND] = {[DIRECT] = directSendPlan},
+    [LOOM_COLL_RECV] = {[DIRECT] = directRecvPlan},
 };
 
 loomGenerator_t scheduleGenerator(loomColl_t coll, loomAlgo_t algo)

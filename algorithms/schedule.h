@@ -1,10 +1,12 @@
 /*
  * schedule.h — the step language: algorithms are data, not code paths.
  *
- * A schedule generator turns (collective, nranks, rank, ring order, count,
- * chunking) into the list of steps this rank performs for one lane (one
- * channel of one operation). Steps run strictly in order. Each step is one
- * primitive over at most `chunkElems` elements:
+ * A generator turns (collective, nranks, rank, ring order, count, chunking)
+ * into the plan of the steps this rank performs for one lane (one channel
+ * of one operation): a fixed-size program of step templates and loops over
+ * pieces (struct loomPlan, below), which the executors expand into steps as
+ * they run. Steps run strictly in order. Each step is one primitive over at
+ * most `chunkElems` elements:
  *
  *   SEND                    src[srcOff..] ------------------------> sendPeer
  *   RECV                    recvPeer ------------------------------> dst[dstOff..]
@@ -35,8 +37,13 @@
  * applies the operation's post-processing (the division of loomAvg) to the
  * reduced values before storing or sending them.
  *
- * Generators touch no buffer and call no transport: tests run them for many
- * rank counts in a symbolic simulator (tests/unit/check_schedule.c).
+ * Generators touch no buffer and call no transport: tests expand their
+ * plans and run them for many rank counts in a symbolic simulator
+ * (tests/unit/check_schedule.c).
+ *
+ * Sizes: a step is 40 bytes, a template 96. An 8-rank ring AllReduce lane of
+ * 1 GiB in 128 KiB pieces is 15360 steps (600 KiB) as a list, and 15
+ * templates (1440 bytes) as a plan, the same as for 1 MiB.
  */
 #ifndef LOOM_SCHEDULE_H_
 #define LOOM_SCHEDULE_H_
@@ -65,6 +72,70 @@ typedef enum {
 
 enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
 
+/* Functions the device code shares with the host (issue 19's interpreter) say so. */
+#if defined(__CUDACC__)
+#define LOOM_HOSTDEV __host__ __device__
+#else
+#define LOOM_HOSTDEV
+#endif
+
+/*
+ * The op table: what each step op does, one flag per side of the data path.
+ * Generators, the simulator and both executors read it here rather than
+ * spelling each op out.
+ *
+ *   LOOM_USES_SRC       reads local input src[srcOff .. +count)
+ *   LOOM_USES_RECV      takes one message from recvPeer
+ *   LOOM_USES_REDUCE    combines the message with the local input
+ *   LOOM_USES_DST       writes local output dst[dstOff .. +count)
+ *   LOOM_USES_SEND      puts one message to sendPeer
+ *   LOOM_USES_SLOTLESS  a single copy: no elements pass through a slot
+ *                       (the message is an offer, or there is none)
+ *
+ * A step that writes both dst and a message writes the same values to each.
+ * Without REDUCE, a step with RECV moves the message, one without moves src.
+ */
+enum {
+    LOOM_USES_SRC = 0x01,
+    LOOM_USES_RECV = 0x02,
+    LOOM_USES_REDUCE = 0x04,
+    LOOM_USES_DST = 0x08,
+    LOOM_USES_SEND = 0x10,
+    LOOM_USES_SLOTLESS = 0x20,
+};
+
+/* The LOOM_USES_* flags of op; 0 for a value that is no op. */
+static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
+{
+    switch (op) {
+    case LOOM_STEP_SEND:
+        return LOOM_USES_SRC | LOOM_USES_SEND;
+    case LOOM_STEP_RECV:
+        return LOOM_USES_RECV | LOOM_USES_DST;
+    case LOOM_STEP_RECV_REDUCE_SEND:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_SEND;
+    case LOOM_STEP_RECV_REDUCE_COPY:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST;
+    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST | LOOM_USES_SEND;
+    case LOOM_STEP_RECV_COPY_SEND:
+        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SEND;
+    case LOOM_STEP_COPY:
+        return LOOM_USES_SRC | LOOM_USES_DST;
+    case LOOM_STEP_OFFER:
+        return LOOM_USES_SRC | LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_PULL:
+        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_DRAIN:
+        return LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    default:
+        return 0;
+    }
+}
+
+/* The op's name ("RECV_REDUCE_SEND"), "?" for a value that is no op. */
+const char *loomStepName(unsigned op);
+
 #define LOOM_STEP_FINAL 0x1
 
 struct loomStep {
@@ -78,6 +149,155 @@ struct loomStep {
     size_t dstOff;    /* element offset into dst (ops that write local output) */
     size_t count;     /* elements, 1 .. chunkElems (OFFER, PULL: 1 or more; DRAIN: 0) */
 };
+
+struct loomSchedule;
+
+/*
+ * A plan: a lane's steps as a short program whose size does not depend on
+ * the count. It is an array of step templates (struct loomPlanStep) grouped
+ * in loops: a loop runs its templates in order, iteration after iteration,
+ * and then the next loop starts.
+ *
+ *   loop 0 [t0 t1 t2] x niters0      iteration i: t0(i) t1(i) t2(i)
+ *   loop 1 [t3 t4]    x niters1
+ *
+ * A template covers a range of len elements, cut in pieces of `piece`
+ * elements; piece j runs in iteration j + lag (lags let a tree overlap
+ * reduce-up and broadcast-down of different pieces). Each piece is cut in
+ * nblocks near-equal blocks of ceil(m / nblocks) elements (m: the piece's
+ * length, shorter for the last one), and the template moves block `block`
+ * (a ring AllReduce: the n blocks of a loop around the ring). So in
+ * iteration i a template yields one concrete step, or none when the piece
+ * or its block is empty:
+ *
+ *   j = i - lag          pos = j x piece      m = min(piece, len - pos)
+ *   bs = ceil(m / nblocks)   start = block x bs   count = min(bs, m - start)
+ *   srcOff = srcBase + (pos + start if the source moves with the piece, else 0)
+ *   dstOff = dstBase + (the same for the destination)
+ *
+ * piece = 0 means the whole range in one step (count = len, even 0: a
+ * DRAIN, or an OFFER of a whole block). Every template of a loop carries
+ * the loop's bounds and iteration count, so a plan is one array with no
+ * pointers inside: a device kernel can take it by its base address, and
+ * loomPlanNext below (host and device code) expands it one step at a time.
+ * Templates that could never yield a step are left out when appended, so
+ * every peer a plan names is one its lane talks to.
+ */
+#define LOOM_PLAN_SRC_MOVES 0x1 /* srcOff moves with the piece */
+#define LOOM_PLAN_DST_MOVES 0x2 /* dstOff moves with the piece */
+
+struct loomPlanStep {
+    uint8_t op, srcBuf, dstBuf, flags; /* as in struct loomStep */
+    uint8_t moves;                     /* LOOM_PLAN_*_MOVES */
+    uint8_t pad[3];
+    int32_t sendPeer, recvPeer;
+    uint32_t nblocks, block; /* block of nblocks this template moves (1, 0: the whole piece) */
+    uint32_t lag;            /* piece j runs in iteration j + lag */
+    uint32_t loopStart;      /* this template's loop: templates [loopStart, loopEnd) */
+    uint32_t loopEnd;
+    uint32_t pad2;
+    uint64_t niters; /* iterations of the loop */
+    uint64_t len;    /* elements of the range */
+    uint64_t piece;  /* elements per piece, or 0: the whole range in one step */
+    uint64_t srcBase, dstBase;
+    /* Filled by planAppend, so that expanding divides only in a ragged last piece: */
+    uint64_t npieces;  /* pieces of the range (1 for piece 0) */
+    uint64_t blockLen; /* ceil(piece / nblocks): the block size of a full piece */
+};
+
+/* A growable plan. Generators append; the caller owns and reuses it. */
+struct loomPlan {
+    struct loomPlanStep *steps;
+    uint32_t nsteps;
+    uint32_t cap;
+    uint32_t open; /* first template of the loop being appended to */
+};
+
+/* Where an expansion stands: template k of its loop, iteration i. */
+struct loomPlanIter {
+    uint32_t k;
+    uint64_t i;
+};
+
+/* Template t's step in iteration i into *out: 1, or 0 when it yields none there. */
+static inline LOOM_HOSTDEV int loomPlanStepAt(const struct loomPlanStep *t, uint64_t i,
+                                              struct loomStep *out)
+{
+    uint64_t count, rel = 0;
+    if (i < t->lag || i - t->lag >= t->npieces)
+        return 0;
+    if (t->piece == 0) {
+        count = t->len;
+    } else {
+        uint64_t pos = (i - t->lag) * t->piece;
+        uint64_t m = t->len - pos < t->piece ? t->len - pos : t->piece;
+        uint64_t bs = m;
+        if (t->nblocks != 1)
+            bs = m == t->piece ? t->blockLen : m / t->nblocks + (m % t->nblocks != 0);
+        uint64_t start = t->block * bs;
+        if (start >= m)
+            return 0;
+        count = m - start < bs ? m - start : bs;
+        rel = pos + start;
+    }
+    out->op = t->op;
+    out->srcBuf = t->srcBuf;
+    out->dstBuf = t->dstBuf;
+    out->flags = t->flags;
+    out->sendPeer = t->sendPeer;
+    out->recvPeer = t->recvPeer;
+    out->srcOff = t->srcBase + ((t->moves & LOOM_PLAN_SRC_MOVES) ? rel : 0);
+    out->dstOff = t->dstBase + ((t->moves & LOOM_PLAN_DST_MOVES) ? rel : 0);
+    out->count = count;
+    return 1;
+}
+
+/*
+ * The next step of plan steps[0 .. n) into *out: 1, or 0 at the end. Start
+ * with *it zeroed. Costs a few operations per template visited; a template
+ * that yields nothing in an iteration (a tree's pipeline filling) is
+ * skipped on the way.
+ */
+static inline LOOM_HOSTDEV int loomPlanNext(const struct loomPlanStep *steps, uint32_t n,
+                                            struct loomPlanIter *it, struct loomStep *out)
+{
+    while (it->k < n) {
+        const struct loomPlanStep *t = &steps[it->k];
+        int got = loomPlanStepAt(t, it->i, out);
+        if (it->k + 1 < t->loopEnd) {
+            it->k++;
+        } else if (it->i + 1 < t->niters) {
+            it->i++;
+            it->k = t->loopStart;
+        } else {
+            it->k = t->loopEnd;
+            it->i = 0;
+        }
+        if (got)
+            return 1;
+    }
+    return 0;
+}
+
+/* Starts a new loop: the templates appended from now on form its body. */
+void planLoop(struct loomPlan *p);
+/*
+ * Appends template t to the open loop (its loop fields are filled here) and
+ * sets the loop's iterations to cover every template's pieces. A template
+ * that would yield no step is dropped. Returns loomSystemError when out of
+ * memory, loomInternalError when t's peers disagree with its op (a
+ * generator bug).
+ */
+loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t);
+/* Empties p (keeps its memory). */
+void planReset(struct loomPlan *p);
+/* Frees p's memory and empties it. */
+void planFree(struct loomPlan *p);
+/* Appends every step of p, expanded, to *out (the simulator's view). loomSystemError if out of
+ * memory. */
+loomResult_t planExpand(const struct loomPlan *p, struct loomSchedule *out);
+/* 1 if some step of p sends to (dir 0) or receives from (dir 1) peer. */
+int planUsesPeer(const struct loomPlan *p, int dir, int peer);
 
 /* Collectives and point-to-point kinds a schedule can be built for. */
 typedef enum {
@@ -130,7 +350,7 @@ struct loomSchedArgs {
     int trees;
 };
 
-/* A growable array of steps. Generators append; the caller owns and reuses it. */
+/* A growable array of steps: a plan expanded (planExpand), as the simulator runs it. */
 struct loomSchedule {
     struct loomStep *steps;
     size_t nsteps;
@@ -139,27 +359,23 @@ struct loomSchedule {
 
 /* Appends one step, growing the array. Returns loomSystemError if out of memory. */
 loomResult_t scheduleAppend(struct loomSchedule *s, const struct loomStep *step);
-/* Appends a step that writes to LOOM_BUF_RECV (if it writes): the common case, spelled out. */
-loomResult_t scheduleAppendOp(struct loomSchedule *s, loomStepOp_t op, uint8_t flags, int recvPeer,
-                              int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
-                              size_t count);
 /* Empties s (keeps its memory). */
 void scheduleReset(struct loomSchedule *s);
 /* Frees s's memory and empties it. */
 void scheduleFree(struct loomSchedule *s);
 
 /*
- * Ring generators (algorithms/ring.c). Each appends this rank's steps for one
- * lane to *out (it does not reset it). They return loomSystemError when out
- * of memory (the caller records the reason: generators do not log) and
+ * Ring generators (algorithms/ring.c). Each appends the plan of this rank's
+ * steps for one lane to *out, in loops of its own (it does not reset it). They return
+ * loomSystemError when out of memory (the caller records the reason: generators do not log) and
  * loomInternalError when the rank or root is not in the ring or chunkElems is
  * 0 (a core bug, since the core checked the user's arguments).
  */
-loomResult_t ringBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t ringReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t ringAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t ringAllGatherSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t ringReduceScatterSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t ringBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t ringReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t ringAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t ringAllGatherPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t ringReduceScatterPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /*
  * Double binary tree generators (algorithms/tree.c): two complementary trees,
@@ -171,9 +387,9 @@ loomResult_t ringReduceScatterSchedule(const struct loomSchedArgs *a, struct loo
  * a scratch area of 2 x chunkElems elements private to the lane (the user
  * need not pass a recvbuff there); the schedule keeps partial sums in it.
  */
-loomResult_t treeAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t treeBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t treeReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t treeAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t treeBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t treeReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /* A rank's place in one of the two trees: children are at most two of the
  * tree plus the next rank of its host's chain. */
@@ -199,25 +415,25 @@ loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTree
  * different peers are interleaved so that no FIFO needs more than LOOM_STEPS
  * slots of slack for the schedule to complete when every rank runs it.
  */
-loomResult_t directAlltoAllSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t directAlltoAllvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directAlltoAllPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 /*
  * AlltoAll by single copies (LOOM_ALGO_CMA): a rank offers each peer its
  * block, copies its own, pulls its block of every peer's send buffer, and
  * drains. Only where every rank can read every other's memory (cma.c).
  */
-loomResult_t directAlltoAllCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 /* AllGather the same way: every peer is offered this rank's send buffer. */
-loomResult_t directAllGatherCmaSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t directSendSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
-loomResult_t directRecvSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t directSendPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /*
  * Recursive doubling (algorithms/doubling.c): AllReduce in log2 n exchanges
  * of the whole vector between partners (two more when n is not a power of
  * two), for the smallest messages. Same contract as the ring generators.
  */
-loomResult_t doublingAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out);
+loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /*
  * The algorithms. The tuner (src/tuner.c) chooses among those a collective
@@ -237,8 +453,8 @@ typedef enum {
     LOOM_ALGO_NUM
 } loomAlgo_t;
 
-/* A generator: appends rank a->rank's steps of one lane to *out. */
-typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomSchedule *out);
+/* A generator: appends the plan of rank a->rank's steps of one lane to *out. */
+typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct loomPlan *out);
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
  * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce), direct

@@ -438,7 +438,7 @@ loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTree
 /* This rank in both trees of one lane. */
 struct treeLane {
     const struct loomSchedArgs *a;
-    struct loomSchedule *out;
+    struct loomPlan *out;
     struct loomTreeNode node[2];
     int height[2];  /* depth of the deepest rank of each tree */
     size_t base[2]; /* each tree's part of [lo, hi) */
@@ -447,18 +447,51 @@ struct treeLane {
     int scratch; /* partial sums go to the lane's scratch (Reduce, not the root) */
 };
 
-/* One piece: its offset and length in the user's buffers, and where its partial sum lives. */
-struct treePiece {
-    size_t off;
-    size_t len;
-    size_t acc;
+/*
+ * Where a step's offset points, for the pieces of one tree: nowhere (the op
+ * does not use it), the piece in the user's buffers, or the piece's partial
+ * sum (the piece itself, or a fixed place in the scratch).
+ */
+enum { TREE_AT_NONE = 0, TREE_AT_PIECE, TREE_AT_ACC };
+
+/* The templates of one (tree, phase) being appended: every piece of tree t, lag `lag`. */
+struct treeBody {
+    const struct treeLane *l;
+    int t;
+    uint32_t lag;
 };
 
-static loomResult_t treeStep(const struct treeLane *l, loomStepOp_t op, uint8_t flags, int recvPeer,
-                             int sendPeer, uint8_t srcBuf, size_t srcOff, size_t dstOff,
-                             size_t count)
+static void treeOffset(const struct treeBody *b, int at, uint64_t *base, uint8_t *moves,
+                       uint8_t flag)
 {
-    return scheduleAppendOp(l->out, op, flags, recvPeer, sendPeer, srcBuf, srcOff, dstOff, count);
+    if (at == TREE_AT_NONE) {
+        *base = 0;
+    } else if (at == TREE_AT_ACC && b->l->scratch) {
+        *base = (uint64_t)b->t * b->l->a->chunkElems;
+    } else {
+        *base = b->l->base[b->t];
+        *moves |= flag;
+    }
+}
+
+static loomResult_t treeStep(const struct treeBody *b, loomStepOp_t op, uint8_t flags, int recvPeer,
+                             int sendPeer, uint8_t srcBuf, int srcAt, int dstAt)
+{
+    struct loomPlanStep t = {
+        .op = (uint8_t)op,
+        .srcBuf = srcBuf,
+        .dstBuf = LOOM_BUF_RECV,
+        .flags = flags,
+        .sendPeer = sendPeer,
+        .recvPeer = recvPeer,
+        .nblocks = 1,
+        .lag = b->lag,
+        .len = b->l->len[b->t],
+        .piece = b->l->a->chunkElems,
+    };
+    treeOffset(b, srcAt, &t.srcBase, &t.moves, LOOM_PLAN_SRC_MOVES);
+    treeOffset(b, dstAt, &t.dstBase, &t.moves, LOOM_PLAN_DST_MOVES);
+    return planAppend(b->l->out, &t);
 }
 
 /*
@@ -466,57 +499,57 @@ static loomResult_t treeStep(const struct treeLane *l, loomStepOp_t op, uint8_t 
  * at the top, finish it into recvbuff (and for AllReduce send it to the
  * first child, which starts the way down).
  */
-static loomResult_t treeUp(const struct treeLane *l, const struct loomTreeNode *nd,
-                           const struct treePiece *p, int sendDown)
+static loomResult_t treeUp(const struct treeBody *b, const struct loomTreeNode *nd, int sendDown)
 {
     uint8_t src = LOOM_BUF_SEND;
-    size_t srcOff = p->off;
+    int srcAt = TREE_AT_PIECE;
     loomResult_t res;
 
     if (nd->ndown == 0) {
         if (nd->up < 0) /* alone in the tree */
-            return treeStep(l, LOOM_STEP_COPY, LOOM_STEP_FINAL, -1, -1, src, srcOff, p->off,
-                            p->len);
-        return treeStep(l, LOOM_STEP_SEND, 0, -1, nd->up, src, srcOff, 0, p->len);
+            return treeStep(b, LOOM_STEP_COPY, LOOM_STEP_FINAL, -1, -1, src, srcAt, TREE_AT_PIECE);
+        return treeStep(b, LOOM_STEP_SEND, 0, -1, nd->up, src, srcAt, TREE_AT_NONE);
     }
     for (int i = 0; i + 1 < nd->ndown; i++) {
-        res = treeStep(l, LOOM_STEP_RECV_REDUCE_COPY, 0, nd->down[i], -1, src, srcOff, p->acc,
-                       p->len);
+        res = treeStep(b, LOOM_STEP_RECV_REDUCE_COPY, 0, nd->down[i], -1, src, srcAt, TREE_AT_ACC);
         if (res != loomSuccess)
             return res;
-        src = LOOM_BUF_RECV, srcOff = p->acc;
+        src = LOOM_BUF_RECV, srcAt = TREE_AT_ACC;
     }
     int last = nd->down[nd->ndown - 1];
     if (nd->up >= 0)
-        return treeStep(l, LOOM_STEP_RECV_REDUCE_SEND, 0, last, nd->up, src, srcOff, 0, p->len);
+        return treeStep(b, LOOM_STEP_RECV_REDUCE_SEND, 0, last, nd->up, src, srcAt, TREE_AT_NONE);
     if (!sendDown)
-        return treeStep(l, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, last, -1, src, srcOff,
-                        p->off, p->len);
-    res = treeStep(l, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, last, nd->down[0], src,
-                   srcOff, p->off, p->len);
+        return treeStep(b, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, last, -1, src, srcAt,
+                        TREE_AT_PIECE);
+    res = treeStep(b, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, last, nd->down[0], src,
+                   srcAt, TREE_AT_PIECE);
     for (int i = 1; i < nd->ndown && res == loomSuccess; i++)
-        res = treeStep(l, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, p->off, 0, p->len);
+        res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, TREE_AT_PIECE,
+                       TREE_AT_NONE);
     return res;
 }
 
 /* Broadcast-down of one piece; the top (a Broadcast root) sends from sendbuff. */
-static loomResult_t treeDown(const struct treeLane *l, const struct loomTreeNode *nd,
-                             const struct treePiece *p)
+static loomResult_t treeDown(const struct treeBody *b, const struct loomTreeNode *nd)
 {
     loomResult_t res;
 
     if (nd->up < 0) {
-        res = treeStep(l, LOOM_STEP_COPY, 0, -1, -1, LOOM_BUF_SEND, p->off, p->off, p->len);
+        res = treeStep(b, LOOM_STEP_COPY, 0, -1, -1, LOOM_BUF_SEND, TREE_AT_PIECE, TREE_AT_PIECE);
         for (int i = 0; i < nd->ndown && res == loomSuccess; i++)
-            res = treeStep(l, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_SEND, p->off, 0, p->len);
+            res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_SEND, TREE_AT_PIECE,
+                           TREE_AT_NONE);
         return res;
     }
     if (nd->ndown == 0)
-        return treeStep(l, LOOM_STEP_RECV, 0, nd->up, -1, LOOM_BUF_SEND, 0, p->off, p->len);
-    res = treeStep(l, LOOM_STEP_RECV_COPY_SEND, 0, nd->up, nd->down[0], LOOM_BUF_SEND, 0, p->off,
-                   p->len);
+        return treeStep(b, LOOM_STEP_RECV, 0, nd->up, -1, LOOM_BUF_SEND, TREE_AT_NONE,
+                        TREE_AT_PIECE);
+    res = treeStep(b, LOOM_STEP_RECV_COPY_SEND, 0, nd->up, nd->down[0], LOOM_BUF_SEND, TREE_AT_NONE,
+                   TREE_AT_PIECE);
     for (int i = 1; i < nd->ndown && res == loomSuccess; i++)
-        res = treeStep(l, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, p->off, 0, p->len);
+        res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, TREE_AT_PIECE,
+                       TREE_AT_NONE);
     return res;
 }
 
@@ -539,45 +572,31 @@ static long treeStart(const struct treeLane *l, int t, int phase)
     }
 }
 
-static loomResult_t treePieceSteps(const struct treeLane *l, int t, int phase, size_t j)
-{
-    size_t off = l->base[t] + j * l->a->chunkElems;
-    size_t left = l->base[t] + l->len[t] - off;
-    struct treePiece p = {off, left < l->a->chunkElems ? left : l->a->chunkElems, off};
-    if (phase == TREE_DOWN)
-        return treeDown(l, &l->node[t], &p);
-    if (l->scratch)
-        p.acc = (size_t)t * l->a->chunkElems;
-    return treeUp(l, &l->node[t], &p, l->a->coll == LOOM_COLL_ALLREDUCE);
-}
-
-/* Emits the pieces of both trees in (time, tree, phase) order. */
+/*
+ * One loop over time units T: in each, for tree 0 then tree 1, reduce-up
+ * then broadcast-down of the piece whose time it is (the templates' lags
+ * are the start times above), so steps come in (time, tree, phase) order.
+ */
 static loomResult_t treeEmit(const struct treeLane *l)
 {
-    long start[2][2], end = -1;
+    planLoop(l->out);
     for (int t = 0; t < 2; t++) {
         for (int ph = 0; ph < 2; ph++) {
-            start[t][ph] = l->pieces[t] ? treeStart(l, t, ph) : -1;
-            if (start[t][ph] >= 0 && start[t][ph] + (long)l->pieces[t] > end)
-                end = start[t][ph] + (long)l->pieces[t];
-        }
-    }
-    for (long T = 0; T < end; T++) {
-        for (int t = 0; t < 2; t++) {
-            for (int ph = 0; ph < 2; ph++) {
-                long j = T - start[t][ph];
-                if (start[t][ph] < 0 || j < 0 || j >= (long)l->pieces[t])
-                    continue;
-                loomResult_t res = treePieceSteps(l, t, ph, (size_t)j);
-                if (res != loomSuccess)
-                    return res;
-            }
+            long start = l->pieces[t] ? treeStart(l, t, ph) : -1;
+            if (start < 0)
+                continue;
+            struct treeBody b = {l, t, (uint32_t)start};
+            loomResult_t res = ph == TREE_DOWN
+                                   ? treeDown(&b, &l->node[t])
+                                   : treeUp(&b, &l->node[t], l->a->coll == LOOM_COLL_ALLREDUCE);
+            if (res != loomSuccess)
+                return res;
         }
     }
     return loomSuccess;
 }
 
-static loomResult_t treeSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+static loomResult_t treeSchedule(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     struct treeLayout L;
     struct treeLane l = {.a = a, .out = out};
@@ -604,24 +623,24 @@ static loomResult_t treeSchedule(const struct loomSchedArgs *a, struct loomSched
 
 /* The generators ignore a->coll, as the ring's do: each knows its collective. */
 static loomResult_t treeScheduleAs(const struct loomSchedArgs *a, loomColl_t coll,
-                                   struct loomSchedule *out)
+                                   struct loomPlan *out)
 {
     struct loomSchedArgs b = *a;
     b.coll = coll;
     return treeSchedule(&b, out);
 }
 
-loomResult_t treeAllReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t treeAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return treeScheduleAs(a, LOOM_COLL_ALLREDUCE, out);
 }
 
-loomResult_t treeBroadcastSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t treeBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return treeScheduleAs(a, LOOM_COLL_BROADCAST, out);
 }
 
-loomResult_t treeReduceSchedule(const struct loomSchedArgs *a, struct loomSchedule *out)
+loomResult_t treeReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return treeScheduleAs(a, LOOM_COLL_REDUCE, out);
 }

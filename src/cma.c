@@ -75,13 +75,15 @@ struct cmaDesc {
 };
 
 struct cmaState {
-    struct cmaDesc *all;     /* [nranks] */
-    const char **sendView;   /* [nranks]: peers' send buffers mapped here (mem.c), or NULL */
-    char **recvView;         /* [nranks]: peers' receive buffers mapped for writing, or NULL */
-    char *scratch;           /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
-    struct loomStep *xsteps; /* [2 (nranks - 1)]: the descriptor exchange (cmaExchange) */
+    struct cmaDesc *all;   /* [nranks] */
+    const char **sendView; /* [nranks]: peers' send buffers mapped here (mem.c), or NULL */
+    char **recvView;       /* [nranks]: peers' receive buffers mapped for writing, or NULL */
+    char *scratch;         /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
+    struct loomPlan xplan; /* the descriptor exchange (cmaExchange) */
     size_t minBytes;
 };
+
+static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan *out);
 
 /* ---- probe ---- */
 
@@ -157,10 +159,11 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
     if (want) {
         st = calloc(1, sizeof(*st));
         if (st == NULL || (st->all = calloc((size_t)n, sizeof(*st->all))) == NULL ||
-            (st->xsteps = calloc(2 * (size_t)(n - 1), sizeof(*st->xsteps))) == NULL ||
             (st->sendView = calloc((size_t)n, sizeof(*st->sendView))) == NULL ||
             (st->recvView = calloc((size_t)n, sizeof(*st->recvView))) == NULL ||
             (st->scratch = malloc(2 * CMA_CHUNK)) == NULL)
+            want = 0, why = "out of memory";
+        else if (cmaExchangePlan(comm, &st->xplan) != loomSuccess)
             want = 0, why = "out of memory";
     }
     int mine = want;
@@ -198,7 +201,7 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
         free(st->all);
         free(st->sendView);
         free(st->recvView);
-        free(st->xsteps);
+        planFree(&st->xplan);
         free(st->scratch);
         free(st);
     }
@@ -216,7 +219,7 @@ void cmaTeardown(struct loomComm *comm)
     free(st->all);
     free(st->sendView);
     free(st->recvView);
-    free(st->xsteps);
+    planFree(&st->xplan);
     free(st->scratch);
     free(st);
     comm->cma = NULL;
@@ -456,6 +459,35 @@ static int cmaMoveShare(struct cmaCall *c)
 }
 
 /*
+ * The plan of the descriptor exchange (cmaExchange), the same for every
+ * call: every Send first (each to its own FIFO; one message a call, so a
+ * free slot is never far), then every Recv, in rank order. Each message is
+ * one slot (cmaSetup checks that a descriptor fits).
+ */
+static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan *out)
+{
+    int n = comm->nranks, me = comm->rank;
+    loomResult_t res = loomSuccess;
+    planLoop(out);
+    for (int dir = 0; dir < 2; dir++) {
+        for (int p = 0; p < n && res == loomSuccess; p++) {
+            if (p == me)
+                continue;
+            struct loomPlanStep t = {.op = dir == 0 ? LOOM_STEP_SEND : LOOM_STEP_RECV,
+                                     .srcBuf = LOOM_BUF_SEND,
+                                     .dstBuf = LOOM_BUF_RECV,
+                                     .sendPeer = dir == 0 ? p : -1,
+                                     .recvPeer = dir == 0 ? -1 : p,
+                                     .nblocks = 1,
+                                     .len = sizeof(struct cmaDesc),
+                                     .dstBase = dir == 0 ? 0 : (size_t)p * sizeof(struct cmaDesc)};
+            res = planAppend(out, &t);
+        }
+    }
+    return res;
+}
+
+/*
  * Gives every rank every rank's descriptor (into comm->cma->all), over the
  * FIFOs: one Send to and one Recv from each peer. Nothing is forwarded, so the
  * exchange ends as soon as the last rank has arrived and sent: it is also
@@ -466,33 +498,17 @@ static int cmaMoveShare(struct cmaCall *c)
 static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
 {
     struct cmaState *st = comm->cma;
-    int n = comm->nranks, me = comm->rank, k = 0;
-    st->all[me] = *mine;
-    /* One lane: every Send first (each to its own FIFO; one message a call, so a free slot
-     * is never far), then every Recv, in rank order. Each message is one slot (cmaSetup
-     * checks that a descriptor fits). Built here each time (cheap) and run without a plan,
-     * so the exchange neither touches the schedule cache nor spoils the memo of the call's
-     * schedule when it falls back to one (CMA_IF_MAPPED declined). */
-    for (int p = 0; p < n; p++)
-        if (p != me)
-            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_SEND,
-                                                .srcBuf = LOOM_BUF_SEND,
-                                                .dstBuf = LOOM_BUF_RECV,
-                                                .sendPeer = p,
-                                                .recvPeer = -1,
-                                                .count = sizeof(*mine)};
-    for (int p = 0; p < n; p++)
-        if (p != me)
-            st->xsteps[k++] = (struct loomStep){.op = LOOM_STEP_RECV,
-                                                .srcBuf = LOOM_BUF_SEND,
-                                                .dstBuf = LOOM_BUF_RECV,
-                                                .sendPeer = -1,
-                                                .recvPeer = p,
-                                                .dstOff = (size_t)p * sizeof(*mine),
-                                                .count = sizeof(*mine)};
-    struct loomLane lane = {
-        comm,      0,       st->xsteps, (size_t)k, 0, {(char *)mine, (char *)st->all},
-        loomUint8, loomSum, 1,          0};
+    st->all[comm->rank] = *mine;
+    /* Run as a lane of its own, not through the planner, so the exchange neither touches
+     * the schedule cache nor spoils the memo of the call's schedule when it falls back to
+     * one (CMA_IF_MAPPED declined). */
+    struct loomLane lane = {.comm = comm,
+                            .channel = 0,
+                            .plan = &st->xplan,
+                            .bufs = {(char *)mine, (char *)st->all},
+                            .dt = loomUint8,
+                            .op = loomSum,
+                            .elemSize = 1};
     return execRun(&lane, 1, NULL);
 }
 

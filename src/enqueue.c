@@ -311,8 +311,8 @@ struct planOp {
     struct loomTuning tune;
     size_t chunkElems;
     int lanes;
-    const struct loomSchedule *sched[LOOM_MAX_CHANNELS]; /* each lane's */
-    size_t stageBytes; /* in-place AlltoAll: the send buffer staged */
+    const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
+    size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
     size_t accBytes;   /* tree Reduce off the root: partial sums, per lane */
     size_t scratchOff; /* where both start in comm->scratch */
 };
@@ -347,7 +347,7 @@ static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
     return loomSuccess;
 }
 
-static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomSchedule *s)
+static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomPlan *s)
 {
     loomGenerator_t gen = scheduleGenerator(a->coll, algo);
     return gen ? gen(a, s) : loomInternalError;
@@ -355,11 +355,11 @@ static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, str
 
 /* Generators do not log (algorithms/ stays below the core): the reason is recorded here. */
 static loomResult_t buildSchedule(const struct loomSchedArgs *a, loomAlgo_t algo,
-                                  struct loomSchedule *s)
+                                  struct loomPlan *s)
 {
     loomResult_t res = generate(a, algo, s);
     if (res == loomSystemError)
-        return loomSetError(res, "%s: out of memory building a schedule of %zu steps",
+        return loomSetError(res, "%s: out of memory building a plan of %u templates",
                             loomCollName(a->coll), s->nsteps);
     if (res != loomSuccess)
         return loomSetError(res, "%s: no %s schedule for rank %d of %d (count %zu, chunk %zu)",
@@ -379,11 +379,11 @@ static uint64_t keyHash(const uint64_t *k)
     return h;
 }
 
-static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedule **out)
+static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomPlan **out)
 {
     if (*used == comm->poolSize) {
         int cap = comm->poolSize ? 2 * comm->poolSize : 4;
-        struct loomSchedule *p = realloc(comm->pool, (size_t)cap * sizeof(*p));
+        struct loomPlan *p = realloc(comm->pool, (size_t)cap * sizeof(*p));
         if (p == NULL)
             return loomSetError(loomSystemError, "out of memory for schedules");
         memset(p + comm->poolSize, 0, (size_t)(cap - comm->poolSize) * sizeof(*p));
@@ -391,7 +391,7 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
         comm->poolSize = cap;
     }
     *out = &comm->pool[(*used)++];
-    scheduleReset(*out);
+    planReset(*out);
     return loomSuccess;
 }
 
@@ -402,9 +402,9 @@ static loomResult_t poolTake(struct loomComm *comm, int *used, struct loomSchedu
  * lane range and chunk.
  */
 static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArgs *a,
-                                loomAlgo_t algo, size_t es, const struct loomSchedule **out)
+                                loomAlgo_t algo, size_t es, const struct loomPlan **out)
 {
-    struct loomSchedule *s = NULL;
+    struct loomPlan *s = NULL;
     if (a->coll != LOOM_COLL_ALLTOALLV) {
         uint64_t key[LOOM_SCHED_KEY] = {(uint64_t)a->coll | (uint64_t)algo << 8 |
                                             (uint64_t)a->trees << 12 | es << 16 |
@@ -419,7 +419,7 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
         if (e->epoch != comm->planEpoch) {
             comm->schedGen++;
             e->valid = 0;
-            scheduleReset(&e->sched);
+            planReset(&e->sched);
             LOOMCHECK(buildSchedule(a, algo, &e->sched));
             memcpy(e->key, key, sizeof(key));
             e->valid = 1;
@@ -457,17 +457,17 @@ static size_t alignUp(size_t x)
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
  * before they are sent; a tree Reduce keeps partial sums off the root.
  */
-static void planTune(struct loomOp *op, struct planOp *p)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
-    tunerChoose(comm, op->coll, opBytes(op), cudaPlanActive(), &p->tune);
+    tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
     size_t want = op->count / p->chunkElems;
     int n = p->tune.nChannels;
     p->lanes = op->coll == LOOM_COLL_ALLTOALLV ? 1 : want < (size_t)n ? (want ? (int)want : 1) : n;
     p->stageBytes = 0;
-    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && !cudaPlanActive())
+    if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && dev == NULL)
         p->stageBytes = alignUp(opBytes(op));
     p->accBytes = 0;
     if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_TREE && op->root != comm->rank)
@@ -496,13 +496,13 @@ static loomResult_t planScratch(struct loomOp *ops, int nops)
 
 /* The send buffer of an in-place AlltoAll is staged, since blocks are overwritten before sent. */
 static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char *scratch,
-                                 const void **send)
+                                 struct cudaExec *dev, const void **send)
 {
     *send = op->sendbuff;
     if (op->coll != LOOM_COLL_ALLTOALL || op->sendbuff != op->recvbuff || opBytes(op) == 0)
         return loomSuccess;
-    if (cudaPlanActive())
-        return cudaStageInPlace(op, opBytes(op), send);
+    if (dev)
+        return cudaStageInPlace(dev, op, opBytes(op), send);
     if (p->stageBytes) {
         memcpy(scratch, op->sendbuff, opBytes(op));
         *send = scratch;
@@ -510,13 +510,13 @@ static loomResult_t stageInPlace(struct loomOp *op, const struct planOp *p, char
     return loomSuccess;
 }
 
-static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
+static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int *nlanes)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt), n = (size_t)comm->nranks;
     char *scratch = (char *)comm->scratch + p->scratchOff;
     const void *send;
-    LOOMCHECK(stageInPlace(op, p, scratch, &send));
+    LOOMCHECK(stageInPlace(op, p, scratch, dev, &send));
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, *nlanes + p->lanes, sizeof(*tlLanes)));
     for (int c = 0; c < p->lanes; c++) {
         struct loomSchedArgs a = {.coll = op->coll,
@@ -538,11 +538,16 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, int *nlanes)
         char *recv = op->recvbuff;
         if (p->accBytes)
             recv = scratch + p->stageBytes + (size_t)c * p->accBytes;
-        const struct loomSchedule *s;
+        const struct loomPlan *s;
         LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
         p->sched[c] = s;
-        tlLanes[(*nlanes)++] = (struct loomLane){
-            comm, c, s->steps, s->nsteps, 0, {(char *)send, recv}, op->dt, op->op, es, 0};
+        tlLanes[(*nlanes)++] = (struct loomLane){.comm = comm,
+                                                 .channel = c,
+                                                 .plan = s,
+                                                 .bufs = {(char *)send, recv},
+                                                 .dt = op->dt,
+                                                 .op = op->op,
+                                                 .elemSize = es};
     }
     return loomSuccess;
 }
@@ -558,7 +563,7 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
-static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
+static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
@@ -568,11 +573,11 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, int *nlanes)
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i]);
+        planTune(&ops[i], &tlPlan[i], dev);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
-        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], nlanes));
+        LOOMCHECK(opLanes(&ops[i], &tlPlan[i], dev, nlanes));
     return loomSuccess;
 }
 
@@ -619,10 +624,13 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, comm->memo.nlanes, sizeof(*tlLanes)));
     size_t es = reduceTypeSize(op->dt);
     for (int c = 0; c < comm->memo.nlanes; c++) {
-        const struct loomSchedule *s = comm->memo.sched[c];
-        tlLanes[c] = (struct loomLane){
-            comm,   c,      s->steps, s->nsteps, 0, {(char *)op->sendbuff, op->recvbuff},
-            op->dt, op->op, es,       0};
+        tlLanes[c] = (struct loomLane){.comm = comm,
+                                       .channel = c,
+                                       .plan = comm->memo.sched[c],
+                                       .bufs = {(char *)op->sendbuff, op->recvbuff},
+                                       .dt = op->dt,
+                                       .op = op->op,
+                                       .elemSize = es};
     }
     *nlanes = comm->memo.nlanes;
     return loomSuccess;
@@ -648,7 +656,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, &nlanes);
     if (dev == NULL && nops == 1)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {

@@ -1,7 +1,9 @@
 /*
- * exec.c — the host executor: walks schedules over connectors on the CPU.
+ * exec.c — the host executor: walks plans over connectors on the CPU.
  *
- * Each lane executes its steps in order. A step may run when its receive
+ * Each lane executes its steps in order, expanding its plan one step ahead
+ * (loomPlanNext, schedule.h): the lane holds the step it runs next, so a
+ * plan of any count costs the same to start. A step may run when its receive
  * FIFO holds a message (tail > pos) and its send FIFO has a free slot
  * (head + LOOM_STEPS > pos); then it copies or reduces with reduce.c,
  * publishes the counters (release) and rings the other end's doorbell.
@@ -91,27 +93,10 @@ static long futexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
     return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-void execRingBell(struct loomDoorbell *bell)
-{
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        if (bell->wakeFd > 0) {
-            uint64_t one = 1;
-            ssize_t ignored = write(bell->wakeFd, &one, sizeof(one)); /* full counter: awake */
-            (void)ignored;
-        } else {
-            syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-        }
-    }
-}
-
 void execWake(struct loomComm *comm)
 {
-    if (comm->bell == NULL)
-        return;
-    atomic_fetch_add_explicit(&comm->bell->seq, 1, memory_order_seq_cst);
-    syscall(SYS_futex, (uint32_t *)&comm->bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    if (comm->bell != NULL)
+        bellWakeAll(comm->bell);
 }
 
 /* ---- connector ownership between lanes of one plan ---- */
@@ -121,22 +106,18 @@ static inline int ownerIndex(const struct loomComm *comm, int dir, int channel, 
     return (dir * comm->nChannels + channel) * comm->nranks + peer;
 }
 
+/* Whether the lane's plan talks to peer in direction dir (0 send, 1 receive). */
 static int laneUses(const struct loomLane *lane, int dir, int peer)
 {
-    for (size_t i = lane->cur; i < lane->nsteps; i++) {
-        const struct loomStep *s = &lane->steps[i];
-        if ((dir == 0 && s->sendPeer == peer) || (dir == 1 && s->recvPeer == peer))
-            return 1;
-    }
-    return 0;
+    return planUsesPeer(lane->plan, dir, peer);
 }
 
 static void ownersClaim(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
-        for (size_t k = 0; k < l->nsteps; k++) {
-            const struct loomStep *s = &l->steps[k];
+        for (uint32_t k = 0; k < l->plan->nsteps; k++) {
+            const struct loomPlanStep *s = &l->plan->steps[k];
             int *o;
             if (s->sendPeer >= 0) {
                 o = &l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)];
@@ -195,6 +176,12 @@ static loomResult_t sizeMismatch(struct loomLane *lane, const struct loomStep *s
                         lane->comm->rank, (unsigned long long)got, s->recvPeer, want);
 }
 
+/*
+ * The local work of one step, as the op table (schedule.h) declares it: a
+ * reduction of the message with src into dst or the outgoing slot, else a
+ * copy of the message (or of src) to dst and the outgoing slot. `in` is the
+ * message's slot, `out` the outgoing one (NULL when the op has none).
+ */
 static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *in, char *out)
 {
     size_t es = l->elemSize, bytes = s->count * es;
@@ -202,47 +189,36 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
     int final = (s->flags & LOOM_STEP_FINAL) != 0;
     int n = l->comm->nranks;
+    unsigned uses = loomStepUses(s->op);
 
-    switch (s->op) {
-    case LOOM_STEP_SEND:
-        reduceCopy(out, src, bytes);
-        break;
-    case LOOM_STEP_RECV:
-        reduceCopy(dst, in, bytes);
-        break;
-    case LOOM_STEP_RECV_REDUCE_SEND:
+    if (uses & LOOM_USES_SLOTLESS) {
+        if (s->op == LOOM_STEP_OFFER) { /* PULL and DRAIN: stepPull, laneAdvance */
+            struct loomOffer o;
+            memOfferFill(src, bytes, &o);
+            memcpy(out, &o, sizeof(o));
+        }
+        return;
+    }
+    if (uses & LOOM_USES_REDUCE) {
+        char *to = (uses & LOOM_USES_DST) ? dst : out;
         if (final)
-            reduceApplyFinal(out, in, src, s->count, l->dt, l->op, n);
+            reduceApplyFinal(to, in, src, s->count, l->dt, l->op, n);
         else
-            reduceApply(out, in, src, s->count, l->dt, l->op);
-        break;
-    case LOOM_STEP_RECV_REDUCE_COPY:
-    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
-        if (final)
-            reduceApplyFinal(dst, in, src, s->count, l->dt, l->op, n);
-        else
-            reduceApply(dst, in, src, s->count, l->dt, l->op);
-        if (out)
+            reduceApply(to, in, src, s->count, l->dt, l->op);
+        if (to == dst && out)
             reduceCopy(out, dst, bytes);
-        break;
-    case LOOM_STEP_RECV_COPY_SEND:
-        reduceCopy(out, in, bytes);
-        reduceCopy(dst, in, bytes);
-        break;
-    case LOOM_STEP_COPY:
-        if (dst != src)
+        return;
+    }
+    const char *from = (uses & LOOM_USES_RECV) ? in : src;
+    if (out)
+        reduceCopy(out, from, bytes);
+    if (uses & LOOM_USES_DST) {
+        if (from == in)
+            reduceCopy(dst, in, bytes);
+        else if (dst != src) /* src and dst may overlap in place */
             memmove(dst, src, bytes);
         if (final)
             reducePostOp(dst, s->count, l->dt, l->op, n);
-        break;
-    case LOOM_STEP_OFFER: {
-        struct loomOffer o;
-        memOfferFill(src, bytes, &o);
-        memcpy(out, &o, sizeof(o));
-        break;
-    }
-    default: /* PULL and DRAIN: stepPull, laneAdvance */
-        break;
     }
 }
 
@@ -312,7 +288,7 @@ static inline void connectorPublished(struct loomConnector *c)
     if (c->progress)
         c->progress(c->progressCtx);
     else
-        execRingBell(c->peerBell);
+        bellRing(c->peerBell);
 }
 
 static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s)
@@ -362,6 +338,13 @@ static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector 
     }
 }
 
+/* Moves the lane on to its next step. */
+static inline void laneNext(struct loomLane *l)
+{
+    l->cur++;
+    l->more = loomPlanNext(l->plan->steps, l->plan->nsteps, &l->it, &l->step);
+}
+
 /* Runs as many steps of lane `i` as can run now. Returns steps done, or -1 on error. */
 static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaExec *gpu,
                         loomResult_t *err)
@@ -371,8 +354,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
     int shared = nlanes > 1, dev = gpu != NULL;
     long done = 0;
 
-    while (l->cur < l->nsteps && !(dev && cudaExecFull(gpu))) {
-        const struct loomStep *s = &l->steps[l->cur];
+    while (l->more && !(dev && cudaExecFull(gpu))) {
+        const struct loomStep *s = &l->step;
         struct loomConnector *rc = NULL, *sc = NULL;
         const char *in = NULL;
         char *out = NULL;
@@ -386,7 +369,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 break;
             if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
                 break;
-            l->cur++;
+            laneNext(l);
             done++;
             continue;
         }
@@ -427,7 +410,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             if (dev && sc->devSlots)
                 sent |= LOOM_FIFO_DEVICE_DATA;
         }
-        if (dev && s->op >= LOOM_STEP_OFFER) { /* the tuner never picks single copies there */
+        if (dev && (loomStepUses(s->op) &
+                    LOOM_USES_SLOTLESS)) { /* the tuner never picks single copies there */
             *err = loomSetError(loomInternalError, "a single-copy step in a device plan");
             return -1;
         }
@@ -445,10 +429,10 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             stepCompute(l, s, in, out);
         }
         stepPublish(dev, rc, sc, sent);
-        l->cur++;
+        laneNext(l);
         done++;
     }
-    if (l->cur == l->nsteps && !l->done) {
+    if (!l->more && !l->done) {
         l->done = 1;
         if (shared)
             ownersRelease(lanes, nlanes, i);
@@ -522,7 +506,7 @@ int execPeerFailed(const struct loomComm *comm, int p)
  */
 static int laneDeadPeer(const struct loomLane *l)
 {
-    const struct loomStep *s = &l->steps[l->cur];
+    const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
     if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeer))
         return s->recvPeer; /* its offer came, its memory went */
@@ -574,7 +558,7 @@ static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
 
 static loomResult_t timedOut(const struct loomLane *b)
 {
-    const struct loomStep *s = &b->steps[b->cur];
+    const struct loomStep *s = &b->step;
     char stopped[192], from[32] = "", to[32] = "";
     describeStopped(b->comm, stopped, sizeof(stopped));
     if (s->recvPeer >= 0)
@@ -583,9 +567,9 @@ static loomResult_t timedOut(const struct loomLane *b)
         snprintf(to, sizeof(to), "%s%s rank %d", from[0] ? ", " : "",
                  s->op == LOOM_STEP_DRAIN ? "reads by" : "send to", s->sendPeer);
     return loomSetError(loomTimeout,
-                        "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu of "
-                        "%zu (%s%s)%s; a peer is stopped, hung or called a different operation",
-                        b->comm->rank, b->comm->timeoutSec, b->cur, b->nsteps, from, to, stopped);
+                        "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu "
+                        "(%s%s)%s; a peer is stopped, hung or called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, from, to, stopped);
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
@@ -662,7 +646,7 @@ static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
-        if (b->cur == b->nsteps)
+        if (!b->more)
             return loomSetError(loomTimeout,
                                 "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting for "
                                 "the GPU to finish its steps",
@@ -714,7 +698,7 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
         const struct loomLane *l = &lanes[i];
         if (l->done)
             continue;
-        const struct loomStep *s = &l->steps[l->cur];
+        const struct loomStep *s = &l->step;
         struct loomChannel *ch = &l->comm->channels[l->channel];
         struct loomConnector *rc = s->recvPeer >= 0 ? &ch->recv[s->recvPeer] : NULL;
         struct loomConnector *sc = s->sendPeer >= 0 ? &ch->send[s->sendPeer] : NULL;
@@ -766,20 +750,6 @@ static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, l
 
 /* ---- failures ---- */
 
-int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text)
-{
-    uint32_t free = 0;
-    if (!atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
-        return 0;
-    bell->noticeCode = (int32_t)res;
-    bell->noticeFrom = from;
-    snprintf(bell->notice, sizeof(bell->notice), "%s", text);
-    atomic_store_explicit(&bell->noticeState, 2, memory_order_release);
-    atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-    syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    return 1;
-}
-
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason)
 {
     const struct loomChannel *ch = &comm->channels[0];
@@ -792,7 +762,7 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
             continue;
         /* Not on a dead peer's bell: what is there is what that peer heard (deadPeerNotice). */
         if (c->peerBell && !peerGone(comm, p))
-            execPostNotice(c->peerBell, res, comm->rank, reason);
+            bellPostNotice(c->peerBell, res, comm->rank, reason);
     }
 }
 
@@ -867,6 +837,12 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     if (err != loomSuccess) {
         markBroken(lanes, nlanes, err, 0);
         return err;
+    }
+    for (int i = 0; i < nlanes; i++) {
+        struct loomLane *l = &lanes[i];
+        l->it = (struct loomPlanIter){0, 0};
+        l->cur = 0;
+        l->more = loomPlanNext(l->plan->steps, l->plan->nsteps, &l->it, &l->step);
     }
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);

@@ -1,7 +1,8 @@
 /*
  * exec.h — the host executor: runs lanes of steps over connectors.
  *
- * A lane is one schedule applied to one operation's buffers on one channel.
+ * A lane is one plan applied to one operation's buffers on one channel; the
+ * executor expands the plan into steps as it goes (loomPlanNext).
  * A plan (one call, or one group) is a set of lanes run together: each lane
  * goes step by step in order, but lanes progress independently, so any
  * matching set of sends and receives completes. Two lanes that use the same
@@ -17,13 +18,16 @@
 struct loomLane {
     struct loomComm *comm;
     int channel;
-    const struct loomStep *steps;
-    size_t nsteps;
-    size_t cur;
-    char *bufs[2]; /* LOOM_BUF_SEND, LOOM_BUF_RECV */
+    const struct loomPlan *plan; /* expanded step by step as the lane runs */
+    char *bufs[2];               /* LOOM_BUF_SEND, LOOM_BUF_RECV */
     loomDataType_t dt;
     loomRedOp_t op;
     size_t elemSize;
+    /* Set by execRun: */
+    struct loomPlanIter it;
+    struct loomStep step; /* the step to run next, while `more` */
+    int more;
+    size_t cur; /* steps run */
     int done;
 };
 
@@ -38,8 +42,6 @@ struct cudaExec;
  */
 loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 
-/* Rings a doorbell: wakes its owner if it sleeps. */
-void execRingBell(struct loomDoorbell *bell);
 /* Wakes a thread of this process blocked in execRun on comm (used by abort). */
 void execWake(struct loomComm *comm);
 /*
@@ -48,12 +50,6 @@ void execWake(struct loomComm *comm);
  * behind a network connector get it through comm->notifyPeer.
  */
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason);
-/*
- * Posts one failure notice (code, posting rank, text) on `bell` and wakes
- * its owner. Returns 1, or 0 when the bell already holds a notice (the
- * first one stays).
- */
-int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text);
 /*
  * loomSuccess, or the failure a peer posted to this rank of comm: loomTimeout
  * for a peer's timeout, else loomRemoteError, with the peer's line recorded.

@@ -45,10 +45,9 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn);
 loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **ex);
 /* After execRun: waits out anything still in flight after an error, restores the context. */
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
-/* 1 between cudaPlanBegin and cudaPlanEnd of a device plan on this thread. */
-int cudaPlanActive(void);
-/* Copies an in-place AlltoAll's send buffer to device scratch space; *send is the copy. */
-loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send);
+/* Copies an in-place AlltoAll's send buffer to ex's device scratch space; *send is the copy. */
+loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t bytes,
+                              const void **send);
 /* Queues on `stream` (of context ctx) a kernel that waits until *flag >= value (cyclic). */
 loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t value);
 /* Loads ctx's kernels ahead of any wait on its streams (ctx current on this thread). */
@@ -99,7 +98,7 @@ void cudaStreamDetach(struct cudaStreamSync *cs);
 /* stream.c: 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
 int streamIsCuda(const struct loomStream *s);
 
-/* ---- device binding and p2p (transports/p2p.c) ---- */
+/* ---- device binding and p2p (src/cuda/p2p.c) ---- */
 
 /* Fills this rank's GPU fields of its peer info before the exchange at init. */
 void p2pPeerInfo(struct loomPeerInfo *me);

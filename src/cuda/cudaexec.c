@@ -394,8 +394,6 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn)
 
 /* ---- plans ---- */
 
-static __thread struct cudaExec *tlActive; /* the executor of the plan being built */
-
 /*
  * The kind of memory of a plan (1 device, with its context; 0 host or no
  * buffer at all); a plan takes one kind, and device buffers of one context.
@@ -462,14 +460,8 @@ loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cud
     }
     ex->saved = saved;
     ex->head = ex->tail = 0;
-    tlActive = ex;
     *out = ex;
     return loomSuccess;
-}
-
-int cudaPlanActive(void)
-{
-    return tlActive != NULL;
 }
 
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
@@ -485,12 +477,11 @@ void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
         cudaExecRetire(ex, &ignored); /* execRun retired everything; this only makes sure */
     ex->head = ex->tail = 0;
     ex->lib->ctxSetCurrent(ex->saved);
-    tlActive = NULL;
 }
 
-loomResult_t cudaStageInPlace(struct loomOp *op, size_t bytes, const void **send)
+loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t bytes,
+                              const void **send)
 {
-    struct cudaExec *ex = tlActive;
     if (ex == NULL)
         return loomSetError(loomInternalError, "device staging outside a device plan");
     const struct cudaLib *lib = ex->lib;
@@ -556,7 +547,7 @@ static loomResult_t reduceAsync(struct cudaExec *ex, const struct loomLane *l, v
     return r == CUL_SUCCESS ? loomSuccess : cudaLibError(ex->lib, r, "launching a reduction");
 }
 
-/* The device work of one step: stepCompute of exec.c, on the GPU. */
+/* The device work of one step, as the op table (schedule.h) declares it: stepCompute of exec.c. */
 static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
                               const struct loomStep *s, const char *in, char *out)
 {
@@ -564,27 +555,23 @@ static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
     char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
     int final = (s->flags & LOOM_STEP_FINAL) != 0;
+    unsigned uses = loomStepUses(s->op);
 
-    switch (s->op) {
-    case LOOM_STEP_SEND:
-        return copyAsync(ex, out, src, bytes);
-    case LOOM_STEP_RECV:
-        return copyAsync(ex, dst, in, bytes);
-    case LOOM_STEP_RECV_REDUCE_SEND:
+    if (uses == 0 || (uses & LOOM_USES_SLOTLESS))
+        return loomSetError(loomInternalError, "step operation %d on the GPU", s->op);
+    if (uses & LOOM_USES_REDUCE) {
+        if (uses & LOOM_USES_DST)
+            return reduceAsync(ex, l, dst, out, in, src, s->count, final);
         return reduceAsync(ex, l, out, NULL, in, src, s->count, final);
-    case LOOM_STEP_RECV_REDUCE_COPY:
-    case LOOM_STEP_RECV_REDUCE_COPY_SEND:
-        return reduceAsync(ex, l, dst, out, in, src, s->count, final);
-    case LOOM_STEP_RECV_COPY_SEND:
-        LOOMCHECK(copyAsync(ex, out, in, bytes));
-        return copyAsync(ex, dst, in, bytes);
-    case LOOM_STEP_COPY:
-        if (final && l->op == loomAvg)
-            return reduceAsync(ex, l, dst, NULL, src, NULL, s->count, 1);
-        return copyAsync(ex, dst, src, bytes);
-    default:
-        return loomSetError(loomInternalError, "step operation %d", s->op);
     }
+    const char *from = (uses & LOOM_USES_RECV) ? in : src;
+    if (out)
+        LOOMCHECK(copyAsync(ex, out, from, bytes));
+    if (!(uses & LOOM_USES_DST))
+        return loomSuccess;
+    if (final && l->op == loomAvg)
+        return reduceAsync(ex, l, dst, NULL, from, NULL, s->count, 1);
+    return copyAsync(ex, dst, from, bytes);
 }
 
 loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,
@@ -620,11 +607,11 @@ long cudaExecRetire(struct cudaExec *ex, loomResult_t *err)
         }
         if (rec->sc) {
             atomic_store_explicit(&rec->sc->fifo->tail, rec->sendPos, memory_order_release);
-            execRingBell(rec->sc->peerBell);
+            bellRing(rec->sc->peerBell);
         }
         if (rec->rc) {
             atomic_store_explicit(&rec->rc->fifo->head, rec->recvPos, memory_order_release);
-            execRingBell(rec->rc->peerBell);
+            bellRing(rec->rc->peerBell);
         }
         ex->head++;
         n++;

@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comms.h"
+#include "exec.h"
 #include "schedule.h"
 
 #define MAX_RANKS 128 /* the tree schedules run up to here */
@@ -66,44 +68,27 @@ struct sym {
     uint8_t writes; /* buffer elements only: how many steps wrote it */
 };
 
-enum { USES_SEND = 0x1, USES_RECV = 0x2, USES_SRC = 0x4, USES_DST = 0x8 };
-
-static const uint8_t opUses[LOOM_STEP_NUM_OPS] = {
-    [LOOM_STEP_SEND] = USES_SEND | USES_SRC,
-    [LOOM_STEP_RECV] = USES_RECV | USES_DST,
-    [LOOM_STEP_RECV_REDUCE_SEND] = USES_RECV | USES_SRC | USES_SEND,
-    [LOOM_STEP_RECV_REDUCE_COPY] = USES_RECV | USES_SRC | USES_DST,
-    [LOOM_STEP_RECV_REDUCE_COPY_SEND] = USES_RECV | USES_SRC | USES_DST | USES_SEND,
-    [LOOM_STEP_RECV_COPY_SEND] = USES_RECV | USES_DST | USES_SEND,
-    [LOOM_STEP_COPY] = USES_SRC | USES_DST,
-    [LOOM_STEP_OFFER] = USES_SEND | USES_SRC,
-    [LOOM_STEP_PULL] = USES_RECV | USES_DST,
-    [LOOM_STEP_DRAIN] = USES_SEND,
-};
-
-static const char *const opNames[LOOM_STEP_NUM_OPS] = {
-    "SEND",
-    "RECV",
-    "RECV_REDUCE_SEND",
-    "RECV_REDUCE_COPY",
-    "RECV_REDUCE_COPY_SEND",
-    "RECV_COPY_SEND",
-    "COPY",
-    "OFFER",
-    "PULL",
-    "DRAIN",
-};
-
 /* Steps that move elements without a slot (single copies). */
 static int opSlotless(int op)
 {
-    return op == LOOM_STEP_OFFER || op == LOOM_STEP_PULL || op == LOOM_STEP_DRAIN;
+    return (loomStepUses((unsigned)op) & LOOM_USES_SLOTLESS) != 0;
 }
 
 static int opReduces(int op)
 {
-    return op == LOOM_STEP_RECV_REDUCE_SEND || op == LOOM_STEP_RECV_REDUCE_COPY ||
-           op == LOOM_STEP_RECV_REDUCE_COPY_SEND;
+    return (loomStepUses((unsigned)op) & LOOM_USES_REDUCE) != 0;
+}
+
+/* Runs generator gen and appends its plan, expanded, to *out: the steps the simulator runs. */
+static loomResult_t viaPlan(loomGenerator_t gen, const struct loomSchedArgs *a,
+                            struct loomSchedule *out)
+{
+    struct loomPlan plan = {0};
+    loomResult_t res = gen(a, &plan);
+    if (res == loomSuccess)
+        res = planExpand(&plan, out);
+    planFree(&plan);
+    return res;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,24 +208,26 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
 {
     if (st->op >= LOOM_STEP_NUM_OPS)
         return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
-    uint8_t uses = opUses[st->op];
+    uint8_t uses = loomStepUses(st->op);
     int countOk = st->op == LOOM_STEP_DRAIN ? st->count == 0
                   : opSlotless(st->op)      ? st->count >= 1
                                             : st->count >= 1 && st->count <= s->chunk;
     if (!countOk)
-        return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc, opNames[st->op],
-                       st->count, s->chunk);
+        return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc,
+                       loomStepName(st->op), st->count, s->chunk);
     if ((st->flags & ~LOOM_STEP_FINAL) ||
         ((st->flags & LOOM_STEP_FINAL) && !opReduces(st->op) && st->op != LOOM_STEP_COPY))
-        return simFail(s, "rank %d step %zu (%s): bad flags %#x", r, pc, opNames[st->op],
+        return simFail(s, "rank %d step %zu (%s): bad flags %#x", r, pc, loomStepName(st->op),
                        st->flags);
     if (st->srcBuf > LOOM_BUF_RECV || st->dstBuf > LOOM_BUF_RECV)
         return simFail(s, "rank %d step %zu: bad buffer", r, pc);
-    int okSend = (uses & USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
-    int okRecv = (uses & USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
+    int okSend =
+        (uses & LOOM_USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
+    int okRecv =
+        (uses & LOOM_USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
     if (!okSend || !okRecv)
-        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc, opNames[st->op],
-                       st->sendPeer, st->recvPeer);
+        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc,
+                       loomStepName(st->op), st->sendPeer, st->recvPeer);
     return 0;
 }
 
@@ -266,7 +253,7 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st, const str
 {
     struct simRank *rk = &s->ranks[r];
     const struct sym *src = NULL;
-    if (opUses[st->op] & USES_SRC) {
+    if (loomStepUses(st->op) & LOOM_USES_SRC) {
         if (st->srcOff > rk->len[st->srcBuf] || st->count > rk->len[st->srcBuf] - st->srcOff)
             return simFail(s, "rank %d step %zu: reads [%zu,+%zu) of a %zu-element buffer", r,
                            rk->pc, st->srcOff, st->count, rk->len[st->srcBuf]);
@@ -275,7 +262,7 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st, const str
     for (size_t i = 0; i < st->count; i++) {
         if ((src && !src[i].valid) || (msg && !msg[i].valid))
             return simFail(s, "rank %d step %zu (%s): reads an unwritten element", r, rk->pc,
-                           opNames[st->op]);
+                           loomStepName(st->op));
         if (src && msg) {
             if (simReduce(s, r, &msg[i], &src[i], &s->tmp[i]) < 0)
                 return -1;
@@ -345,9 +332,9 @@ static int simStep(struct sim *s, int r)
 {
     struct simRank *rk = &s->ranks[r];
     const struct loomStep *st = &rk->steps[rk->pc];
-    uint8_t uses = opUses[st->op];
-    struct simFifo *in = (uses & USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
-    struct simFifo *out = (uses & USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
+    uint8_t uses = loomStepUses(st->op);
+    struct simFifo *in = (uses & LOOM_USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
+    struct simFifo *out = (uses & LOOM_USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
     if ((in && in->head == in->tail) || (out && out->tail - out->head == LOOM_STEPS))
         return 0;
     if (st->op == LOOM_STEP_DRAIN) {
@@ -363,10 +350,11 @@ static int simStep(struct sim *s, int r)
             return simFail(s,
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
-                           r, rk->pc, opNames[st->op], st->count, st->recvPeer, in->count[slot]);
+                           r, rk->pc, loomStepName(st->op), st->count, st->recvPeer,
+                           in->count[slot]);
         if (in->offer[slot] != (st->op == LOOM_STEP_PULL))
             return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
-                           opNames[st->op], in->offer[slot] ? "an offer" : "elements",
+                           loomStepName(st->op), in->offer[slot] ? "an offer" : "elements",
                            st->recvPeer);
         msg = in->slots + slot * s->chunk;
         if (in->offer[slot]) { /* read the sender's buffer now */
@@ -380,7 +368,7 @@ static int simStep(struct sim *s, int r)
     }
     if (simCompute(s, r, st, msg) < 0)
         return -1;
-    if ((uses & USES_DST) && simStore(s, r, st) < 0)
+    if ((uses & LOOM_USES_DST) && simStore(s, r, st) < 0)
         return -1;
     if (in)
         in->head++;
@@ -410,7 +398,7 @@ static int simDeadlock(struct sim *s)
         left -= (size_t)k;
         const struct loomStep *st = &rk->steps[rk->pc];
         k = snprintf(p, left, " rank %d at step %zu/%zu (%s);", r, rk->pc, rk->nsteps,
-                     st->op < LOOM_STEP_NUM_OPS ? opNames[st->op] : "?");
+                     loomStepName(st->op));
     }
     return -1;
 }
@@ -540,16 +528,16 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
         a->sdispls = c->sd + a->rank * c->n;
         a->recvcounts = c->rc + a->rank * c->n;
         a->rdispls = c->rd + a->rank * c->n;
-        return directAlltoAllvSchedule(a, out);
+        return viaPlan(directAlltoAllvPlan, a, out);
     case LOOM_COLL_SEND: /* a sender and a receiver; the other ranks have nothing to do */
         a->coll = a->rank == c->root ? LOOM_COLL_SEND : LOOM_COLL_RECV;
         a->root = a->rank == c->root ? c->peer : c->root;
         if (a->rank == c->root)
-            return directSendSchedule(a, out);
-        return a->rank == c->peer ? directRecvSchedule(a, out) : loomSuccess;
+            return viaPlan(directSendPlan, a, out);
+        return a->rank == c->peer ? viaPlan(directRecvPlan, a, out) : loomSuccess;
     default: {
         loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
-        return gen ? gen(a, out) : loomInternalError;
+        return gen ? viaPlan(gen, a, out) : loomInternalError;
     }
     }
 }
@@ -888,7 +876,7 @@ START_TEST(test_allreduce_shape)
                               .lo = 0,
                               .hi = 40,
                               .chunkElems = 10};
-    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 7);
     for (size_t i = 0; i < 7; i++) {
         const struct loomStep *st = &s.steps[i];
@@ -896,21 +884,65 @@ START_TEST(test_allreduce_shape)
         ck_assert_uint_eq(st->count, 10);
         ck_assert_int_eq(st->flags,
                          ops[i] == LOOM_STEP_RECV_REDUCE_COPY_SEND ? LOOM_STEP_FINAL : 0);
-        ck_assert_int_eq(st->sendPeer, (opUses[st->op] & USES_SEND) ? 2 : -1);
-        ck_assert_int_eq(st->recvPeer, (opUses[st->op] & USES_RECV) ? 0 : -1);
-        size_t off = (opUses[st->op] & USES_SRC) ? st->srcOff : st->dstOff;
+        ck_assert_int_eq(st->sendPeer, (loomStepUses(st->op) & LOOM_USES_SEND) ? 2 : -1);
+        ck_assert_int_eq(st->recvPeer, (loomStepUses(st->op) & LOOM_USES_RECV) ? 0 : -1);
+        size_t off = (loomStepUses(st->op) & LOOM_USES_SRC) ? st->srcOff : st->dstOff;
         ck_assert_uint_eq(off, blocks[i] * 10);
     }
     scheduleFree(&s);
 }
 END_TEST
 
+/* Steps plan p expands to, counted without storing them. */
+static size_t planCountSteps(const struct loomPlan *p)
+{
+    struct loomPlanIter it = {0, 0};
+    struct loomStep st;
+    size_t n = 0;
+    while (loomPlanNext(p->steps, p->nsteps, &it, &st))
+        n++;
+    return n;
+}
+
+/*
+ * A plan's size does not grow with the count: the same templates for 1 MiB
+ * and 1 GiB of floats at 8 ranks, with 128 KiB pieces, and the 1 GiB plan
+ * still expands to every step (a ring AllReduce: 2n - 1 per loop of n pieces).
+ */
+START_TEST(test_plan_size_fixed)
+{
+    loomGenerator_t gens[] = {ringAllReducePlan,     treeAllReducePlan, doublingAllReducePlan,
+                              ringAllGatherPlan,     ringBroadcastPlan, ringReducePlan,
+                              ringReduceScatterPlan, treeBroadcastPlan, directAlltoAllPlan};
+    size_t counts[] = {(size_t)1 << 18, (size_t)1 << 28}, chunk = 32768;
+    for (size_t g = 0; g < sizeof(gens) / sizeof(gens[0]); g++) {
+        uint32_t sizes[2];
+        for (int k = 0; k < 2; k++) {
+            struct loomPlan p = {0};
+            struct loomSchedArgs a = {.nranks = 8,
+                                      .rank = 3,
+                                      .root = 5,
+                                      .count = counts[k],
+                                      .lo = 0,
+                                      .hi = counts[k],
+                                      .chunkElems = chunk};
+            ck_assert_int_eq(gens[g](&a, &p), loomSuccess);
+            sizes[k] = p.nsteps;
+            if (g == 0 && k == 1)
+                ck_assert_uint_eq(planCountSteps(&p), (counts[1] / (8 * chunk)) * 15);
+            planFree(&p);
+        }
+        ck_assert_msg(sizes[0] == sizes[1] && sizes[0] <= 64,
+                      "generator %zu: %u templates for 1 MiB, %u for 1 GiB", g, sizes[0], sizes[1]);
+    }
+}
+END_TEST
+
 START_TEST(test_empty_ranges_emit_nothing)
 {
-    loomResult_t (*gens[])(const struct loomSchedArgs *, struct loomSchedule *) = {
-        ringBroadcastSchedule, ringReduceSchedule,        ringAllReduceSchedule,
-        ringAllGatherSchedule, ringReduceScatterSchedule, directAlltoAllSchedule,
-        directSendSchedule,    directRecvSchedule};
+    loomGenerator_t gens[] = {ringBroadcastPlan, ringReducePlan,        ringAllReducePlan,
+                              ringAllGatherPlan, ringReduceScatterPlan, directAlltoAllPlan,
+                              directSendPlan,    directRecvPlan};
     struct loomSchedule s = {0};
     for (size_t g = 0; g < sizeof(gens) / sizeof(gens[0]); g++) {
         for (int n = 1; n <= 5; n++) {
@@ -921,9 +953,9 @@ START_TEST(test_empty_ranges_emit_nothing)
                                       .lo = 4,
                                       .hi = 4,
                                       .chunkElems = 2};
-            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(gens[g], &a, &s), loomSuccess);
             a.count = a.lo = a.hi = 0;
-            ck_assert_int_eq(gens[g](&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(gens[g], &a, &s), loomSuccess);
             ck_assert_msg(s.nsteps == 0, "generator %zu n %d emitted %zu steps", g, n, s.nsteps);
         }
     }
@@ -937,7 +969,7 @@ START_TEST(test_empty_ranges_emit_nothing)
                                   .sdispls = displs,
                                   .recvcounts = zeros,
                                   .rdispls = displs};
-        ck_assert_int_eq(directAlltoAllvSchedule(&a, &s), loomSuccess);
+        ck_assert_int_eq(viaPlan(directAlltoAllvPlan, &a, &s), loomSuccess);
         ck_assert_uint_eq(s.nsteps, 0);
     }
     scheduleFree(&s);
@@ -957,14 +989,14 @@ START_TEST(test_inconsistent_args_refused)
                               .lo = 0,
                               .hi = 8,
                               .chunkElems = 4};
-    ck_assert_int_eq(ringAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringAllReducePlan, &a, &s), loomInternalError);
     a.rank = 2, a.root = 1; /* the root is missing */
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(ringReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringReducePlan, &a, &s), loomInternalError);
     a.ring = NULL, a.chunkElems = 0;
-    ck_assert_int_eq(ringAllGatherSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(directAlltoAllSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(directSendSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(ringAllGatherPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(directAlltoAllPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(directSendPlan, &a, &s), loomInternalError);
     ck_assert_uint_eq(s.nsteps, 0);
     scheduleFree(&s);
 }
@@ -976,11 +1008,11 @@ START_TEST(test_generators_append)
     struct loomSchedule s = {0};
     struct loomSchedArgs a = {
         .nranks = 3, .rank = 0, .root = 1, .count = 12, .lo = 0, .hi = 6, .chunkElems = 4};
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomSuccess);
     size_t first = s.nsteps;
     ck_assert_uint_gt(first, 0);
     a.lo = 6, a.hi = 12;
-    ck_assert_int_eq(ringBroadcastSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2 * first);
     ck_assert_uint_eq(s.steps[first].dstOff, 6);
     scheduleFree(&s);
@@ -1169,7 +1201,7 @@ START_TEST(test_check_detects_wrong_result)
     for (int r = 0; r < 3; r++) {
         struct loomSchedArgs a = {
             .nranks = 3, .rank = r, .root = 0, .count = 5, .lo = 0, .hi = 5, .chunkElems = 2};
-        ck_assert_int_eq(ringBroadcastSchedule(&a, &scheds[r]), loomSuccess);
+        ck_assert_int_eq(viaPlan(ringBroadcastPlan, &a, &scheds[r]), loomSuccess);
         ranks[r].steps = scheds[r].steps;
         ranks[r].nsteps = scheds[r].nsteps;
     }
@@ -1352,7 +1384,7 @@ START_TEST(test_doubling_shape)
                               .lo = 0,
                               .hi = 5,
                               .chunkElems = 8};
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2); /* one hop: send mine, add the peer's */
     ck_assert_int_eq(s.steps[0].op, LOOM_STEP_SEND);
     ck_assert_int_eq(s.steps[0].sendPeer, 0);
@@ -1363,7 +1395,7 @@ START_TEST(test_doubling_shape)
     /* 8 ranks: rank 5 meets 4, 7 and 1, one round each. */
     scheduleReset(&s);
     a.nranks = 8, a.rank = 5;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 6);
     int want8[] = {4, 7, 1};
     for (int k = 0; k < 3; k++) {
@@ -1376,14 +1408,14 @@ START_TEST(test_doubling_shape)
      * participant 0 against 3 and 4, then returns the result to 0. */
     scheduleReset(&s);
     a.nranks = 6, a.rank = 0;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2);
     ck_assert_int_eq(s.steps[0].sendPeer, 1);
     ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV);
     ck_assert_int_eq(s.steps[1].recvPeer, 1);
     scheduleReset(&s);
     a.rank = 1;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomSuccess);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 6);
     ck_assert_int_eq(s.steps[0].recvPeer, 0);
     ck_assert_int_eq(s.steps[1].sendPeer, 3);
@@ -1392,9 +1424,9 @@ START_TEST(test_doubling_shape)
     ck_assert_int_eq(s.steps[5].srcBuf, LOOM_BUF_RECV);
     /* A rank outside the communicator or a zero chunk is a core bug: refused. */
     a.rank = 6;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomInternalError);
     a.rank = 0, a.chunkElems = 0;
-    ck_assert_int_eq(doublingAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomInternalError);
     scheduleFree(&s);
 }
 END_TEST
@@ -1521,7 +1553,7 @@ START_TEST(test_tree_halves)
             ck_assert_int_eq(treeNodeOf(&a, 0, &nd[0]), loomSuccess);
             ck_assert_int_eq(treeNodeOf(&a, 1, &nd[1]), loomSuccess);
             scheduleReset(&s);
-            ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomSuccess);
+            ck_assert_int_eq(viaPlan(treeBroadcastPlan, &a, &s), loomSuccess);
             size_t got[2] = {0, 0};
             for (size_t i = 0; i < s.nsteps; i++)
                 for (int t = 0; t < 2; t++)
@@ -1662,17 +1694,17 @@ START_TEST(test_tree_refuses_bad_args)
                               .hi = 8,
                               .chunkElems = 4,
                               .hosts = gap};
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     int twice[3] = {0, 2, 2}; /* an order that is no permutation */
     a.hosts = NULL, a.order = twice;
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     a.order = NULL, a.root = 3; /* no such rank */
-    ck_assert_int_eq(treeBroadcastSchedule(&a, &s), loomInternalError);
-    ck_assert_int_eq(treeReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeBroadcastPlan, &a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeReducePlan, &a, &s), loomInternalError);
     a.root = 0, a.chunkElems = 0;
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     a.chunkElems = 4, a.hi = 9; /* past count */
-    ck_assert_int_eq(treeAllReduceSchedule(&a, &s), loomInternalError);
+    ck_assert_int_eq(viaPlan(treeAllReducePlan, &a, &s), loomInternalError);
     ck_assert_uint_eq(s.nsteps, 0);
     scheduleFree(&s);
 }
@@ -1753,6 +1785,138 @@ START_TEST(test_random_ring_order)
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Differential: the same plans through the simulator and the real executor. */
+
+/*
+ * The case the ranks run (set before they are forked, so each child has it,
+ * with the simulator's buffers of the same plans, by inheritance).
+ */
+static const struct coll *diffCase;
+static struct simRank diffRanks[MAX_RANKS];
+
+#define DIFF_POISON 0xdeadbeefdeadbeefULL
+
+/*
+ * Element j of rank r's send buffer: its index (plus one) in the high half
+ * and its rank's bit in the low half. A sum of k such elements of one index
+ * holds the ranks' bits, and k x (index + 1) above them: every value says
+ * which elements it adds up, as a simulator symbol does.
+ */
+static uint64_t diffInput(int r, size_t j)
+{
+    return ((uint64_t)(j + 1) << 32) | ((uint64_t)1 << r);
+}
+
+static int diffMatches(const struct sym *e, uint64_t v)
+{
+    if (!e->valid)
+        return v == DIFF_POISON;
+    uint64_t mask = v & 0xffffffffULL;
+    return mask == (uint64_t)e->mask &&
+           (v >> 32) == (uint64_t)__builtin_popcountll(mask) * ((uint64_t)e->idx + 1);
+}
+
+/* One rank: builds its plan as the simulator did, runs it with exec.c, compares every element. */
+static int diffRank(int rank, int nranks, loomComm_t comm)
+{
+    const struct coll *c = diffCase;
+    const struct simRank *sim = &diffRanks[rank];
+    struct loomSchedArgs a = {.coll = c->coll,
+                              .nranks = nranks,
+                              .rank = rank,
+                              .ring = c->ring,
+                              .root = c->root,
+                              .count = c->count,
+                              .lo = 0,
+                              .hi = c->count,
+                              .chunkElems = c->chunk,
+                              .hosts = c->hosts,
+                              .order = c->order,
+                              .trees = c->trees};
+    struct loomPlan plan = {0};
+    uint64_t *buf[2];
+    for (int b = 0; b < 2; b++)
+        buf[b] = malloc((sim->len[b] + 1) * sizeof(uint64_t));
+    if (buf[0] == NULL || buf[1] == NULL)
+        return 2;
+    for (size_t j = 0; j < sim->len[0]; j++)
+        buf[0][j] = diffInput(rank, j);
+    for (size_t i = 0; i < sim->len[1]; i++)
+        buf[1][i] = DIFF_POISON;
+    loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
+    if (gen == NULL || gen(&a, &plan) != loomSuccess)
+        return 3;
+    struct loomLane lane = {.comm = comm,
+                            .channel = 0,
+                            .plan = &plan,
+                            .bufs = {(char *)buf[0], (char *)buf[1]},
+                            .dt = loomUint64,
+                            .op = loomSum,
+                            .elemSize = sizeof(uint64_t)};
+    loomResult_t res = execRun(&lane, 1, NULL);
+    if (res != loomSuccess) {
+        fprintf(stderr, "rank %d: execRun: %s\n", rank, loomGetLastError(comm));
+        return 4;
+    }
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < sim->len[b]; i++) {
+            if (!diffMatches(&sim->buf[b][i], buf[b][i])) {
+                fprintf(stderr,
+                        "rank %d: buffer %d element %zu is %#llx, the simulator has {mask %#llx "
+                        "idx %u valid %d}\n",
+                        rank, b, i, (unsigned long long)buf[b][i],
+                        (unsigned long long)sim->buf[b][i].mask, sim->buf[b][i].idx,
+                        sim->buf[b][i].valid);
+                return 5;
+            }
+        }
+    }
+    planFree(&plan);
+    free(buf[0]);
+    free(buf[1]);
+    return 0;
+}
+
+/* Simulates c's plans, then runs them on c->n real processes and compares. */
+static void diffRun(const struct coll *c)
+{
+    char err[ERR_LEN];
+    uint64_t rng = 1;
+    memset(diffRanks, 0, sizeof(diffRanks));
+    collAllocBuffers(c, diffRanks);
+    int rc = collRunLane(c, diffRanks, schedPool, 0, c->count, 0, &rng, err);
+    ck_assert_msg(rc == 0, "simulator: coll %d n %d: %s", c->coll, c->n, err);
+    diffCase = c;
+    runRanks(c->n, diffRank);
+}
+
+START_TEST(test_differential)
+{
+    static const loomColl_t colls[] = {LOOM_COLL_ALLREDUCE,     LOOM_COLL_REDUCE,
+                                       LOOM_COLL_BROADCAST,     LOOM_COLL_ALLGATHER,
+                                       LOOM_COLL_REDUCESCATTER, LOOM_COLL_ALLTOALL};
+    static const int sizes[] = {1, 2, 3, 5};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        int n = sizes[k];
+        for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
+            for (int algo = 0; algo < 3; algo++) {
+                struct coll c = {.coll = colls[i],
+                                 .n = n,
+                                 .root = n - 1,
+                                 .count = 29,
+                                 .chunk = 3,
+                                 .tree = algo == 1,
+                                 .doubling = algo == 2};
+                if (scheduleGenerator(c.coll, collAlgo(&c)) == NULL)
+                    continue; /* no such algorithm for this collective */
+                diffRun(&c);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 
 static TCase *tcase(const char *name, const TTest *test)
 {
@@ -1768,6 +1932,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("array", test_array_grows_and_keeps_order));
     suite_add_tcase(s, tcase("allreduce shape", test_allreduce_shape));
     suite_add_tcase(s, tcase("empty ranges", test_empty_ranges_emit_nothing));
+    suite_add_tcase(s, tcase("plan size", test_plan_size_fixed));
     suite_add_tcase(s, tcase("generators append", test_generators_append));
     suite_add_tcase(s, tcase("inconsistent args", test_inconsistent_args_refused));
     suite_add_tcase(s, tcase("sim deadlock", test_sim_detects_deadlock));
@@ -1799,6 +1964,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("tree hosts", test_tree_hosts));
     suite_add_tcase(s, tcase("tree lanes", test_tree_lanes));
     suite_add_tcase(s, tcase("tree bad args", test_tree_refuses_bad_args));
+    suite_add_tcase(s, tcase("differential", test_differential));
     return s;
 }
 
