@@ -120,17 +120,6 @@ struct loomSchedEntry {
 };
 #define LOOM_SCHED_CACHE 64
 
-/* A decision of the tuner, kept per communicator so a repeated call does not redo it (tuner.c). */
-struct loomTuneEntry {
-    uint64_t key; /* 0: empty */
-    int algo;     /* loomAlgo_t */
-    int nChannels;
-    int trees;
-    size_t chunkBytes;
-    double predictedUs;
-};
-#define LOOM_TUNE_CACHE 64
-
 struct loomComm {
     _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
     int rank;
@@ -208,13 +197,9 @@ struct loomComm {
     /* Per-plan scratch: in-place AlltoAll staging, tree Reduce partial sums. */
     void *scratch;
     size_t scratchBytes;
-    size_t scratchTaken; /* bytes handed out to the plan being built */
-    /* Tuner: recent decisions, and the (collective, power-of-two size class)
-     * pairs already logged. Plans of one communicator are built by one thread
-     * at a time, as for the schedule cache. */
-    struct loomTuneEntry tuneCache[LOOM_TUNE_CACHE];
-    _Atomic uint64_t tuneLogged[LOOM_COLL_NUM];
-    struct cudaComm *cuda; /* device binding, p2p slots (transports/p2p.c); NULL if none */
+    size_t scratchTaken;          /* bytes handed out to the plan being built */
+    struct loomTunerState *tuner; /* its decisions, built at init (tuner.c) */
+    struct cudaComm *cuda;        /* device binding, p2p slots (transports/p2p.c); NULL if none */
     /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
     int cmaOk;
     size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
@@ -254,6 +239,9 @@ int commCpuCount(void);
  * hosts, at most crowd of them on one host, with nChannels channels.
  */
 size_t commSlotBytes(int nranks, int nHosts, int crowd, int nChannels);
+
+/* The API call's name of a collective ("loomAllReduce"), for messages (coll.c). */
+const char *loomCollName(loomColl_t coll);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 uint64_t loomClockNs(void);

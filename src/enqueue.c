@@ -29,10 +29,6 @@
 #include "topo.h"
 #include "tuner.h"
 
-static const char *const collNames[LOOM_COLL_NUM] = {
-    "loomBroadcast", "loomReduce",    "loomAllReduce", "loomAllGather", "loomReduceScatter",
-    "loomAlltoAll",  "loomAlltoAllv", "loomSend",      "loomRecv"};
-
 /* ---- argument checks ---- */
 
 static int collReduces(loomColl_t c)
@@ -162,7 +158,7 @@ static loomResult_t opSubmit(struct loomOp *op)
 
 static loomResult_t opIssue(struct loomOp *op)
 {
-    const char *fn = collNames[op->coll];
+    const char *fn = loomCollName(op->coll);
     loomResult_t res = opCheck(op, fn);
     if (res != loomSuccess) {
         if (commIsLive(op->comm))
@@ -364,11 +360,11 @@ static loomResult_t buildSchedule(const struct loomSchedArgs *a, loomAlgo_t algo
     loomResult_t res = generate(a, algo, s);
     if (res == loomSystemError)
         return loomSetError(res, "%s: out of memory building a schedule of %zu steps",
-                            collNames[a->coll], s->nsteps);
+                            loomCollName(a->coll), s->nsteps);
     if (res != loomSuccess)
         return loomSetError(res, "%s: no %s schedule for rank %d of %d (count %zu, chunk %zu)",
-                            collNames[a->coll], tunerAlgoName(algo), a->rank, a->nranks, a->count,
-                            a->chunkElems);
+                            loomCollName(a->coll), tunerAlgoName(algo), a->rank, a->nranks,
+                            a->count, a->chunkElems);
     return loomSuccess;
 }
 
@@ -558,7 +554,7 @@ static loomResult_t commUsable(const struct loomOp *op)
     if (broken)
         return loomSetError((loomResult_t)broken,
                             "%s: the communicator is unusable after an earlier error (%s)",
-                            collNames[op->coll], op->comm->abortReason);
+                            loomCollName(op->coll), op->comm->abortReason);
     return loomSuccess;
 }
 
@@ -657,7 +653,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
-              collNames[ops[0].coll], ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
+              loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
               dev ? " (device)" : "");
         res = execRun(tlLanes, nlanes, dev);
     }

@@ -34,6 +34,7 @@
 #include "reduce.h"
 #include "topo.h"
 #include "transport.h"
+#include "tuner.h"
 
 const struct loomTransport *const loomTransports[] = {&shmTransport, &netTransport, NULL};
 
@@ -562,6 +563,7 @@ static void commFree(struct loomComm *comm)
     free(comm->ring);
     free(comm->owner);
     free(comm->scratch);
+    tunerFree(comm);
     comm->pool = NULL, comm->poolSize = 0;
     comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
     comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
@@ -604,6 +606,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
     LOOMCHECK(p2pSetup(comm));
+    LOOMCHECK(tunerInit(comm)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
     return bootstrapBarrier(comm->bootstrap);
 }
 

@@ -4,16 +4,19 @@
  * Ring AllReduce is bandwidth-optimal but needs 2(n-1) hops; the double
  * binary tree needs about 2 log2(n) but touches more bytes per byte
  * reduced. Which wins depends on the size, the rank count and how ranks
- * share cores, so every call asks tunerChoose:
+ * share cores. When a communicator is built, tunerInit asks the model for
+ * every collective and power-of-two size class (at the class's smallest
+ * size), on host and on device buffers:
  *
- *   (collective, bytes) --cache hit--> decision
- *          |  miss
- *          v
  *   for each algorithm LOOM_ALGO allows and the collective has,
  *   for one tree and two, for chunks from the slot down to 1 KiB:
  *       predicted time = callUs + max(critical path, CPU work / cores)
- *   keep the fastest; cache it in the communicator; log it (TUNING) the
- *   first time its (collective, power-of-two size class) is met.
+ *   keep the fastest in comm->tuner's table
+ *
+ * and every call's tunerChoose is a lookup of its class in that table,
+ * logged (TUNING) the first time the class is met. (A search at the first
+ * call of each size put the model's work on the path of exactly the calls
+ * that are already the slowest.)
  *
  * The model is alpha-beta per (algorithm, transport): a pipeline of time
  * units, each costing a hop's latency plus the busiest rank's steps and
@@ -89,10 +92,6 @@ static uint32_t collAlgos(loomColl_t coll)
             m |= ALGO_BIT(a);
     return m;
 }
-
-static const char *const collNames[LOOM_COLL_NUM] = {"Broadcast", "Reduce",        "AllReduce",
-                                                     "AllGather", "ReduceScatter", "AlltoAll",
-                                                     "AlltoAllv", "Send",          "Recv"};
 
 const char *tunerAlgoName(loomAlgo_t algo)
 {
@@ -785,18 +784,72 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
 static int sizeClass(size_t bytes)
 {
     int c = 0;
-    while (bytes > 1)
+    while (bytes > 1 && c < LOOM_TUNE_CLASSES - 1)
         bytes >>= 1, c++;
     return c;
 }
 
-/* Logs a decision the first time its (collective, size class) is met on comm. */
+/* The shape the model sees for comm, the same on every rank. */
+static struct loomTuneShape commShape(const struct loomComm *comm)
+{
+    return (struct loomTuneShape){.nranks = comm->nranks,
+                                  .nHosts = comm->topo ? comm->topo->nHosts : 1,
+                                  .hostOf = comm->topo ? comm->topo->hostOf : NULL,
+                                  .localRanks = comm->tuneLocalRanks,
+                                  .cpus = comm->tuneCpus,
+                                  .slotBytes = comm->slotBytes,
+                                  .nChannels = comm->nChannels,
+                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
+                                  .cmaOk = comm->cmaOk,
+                                  .cmaMinBytes = comm->cmaMinBytes};
+}
+
+/* The decisions for coll on host (device 0) or device buffers, class by class. */
+static void tableFill(struct loomTunerState *st, loomColl_t coll, int device)
+{
+    struct loomTuneShape shape = st->shape;
+    shape.cmaOk = shape.cmaOk && !device;
+    uint32_t allowed = tunerDefaultAllowed(&shape, coll);
+    /* A device plan has no device scratch for a tree Reduce's partial sums. */
+    if (device && coll == LOOM_COLL_REDUCE)
+        allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);
+    if (allowed == 0)
+        allowed = ALGO_BIT(LOOM_ALGO_RING);
+    for (int k = 0; k < LOOM_TUNE_CLASSES; k++) {
+        size_t bytes = k == 0 ? 1 : (size_t)1 << k;
+        st->fellBack[device][coll][k] =
+            tunerModel(&shape, coll, bytes, allowed, &st->table[device][coll][k]) != 0;
+    }
+}
+
+loomResult_t tunerInit(struct loomComm *comm)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    struct loomTunerState *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return loomSetError(loomSystemError, "out of memory for the tuner's table (%zu bytes)",
+                            sizeof(*st));
+    st->shape = commShape(comm);
+    for (int device = 0; device < 2; device++)
+        for (int c = 0; c < LOOM_COLL_NUM; c++)
+            tableFill(st, (loomColl_t)c, device);
+    comm->tuner = st;
+    return loomSuccess;
+}
+
+void tunerFree(struct loomComm *comm)
+{
+    free(comm->tuner);
+    comm->tuner = NULL;
+}
+
 /* 1 the first time (collective, size class) is met on comm. */
 static int tuneFirst(struct loomComm *comm, loomColl_t coll, size_t bytes)
 {
+    _Atomic uint64_t *logged = &comm->tuner->logged[coll];
     uint64_t bit = 1ULL << sizeClass(bytes);
-    return !(atomic_load_explicit(&comm->tuneLogged[coll], memory_order_relaxed) & bit) &&
-           !(atomic_fetch_or_explicit(&comm->tuneLogged[coll], bit, memory_order_relaxed) & bit);
+    return !(atomic_load_explicit(logged, memory_order_relaxed) & bit) &&
+           !(atomic_fetch_or_explicit(logged, bit, memory_order_relaxed) & bit);
 }
 
 static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
@@ -805,59 +858,28 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
     if (!tuneFirst(comm, coll, bytes))
         return;
     INFO(LOOM_TUNING,
-         "loom%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us%s%s",
-         collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
-         t->nChannels, t->predictedUs,
+         "%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us at 2^%d B%s%s",
+         loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
+         t->nChannels, t->predictedUs, sizeClass(bytes),
          t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
 void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped)
 {
-    if (tuneFirst(comm, coll, bytes))
-        INFO(LOOM_TUNING, "loom%s %zu B (class 2^%d): %s, one copy between the ranks' buffers%s",
-             collNames[coll], bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA),
+    if (comm->tuner && tuneFirst(comm, coll, bytes))
+        INFO(LOOM_TUNING, "%s %zu B (class 2^%d): %s, one copy between the ranks' buffers%s",
+             loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA),
              mapped ? " (all of them loomMemAlloc memory the peers map)" : "");
 }
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
                  struct loomTuning *out)
 {
-    /* bytes < 2^59: checked counts */
-    uint64_t key = ((uint64_t)bytes << 5 | (uint64_t)(device != 0) << 4 | (uint64_t)coll) + 1;
-    struct loomTuneEntry *e =
-        &comm->tuneCache[(key * 0x9e3779b97f4a7c15ULL >> 32) % LOOM_TUNE_CACHE];
-    if (e->key == key) {
-        *out = (struct loomTuning){.algo = (loomAlgo_t)e->algo,
-                                   .chunkBytes = e->chunkBytes,
-                                   .nChannels = e->nChannels,
-                                   .trees = e->trees,
-                                   .predictedUs = e->predictedUs};
-        return;
-    }
-    pthread_once(&tuneOnce, tuneRead);
-    struct loomTuneShape shape = {.nranks = comm->nranks,
-                                  .nHosts = comm->topo ? comm->topo->nHosts : 1,
-                                  .hostOf = comm->topo ? comm->topo->hostOf : NULL,
-                                  .localRanks = comm->tuneLocalRanks,
-                                  .cpus = comm->tuneCpus,
-                                  .slotBytes = comm->slotBytes,
-                                  .nChannels = comm->nChannels,
-                                  .channelsSet = paramIsSet(LOOM_PARAM_NCHANNELS),
-                                  .cmaOk = comm->cmaOk && !device,
-                                  .cmaMinBytes = comm->cmaMinBytes};
-    uint32_t allowed = tunerDefaultAllowed(&shape, coll);
-    /* A device plan has no device scratch for a tree Reduce's partial sums. */
-    if (device && coll == LOOM_COLL_REDUCE)
-        allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);
-    int res = tunerModel(&shape, coll, bytes, allowed ? allowed : ALGO_BIT(LOOM_ALGO_RING), out);
-    *e = (struct loomTuneEntry){.key = key,
-                                .algo = out->algo,
-                                .nChannels = out->nChannels,
-                                .trees = out->trees,
-                                .chunkBytes = out->chunkBytes,
-                                .predictedUs = out->predictedUs};
-    tuneLog(comm, coll, bytes, out, res != 0);
+    const struct loomTunerState *st = comm->tuner;
+    int d = device != 0, k = sizeClass(bytes);
+    *out = st->table[d][coll][k];
+    tuneLog(comm, coll, bytes, out, st->fellBack[d][coll][k]);
 }
 
 static loomResult_t tuningGet(const char *fn, const char *collective, const char *algorithm,

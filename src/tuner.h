@@ -3,7 +3,10 @@
  *
  * The plan (enqueue.c) asks tunerChoose for every operation; the answer
  * comes from an alpha-beta cost model (tuner.c) within what LOOM_ALGO
- * allows. loomTuningGet exposes the same model to tools.
+ * allows, evaluated once per communicator for every collective and
+ * power-of-two size class when it is built (tunerInit), so that a call,
+ * the first of its size too, only looks its decision up. loomTuningGet
+ * exposes the same model to tools.
  */
 #ifndef LOOM_TUNER_H_
 #define LOOM_TUNER_H_
@@ -37,13 +40,41 @@ struct loomTuneShape {
     size_t cmaMinBytes; /* and allowed from this size (LOOM_CMA_MIN_BYTES) */
 };
 
+/* Size classes: class k holds the sizes [2^k, 2^(k+1)) bytes (0 and 1 byte: class 0). */
+#define LOOM_TUNE_CLASSES 48 /* the last holds everything from 128 TiB */
+
+/*
+ * A communicator's tuner (comm->tuner): the shape the model sees, the same
+ * on every rank, and its decision for each collective and size class,
+ * evaluated at the class's smallest size, on host buffers ([0]) and device
+ * buffers ([1]). `logged` marks the (collective, class) pairs whose
+ * decision was logged. Written at init, read by the thread that plans.
+ */
+struct loomTunerState {
+    struct loomTuneShape shape;
+    struct loomTuning table[2][LOOM_COLL_NUM][LOOM_TUNE_CLASSES];
+    /* 1: LOOM_ALGO allows none of the algorithms coll has at that size */
+    unsigned char fellBack[2][LOOM_COLL_NUM][LOOM_TUNE_CLASSES];
+    _Atomic uint64_t logged[LOOM_COLL_NUM];
+};
+
+/*
+ * Builds comm->tuner from the communicator's shape (ranks, hosts, CPUs,
+ * slot size, single copies), which must be final. loomSystemError when out
+ * of memory; comm->tuner is then NULL.
+ */
+loomResult_t tunerInit(struct loomComm *comm);
+/* Frees comm->tuner (NULL is fine). */
+void tunerFree(struct loomComm *comm);
+
 /*
  * Chooses for one call of `coll` moving `bytes` (count x element size, times
- * nranks for AllGather, ReduceScatter and AlltoAll) on comm. Logs the
- * decision (TUNING) the first time each (collective, power-of-two size class)
- * is met on comm. Never fails: without a usable choice it falls back to the
- * collective's only algorithm. device: the plan runs on device buffers
- * (src/cuda), where Reduce keeps to the ring (its tree needs host scratch).
+ * nranks for AllGather, ReduceScatter and AlltoAll) on comm: the decision of
+ * its size class, a table lookup. Logs the decision (TUNING) the first time
+ * each (collective, size class) is met on comm. Never fails: without a
+ * usable choice it falls back to the collective's only algorithm. device:
+ * the plan runs on device buffers (src/cuda), where Reduce keeps to the
+ * ring (its tree needs host scratch).
  */
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
                  struct loomTuning *out);

@@ -17,8 +17,17 @@
  * on a crash leaves nothing in /dev/shm. The pages are allocated up front
  * (posix_fallocate), so a /dev/shm that is too small fails here, with a
  * message saying how much is needed, and never later with SIGBUS.
+ *
+ * They are also mapped up front: the whole own segment (MAP_POPULATE), and
+ * in each peer's segment the FIFOs this rank writes (shmPrefault). Left to
+ * first touch, every page of a slot costs a minor fault the first time a
+ * message reaches that far into it, so each new, larger message size paid
+ * tens of faults a call for as many calls as a FIFO has slots, on both
+ * ends, an order of magnitude over the call itself where faults are dear
+ * (virtual machines); populating costs a fraction of those faults, once.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,7 +137,7 @@ static loomResult_t shmCreate(struct loomComm *comm, struct shmSegment *seg)
                      seg->bytes >> 10, seg->name, strerror(e), comm->buffBytes);
         goto fail_unlink;
     }
-    seg->base = mmap(NULL, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    seg->base = mmap(NULL, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (seg->base == MAP_FAILED) {
         seg->base = NULL;
         loomSetError(loomSystemError, "mmap of %zu bytes of %s failed: %s", seg->bytes, seg->name,
@@ -164,6 +173,24 @@ static loomResult_t shmMapPeer(struct shmSegment *seg, int peer)
     return loomSuccess;
 }
 
+/*
+ * Maps [p, p + bytes) of a peer's segment into this process now rather than
+ * page by page at first touch (see the top of the file). The pages exist
+ * (the owner allocated them), so a read fault maps them writable; kernels
+ * before 5.14 lack MADV_POPULATE_READ and get the reads themselves.
+ */
+static void shmPrefault(char *p, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(page - 1);
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)lo, (uintptr_t)p + bytes - lo, MADV_POPULATE_READ) == 0)
+        return;
+#endif
+    for (uintptr_t a = lo; a < (uintptr_t)p + bytes; a += page)
+        (void)*(volatile const char *)a;
+}
+
 static void shmInitOwn(struct loomComm *comm, struct shmState *st)
 {
     comm->bell = (struct loomDoorbell *)st->own.base;
@@ -184,6 +211,8 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
             struct loomConnector *s = &comm->channels[c].send[p];
             char *rf = fifoAt(comm, st->own.base, c, st->localIndex[p]);
             char *sf = fifoAt(comm, st->peers[p].base, c, myIdx);
+            if (p != me)
+                shmPrefault(sf, fifoBytes(comm));
             *r = (struct loomConnector){(struct loomFifo *)rf,
                                         rf + sizeof(struct loomFifo),
                                         comm->slotBytes,

@@ -7,6 +7,8 @@
 #include "testranks.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +74,17 @@ int testRanksGo(struct testRanks *t, const loomUniqueId *id)
         t->idFds[r] = -1;
     }
     return rc;
+}
+
+int testRankFail(int rank, int code, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rank %d: %s (exit status %d)\n", rank, what, code);
+    return code;
 }
 
 double testNowSec(void)

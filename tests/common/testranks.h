@@ -37,6 +37,14 @@ int testRanksFork(struct testRanks *t, int nranks, testRankFn fn, void *arg);
 /* Hands every waiting child the id. 0 or -1. */
 int testRanksGo(struct testRanks *t, const loomUniqueId *id);
 
+/*
+ * A rank's failure in words: prints "rank R: <what> (exit status CODE)" on
+ * stderr, which the test's log keeps, and returns code for the rank to
+ * return. Every nonzero result of a testRankFn goes through it, so that a
+ * failed test says what went wrong rather than only which number.
+ */
+int testRankFail(int rank, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Seconds on CLOCK_MONOTONIC, one clock for every process of the host. */
 double testNowSec(void);
 /* Sleeps ms milliseconds, signals or not. */

@@ -187,21 +187,21 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     rep.rank = rank;
     config.timeoutSec = job->timeoutSec;
     if (rankEnterHost(job, rank) != 0)
-        return 15;
+        return testRankFail(rank, 15, "could not enter its fake host's namespace");
     if (job->work == WORK_CMA && setenv("LOOM_ALGO", "allreduce:cma", 1) != 0)
-        return 16;
+        return testRankFail(rank, 16, "setenv LOOM_ALGO failed");
     if (job->work == WORK_CMA_A2A && setenv("LOOM_ALGO", "alltoall:cma", 1) != 0)
-        return 16;
+        return testRankFail(rank, 16, "setenv LOOM_ALGO failed");
     if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
-        return 10;
+        return testRankFail(rank, 10, "loomCommInitRankConfig failed: %s", loomGetLastError(NULL));
     float *buf = malloc(COUNT * sizeof(*buf)), *out = malloc(COUNT * sizeof(*out));
     if (buf == NULL || out == NULL)
-        return 11;
+        return testRankFail(rank, 11, "out of memory");
     for (size_t i = 0; i < COUNT; i++)
         buf[i] = (float)(i % 3);
     at.comm = comm;
     if (job->release == RELEASE_FROM_THREAD && pthread_create(&thread, NULL, abortMain, &at) != 0)
-        return 12;
+        return testRankFail(rank, 12, "could not start the aborting thread");
     loomResult_t res = loomSuccess;
     while (res == loomSuccess) {
         if (job->work == WORK_CMA_A2A)
@@ -209,7 +209,7 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         else
             res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
         if (res == loomSuccess && rep.iterations++ == 0 && write(job->readyFd[1], "r", 1) != 1)
-            return 13;
+            return testRankFail(rank, 13, "could not tell the parent it is ready");
         if (res == loomSuccess && job->work == WORK_CHAIN)
             res = chainWait(comm, rank, nranks, buf);
     }
@@ -222,7 +222,9 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
         rankRelease(&rep, comm);
     free(buf);
     free(out);
-    return write(job->reportFd[1], &rep, sizeof(rep)) == sizeof(rep) ? 0 : 14;
+    if (write(job->reportFd[1], &rep, sizeof(rep)) != sizeof(rep))
+        return testRankFail(rank, 14, "could not write its report to the parent");
+    return 0;
 }
 
 /* ---- the parent ---- */

@@ -71,29 +71,29 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     loomComm_t comm;
     alarm(WATCHDOG_SEC);
     if (loomCommInitRank(&comm, nranks, *id, rank) != loomSuccess)
-        return 10;
+        return testRankFail(rank, 10, "loomCommInitRank failed: %s", loomGetLastError(NULL));
     for (int it = 0; it < ITERATIONS; it++) {
         int rc = checkedAllReduce(comm, rank, nranks, it);
-        if (rc != 0) {
-            fprintf(stderr, "rank %d, iteration %d: %s\n", rank, it, loomGetLastError(comm));
-            return 20 + rc;
-        }
+        if (rc != 0)
+            return testRankFail(rank, 20 + rc, "iteration %d: AllReduce %s: %s", it,
+                                rc == 1 ? "failed" : "gave wrong sums", loomGetLastError(comm));
         if (it % SPLIT_EVERY != SPLIT_EVERY - 1)
             continue;
         loomComm_t half;
         int sr, sn;
-        if (loomCommSplit(comm, rank % 2, rank, &half, NULL) != loomSuccess) {
-            fprintf(stderr, "rank %d: split: %s\n", rank, loomGetLastError(comm));
-            return 30;
-        }
+        if (loomCommSplit(comm, rank % 2, rank, &half, NULL) != loomSuccess)
+            return testRankFail(rank, 30, "split: %s", loomGetLastError(comm));
         loomCommUserRank(half, &sr);
         loomCommCount(half, &sn);
         rc = checkedAllReduce(half, sr, sn, it);
         loomCommDestroy(half);
         if (rc != 0)
-            return 40 + rc;
+            return testRankFail(rank, 40 + rc, "iteration %d: AllReduce on the split %s", it,
+                                rc == 1 ? "failed" : "gave wrong sums");
     }
-    return loomCommDestroy(comm) == loomSuccess ? 0 : 50;
+    if (loomCommDestroy(comm) != loomSuccess)
+        return testRankFail(rank, 50, "loomCommDestroy failed: %s", loomGetLastError(NULL));
+    return 0;
 }
 
 /* ---- finding the ports ---- */

@@ -193,11 +193,13 @@ static int ringSendFirst(int rank, int n, loomComm_t comm)
     loomSend(out, count, loomInt32, (rank + 1) % n, comm, NULL);
     loomRecv(in, count, loomInt32, (rank + n - 1) % n, comm, NULL);
     if (loomGroupEnd() != loomSuccess)
-        return 1;
+        return testRankFail(rank, 1, "the group of Send and Recv failed: %s",
+                            loomGetLastError(comm));
     int prev = (rank + n - 1) % n;
     for (size_t i = 0; i < count; i++)
         if (in[i] != prev * 7 + (int)i)
-            return 2;
+            return testRankFail(rank, 2, "received element %zu is %d, not %d", i, in[i],
+                                prev * 7 + (int)i);
     free(out);
     free(in);
     return 0;
@@ -214,12 +216,16 @@ static int errorThenWork(int rank, int n, loomComm_t comm)
 {
     long x = rank + 1, sum = 0;
     if (loomAllReduce(&x, &sum, 1, loomInt64, (loomRedOp_t)99, comm, NULL) != loomInvalidArgument)
-        return 1;
+        return testRankFail(rank, 1, "op 99 was not refused as loomInvalidArgument");
     if (strstr(loomGetLastError(comm), "op") == NULL)
-        return 2;
+        return testRankFail(rank, 2, "the error for op 99 does not name the op: \"%s\"",
+                            loomGetLastError(comm));
     if (loomAllReduce(&x, &sum, 1, loomInt64, loomSum, comm, NULL) != loomSuccess)
-        return 3;
-    return sum == (long)n * (n + 1) / 2 ? 0 : 4;
+        return testRankFail(rank, 3, "the AllReduce after the refused one failed: %s",
+                            loomGetLastError(comm));
+    if (sum != (long)n * (n + 1) / 2)
+        return testRankFail(rank, 4, "AllReduce sum %ld, not %ld", sum, (long)n * (n + 1) / 2);
+    return 0;
 }
 
 START_TEST(test_error_keeps_comm)
@@ -234,9 +240,9 @@ static int splitWork(int rank, int n, loomComm_t comm)
     loomComm_t sub = NULL;
     int color = rank == 1 ? LOOM_SPLIT_NOCOLOR : rank % 2;
     if (loomCommSplit(comm, color, -rank, &sub, NULL) != loomSuccess)
-        return 1;
+        return testRankFail(rank, 1, "loomCommSplit failed: %s", loomGetLastError(comm));
     if (rank == 1)
-        return sub == NULL ? 0 : 2;
+        return sub == NULL ? 0 : testRankFail(rank, 2, "LOOM_SPLIT_NOCOLOR gave a communicator");
     int sr, sn;
     loomCommUserRank(sub, &sr);
     loomCommCount(sub, &sn);
@@ -247,16 +253,17 @@ static int splitWork(int rank, int n, loomComm_t comm)
             expectR += p > rank;
         }
     if (sn != expectN || sr != expectR)
-        return 3;
+        return testRankFail(rank, 3, "split gave rank %d of %d, not %d of %d", sr, sn, expectR,
+                            expectN);
     int v = rank, sum = 0;
     if (loomAllReduce(&v, &sum, 1, loomInt32, loomSum, sub, NULL) != loomSuccess)
-        return 4;
+        return testRankFail(rank, 4, "AllReduce on the split failed: %s", loomGetLastError(sub));
     int want = 0;
     for (int p = 0; p < n; p++)
         if (p != 1 && p % 2 == rank % 2)
             want += p;
     loomCommDestroy(sub);
-    return sum == want ? 0 : 5;
+    return sum == want ? 0 : testRankFail(rank, 5, "AllReduce on the split: %d, not %d", sum, want);
 }
 
 START_TEST(test_split)
@@ -270,7 +277,10 @@ static int mismatch(int rank, int n, loomComm_t comm)
 {
     int buf[64] = {0};
     loomResult_t r = loomAllReduce(buf, buf, rank == 0 ? 16 : 32, loomInt32, loomSum, comm, NULL);
-    return r == loomInvalidUsage || r == loomTimeout || r == loomRemoteError ? 0 : 1;
+    if (r == loomInvalidUsage || r == loomTimeout || r == loomRemoteError)
+        return 0;
+    return testRankFail(rank, 1, "mismatched counts gave %s, not an error that says so",
+                        loomGetErrorString(r));
 }
 
 START_TEST(test_mismatch)
@@ -302,15 +312,17 @@ static int cmaGrouping(int rank, int n, loomComm_t comm)
     r[1] = loomAlltoAll(in, out, count, loomInt32, comm, NULL);
     r[2] = loomAlltoAll(inplace, inplace, count, loomInt32, comm, NULL);
     if (rank == 2 && loomGroupEnd() != loomSuccess)
-        return 1;
+        return testRankFail(rank, 1, "the group of two AlltoAlls failed: %s",
+                            loomGetLastError(comm));
     r[3] = loomAllGather(in, gather, count, loomInt32, comm, NULL);
     if (rank == 0 && loomGroupEnd() != loomSuccess)
-        return 2;
+        return testRankFail(rank, 2, "the group of every call failed: %s", loomGetLastError(comm));
+    static const char *const calls[4] = {"AllReduce", "AlltoAll", "in-place AlltoAll", "AllGather"};
     for (int k = 0; k < 4; k++)
         if (r[k] != loomSuccess)
-            return 3 + k;
+            return testRankFail(rank, 3 + k, "%s failed: %s", calls[k], loomGetLastError(comm));
     if (sum != n * (n + 1) / 2)
-        return 7;
+        return testRankFail(rank, 7, "AllReduce sum %d, not %d", sum, n * (n + 1) / 2);
     for (int p = 0; p < n; p++)
         for (size_t i = 0; i < count; i++) {
             int want = p * 1000003 + (int)((size_t)rank * count + i);
@@ -321,7 +333,7 @@ static int cmaGrouping(int rank, int n, loomComm_t comm)
     free(out);
     free(inplace);
     free(gather);
-    return bad ? 8 : 0;
+    return bad ? testRankFail(rank, 8, "wrong elements after AlltoAll or AllGather") : 0;
 }
 
 START_TEST(test_cma_grouping)
@@ -354,11 +366,15 @@ static int cmaMismatch(int rank, int n, loomComm_t comm)
     free(in);
     free(out);
     if (r == loomSuccess)
-        return canCma ? 1 : 0;
+        return canCma ? testRankFail(rank, 1, "AlltoAll with different LOOM_ALGO succeeded") : 0;
     if (r != loomInvalidUsage && r != loomRemoteError)
-        return 2;
+        return testRankFail(rank, 2, "AlltoAll with different LOOM_ALGO gave %s",
+                            loomGetErrorString(r));
     const char *why = loomGetLastError(comm);
-    return strstr(why, "different algorithms") != NULL ? 0 : 3;
+    if (strstr(why, "different algorithms") == NULL)
+        return testRankFail(rank, 3, "the error does not say \"different algorithms\": \"%s\"",
+                            why);
+    return 0;
 }
 
 static void cmaMismatchEnv(int rank)
@@ -412,39 +428,39 @@ static int zeroCopyRound(int rank, int n, loomComm_t comm, int registered, int *
     if (registered) {
         if (loomMemAlloc((void **)&in, total * sizeof(int), comm) != loomSuccess ||
             loomMemAlloc((void **)&out, total * sizeof(int), comm) != loomSuccess)
-            return 1;
+            return testRankFail(rank, 1, "loomMemAlloc failed: %s", loomGetLastError(comm));
     } else if ((in = malloc(total * sizeof(int))) == NULL ||
                (out = malloc(total * sizeof(int))) == NULL) {
-        return 1;
+        return testRankFail(rank, 1, "out of memory");
     }
     for (size_t i = 0; i < total; i++)
         in[i] = rank * 1000003 + (int)i;
     int sumRanks = 1000003 * n * (n - 1) / 2;
     if (loomAllReduce(in, out, count, loomInt32, loomSum, comm, NULL) != loomSuccess)
-        return 2;
+        return testRankFail(rank, 2, "AllReduce failed: %s", loomGetLastError(comm));
     for (size_t i = 0; i < count; i++)
         bad |= out[i] != sumRanks + n * (int)i;
     if (loomReduceScatter(in, out, count, loomInt32, loomSum, comm, NULL) != loomSuccess)
-        return 3;
+        return testRankFail(rank, 3, "ReduceScatter failed: %s", loomGetLastError(comm));
     for (size_t i = 0; i < count; i++)
         bad |= out[i] != sumRanks + n * (int)((size_t)rank * count + i);
     if (loomAllGather(in, out, count, loomInt32, comm, NULL) != loomSuccess)
-        return 4;
+        return testRankFail(rank, 4, "AllGather failed: %s", loomGetLastError(comm));
     for (int p = 0; p < n; p++)
         for (size_t i = 0; i < count; i++)
             bad |= out[(size_t)p * count + i] != p * 1000003 + (int)i;
     int root = n - 1;
     if (loomBroadcast(in, out, count, loomInt32, root, comm, NULL) != loomSuccess)
-        return 5;
+        return testRankFail(rank, 5, "Broadcast failed: %s", loomGetLastError(comm));
     for (size_t i = 0; i < count; i++)
         bad |= out[i] != root * 1000003 + (int)i;
     memset(out, 0, count * sizeof(int));
     if (loomReduce(in, out, count, loomInt32, loomSum, root, comm, NULL) != loomSuccess)
-        return 6;
+        return testRankFail(rank, 6, "Reduce failed: %s", loomGetLastError(comm));
     for (size_t i = 0; i < count && rank == root; i++)
         bad |= out[i] != sumRanks + n * (int)i;
     if (loomAlltoAll(in, out, count, loomInt32, comm, NULL) != loomSuccess)
-        return 7;
+        return testRankFail(rank, 7, "AlltoAll failed: %s", loomGetLastError(comm));
     for (int p = 0; p < n; p++)
         for (size_t i = 0; i < count; i++)
             bad |= out[(size_t)p * count + i] != p * 1000003 + (int)((size_t)rank * count + i);
@@ -456,7 +472,7 @@ static int zeroCopyRound(int rank, int n, loomComm_t comm, int registered, int *
         free(in);
         free(out);
     }
-    return bad ? 8 : 0;
+    return bad ? testRankFail(rank, 8, "wrong elements after one of the six collectives") : 0;
 }
 
 static int zeroCopy(int rank, int n, loomComm_t comm)
@@ -471,13 +487,10 @@ static int zeroCopy(int rank, int n, loomComm_t comm)
         int got = -1, rc = zeroCopyRound(rank, n, comm, !(round == 1 && rank == 0), &got);
         if (rc != 0)
             return 10 * round + rc;
-        if (rank == 0 && canCma && got != want[round]) {
-            fprintf(stderr,
-                    "zero copy: round %d: rank 0 holds %d mappings of loomMemAlloc files, "
-                    "not %d\n",
-                    round, got, want[round]);
-            return 10 * round + 9;
-        }
+        if (rank == 0 && canCma && got != want[round])
+            return testRankFail(rank, 10 * round + 9,
+                                "zero copy: round %d: %d mappings of loomMemAlloc files, not %d",
+                                round, got, want[round]);
     }
     return 0;
 }
@@ -518,12 +531,18 @@ static int zeroCopyMismatch(int rank, int n, loomComm_t comm)
     free(in);
     free(out);
     if (r == loomSuccess)
-        return canCma ? 1 : 0;
+        return canCma ? testRankFail(rank, 1, "AllReduce with different LOOM_ALGO succeeded") : 0;
     if (!asks) /* rank 1 runs a schedule against rank 0's exchange: some mismatch error */
         return 0;
     if (r != loomInvalidUsage)
-        return 2;
-    return strstr(loomGetLastError(comm), "LOOM_ALGO must be equal") != NULL ? 0 : 3;
+        return testRankFail(rank, 2,
+                            "AllReduce with different LOOM_ALGO gave %s, not "
+                            "loomInvalidUsage",
+                            loomGetErrorString(r));
+    if (strstr(loomGetLastError(comm), "LOOM_ALGO must be equal") == NULL)
+        return testRankFail(rank, 3, "the error does not say \"LOOM_ALGO must be equal\": \"%s\"",
+                            loomGetLastError(comm));
+    return 0;
 }
 
 static void zeroCopyMismatchEnv(int rank)
@@ -550,17 +569,23 @@ static int overTcp(int rank, int n, loomComm_t comm)
     int sum = rank + 1, want = n * (n + 1) / 2;
     for (int p = 0; p < n; p++) {
         if (loomCommPeerInfo(comm, p, &info) != loomSuccess)
-            return 1;
+            return testRankFail(rank, 1, "loomCommPeerInfo(%d) failed: %s", p,
+                                loomGetLastError(comm));
         if (strcmp(info.transport, p == rank ? "net/self" : "net/socket") != 0)
-            return 2;
+            return testRankFail(rank, 2, "the link to rank %d is %s, not %s", p, info.transport,
+                                p == rank ? "net/self" : "net/socket");
     }
     if (loomAllReduce(&sum, &sum, 1, loomInt32, loomSum, comm, NULL) != loomSuccess || sum != want)
-        return 3;
+        return testRankFail(rank, 3, "AllReduce over TCP: %d, not %d (%s)", sum, want,
+                            loomGetLastError(comm));
     int mine = 40 + rank, got = -1;
     loomGroupStart();
     loomSend(&mine, 1, loomInt32, rank, comm, NULL);
     loomRecv(&got, 1, loomInt32, rank, comm, NULL);
-    return loomGroupEnd() != loomSuccess || got != mine ? 4 : 0;
+    if (loomGroupEnd() != loomSuccess || got != mine)
+        return testRankFail(rank, 4, "Send/Recv to itself over TCP: got %d, not %d (%s)", got, mine,
+                            loomGetLastError(comm));
+    return 0;
 }
 
 START_TEST(test_shm_disabled_uses_tcp)

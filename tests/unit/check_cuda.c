@@ -346,30 +346,32 @@ static int deviceRank(int rank, int n, loomComm_t comm)
     int wantP2p = getenv("LOOM_P2P_DISABLE") == NULL;
     size_t fatbinBytes;
     if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)))
-        return 10;
-    if (cudaFatbin(&fatbinBytes) == NULL) /* built without CUDA: refused, see kernelsBuilt */
-        return loomAllReduce((void *)(uintptr_t)d, (void *)(uintptr_t)d, N, loomFloat32, loomSum,
-                             comm, NULL) == loomInvalidUsage
-                   ? 0
-                   : 17;
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL) { /* built without CUDA: refused, see kernelsBuilt */
+        if (loomAllReduce((void *)(uintptr_t)d, (void *)(uintptr_t)d, N, loomFloat32, loomSum, comm,
+                          NULL) != loomInvalidUsage)
+            return testRankFail(rank, 17, "a build without kernels did not refuse device buffers");
+        return 0;
+    }
     if ((comm->channels[0].send[(rank + 1) % n].devSlots != NULL) != wantP2p)
-        return 12;
+        return testRankFail(rank, 12, "the link to the next rank %s device slots",
+                            wantP2p ? "lacks" : "has");
     for (int i = 0; i < N; i++)
         in[i] = (float)(i % 13 + rank);
     if (lib->memcpyAsync(d, (cuDevPtr_t)(uintptr_t)in, sizeof(in), NULL) ||
         lib->streamSynchronize(NULL))
-        return 13;
+        return testRankFail(rank, 13, "copying the input to the device failed");
     void *p = (void *)(uintptr_t)d;
-    if (loomAllReduce(p, p, N, loomFloat32, loomSum, comm, NULL) != loomSuccess) {
-        fprintf(stderr, "rank %d: %s\n", rank, loomGetLastError(comm));
-        return 14;
-    }
+    if (loomAllReduce(p, p, N, loomFloat32, loomSum, comm, NULL) != loomSuccess)
+        return testRankFail(rank, 14, "AllReduce on device buffers failed: %s",
+                            loomGetLastError(comm));
     if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, d, sizeof(out), NULL) ||
         lib->streamSynchronize(NULL))
-        return 15;
+        return testRankFail(rank, 15, "copying the result from the device failed");
     for (int i = 0; i < N; i++)
         if (out[i] != (float)(n * (i % 13) + n * (n - 1) / 2))
-            return 16;
+            return testRankFail(rank, 16, "element %d is %g, not %g", i, (double)out[i],
+                                (double)(n * (i % 13) + n * (n - 1) / 2));
     return 0;
 }
 

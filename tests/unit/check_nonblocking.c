@@ -192,7 +192,7 @@ static int queuedCollectives(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, 0);
     if (comm == NULL)
-        return 1;
+        return testRankFail(rank, 1, "non-blocking init failed: %s", loomGetLastError(NULL));
     enum { COUNT = 10000 };
     static int a[COUNT], b[COUNT], all[4 * COUNT];
     for (int i = 0; i < COUNT; i++)
@@ -200,16 +200,21 @@ static int queuedCollectives(int rank, int n, const loomUniqueId *id, void *arg)
     if (loomAllReduce(a, b, COUNT, loomInt32, loomSum, comm, NULL) != loomInProgress ||
         loomBroadcast(b, b, COUNT, loomInt32, n - 1, comm, NULL) != loomInProgress ||
         loomAllGather(a, all, COUNT, loomInt32, comm, NULL) != loomInProgress)
-        return 3;
+        return testRankFail(rank, 3, "a queued call did not return loomInProgress");
     if (pollDone(comm) != loomSuccess)
-        return 4;
+        return testRankFail(rank, 4, "the queued calls did not end in loomSuccess: %s",
+                            loomGetLastError(comm));
     for (int i = 0; i < COUNT; i++)
         if (b[i] != n * (n - 1) / 2 + n * i)
-            return 5;
+            return testRankFail(rank, 5, "AllReduce then Broadcast: element %d is %d, not %d", i,
+                                b[i], n * (n - 1) / 2 + n * i);
     for (int p = 0; p < n; p++)
         if (all[p * COUNT + 7] != p + 7)
-            return 6;
-    return loomCommDestroy(comm) == loomSuccess ? 0 : 7;
+            return testRankFail(rank, 6, "AllGather: rank %d's element 7 is %d, not %d", p,
+                                all[p * COUNT + 7], p + 7);
+    if (loomCommDestroy(comm) != loomSuccess)
+        return testRankFail(rank, 7, "loomCommDestroy failed: %s", loomGetLastError(NULL));
+    return 0;
 }
 
 START_TEST(test_queued_collectives)
@@ -226,19 +231,22 @@ static int abortQueued(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, POLL_LIMIT_SEC * 4);
     if (comm == NULL)
-        return 1;
+        return testRankFail(rank, 1, "non-blocking init failed: %s", loomGetLastError(NULL));
     if (rank == 1) {
         raise(SIGSTOP);
         return 0;
     }
     static float buf[1 << 20];
     if (loomAllReduce(buf, buf, 1 << 20, loomFloat32, loomSum, comm, NULL) != loomInProgress)
-        return 3;
+        return testRankFail(rank, 3, "the queued AllReduce did not return loomInProgress");
     sleepMs(300);
     loomResult_t state;
     if (loomCommGetAsyncError(comm, &state) != loomSuccess || state != loomInProgress)
-        return 4;
-    return loomCommAbort(comm) == loomSuccess ? 0 : 5;
+        return testRankFail(rank, 4, "with its peer stopped, GetAsyncError said %s",
+                            loomGetErrorString(state));
+    if (loomCommAbort(comm) != loomSuccess)
+        return testRankFail(rank, 5, "loomCommAbort failed: %s", loomGetLastError(NULL));
+    return 0;
 }
 
 START_TEST(test_abort_ends_queued_collective)
@@ -252,19 +260,22 @@ static int timeoutQueued(int rank, int n, const loomUniqueId *id, void *arg)
 {
     loomComm_t comm = rankInit(rank, n, id, 1);
     if (comm == NULL)
-        return 1;
+        return testRankFail(rank, 1, "non-blocking init failed: %s", loomGetLastError(NULL));
     if (rank == 1) {
         raise(SIGSTOP);
         return 0;
     }
     int x = 1;
     if (loomAllReduce(&x, &x, 1, loomInt32, loomSum, comm, NULL) != loomInProgress)
-        return 3;
+        return testRankFail(rank, 3, "the queued AllReduce did not return loomInProgress");
     if (pollDone(comm) != loomTimeout)
-        return 4;
+        return testRankFail(rank, 4, "with its peer stopped, the call did not end in loomTimeout");
     if (strstr(loomGetLastError(comm), "LOOM_TIMEOUT") == NULL)
-        return 5;
-    return loomCommDestroy(comm) == loomSuccess ? 0 : 6;
+        return testRankFail(rank, 5, "the timeout's line does not name LOOM_TIMEOUT: \"%s\"",
+                            loomGetLastError(comm));
+    if (loomCommDestroy(comm) != loomSuccess)
+        return testRankFail(rank, 6, "loomCommDestroy failed: %s", loomGetLastError(NULL));
+    return 0;
 }
 
 START_TEST(test_timeout_reported)

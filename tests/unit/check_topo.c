@@ -6,9 +6,13 @@
  * ("aabb": ranks 0, 1 on host a, 2, 3 on host b; "abab": round robin).
  */
 #include <check.h>
+#include <dirent.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "topo.h"
 
@@ -219,11 +223,90 @@ START_TEST(tree_heads_differ_between_trees)
 }
 END_TEST
 
-START_TEST(numa_node_is_a_node_or_unknown)
+/* 1 if every CPU of set is in the list "0-3,8,10-11" (a sysfs cpulist). */
+static int cpulistHolds(const char *list, const cpu_set_t *set)
 {
-    int node = topoNumaNode();
-    ck_assert_int_ge(node, -1);
-    ck_assert_int_eq(topoNumaNode(), node); /* probed once */
+    cpu_set_t in;
+    CPU_ZERO(&in);
+    for (const char *p = list; *p && *p != '\n';) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (*end == '-')
+            hi = strtol(end + 1, &end, 10);
+        for (long c = lo; c <= hi && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, &in);
+        p = *end == ',' ? end + 1 : end;
+    }
+    cpu_set_t both;
+    CPU_AND(&both, &in, set);
+    return CPU_EQUAL(&both, set);
+}
+
+/*
+ * The node topoNumaNode should find for a process bound to set, read from
+ * sysfs rather than hwloc: the one node whose CPUs hold all of set, else -1.
+ * A machine without /sys/devices/system/node is one node, 0.
+ */
+static int expectedNode(const cpu_set_t *set)
+{
+    DIR *d = opendir("/sys/devices/system/node");
+    if (d == NULL)
+        return 0;
+    int node = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int id;
+        char path[300], list[4096];
+        if (sscanf(e->d_name, "node%d", &id) != 1)
+            continue;
+        snprintf(path, sizeof(path), "/sys/devices/system/node/%s/cpulist", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(list, sizeof(list), f) != NULL && cpulistHolds(list, set))
+            node = id;
+        fclose(f);
+    }
+    closedir(d);
+    return node;
+}
+
+/* What topoNumaNode says in a child bound to set (its probe runs once a process). */
+static int nodeInChild(const cpu_set_t *set)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (sched_setaffinity(0, sizeof(*set), set) != 0)
+            _exit(255);
+        _exit(topoNumaNode() + 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 255,
+                  "the child could not bind itself or died (status 0x%x)", status);
+    return WEXITSTATUS(status) - 1;
+}
+
+START_TEST(numa_node_is_the_bound_node)
+{
+    cpu_set_t all, one;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+    /* Bound to one CPU (in a child, before this process probes): always
+     * inside one node, which the probe must name. */
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    }
+    int want = expectedNode(&one);
+    ck_assert_int_ge(want, 0);
+    ck_assert_int_eq(nodeInChild(&one), want);
+    /* As this process is bound: a node only if all its CPUs are in one. */
+    ck_assert_int_eq(topoNumaNode(), expectedNode(&all));
+    ck_assert_int_eq(topoNumaNode(), expectedNode(&all)); /* probed once */
 }
 END_TEST
 
@@ -244,7 +327,7 @@ static Suite *topoSuite(void)
     addTest(s, "tree_zero_of_four_hosts", tree_zero_of_four_hosts);
     addTest(s, "rank_trees_chain_inside_hosts", rank_trees_chain_inside_hosts);
     addTest(s, "tree_heads_differ_between_trees", tree_heads_differ_between_trees);
-    addTest(s, "numa_node_is_a_node_or_unknown", numa_node_is_a_node_or_unknown);
+    addTest(s, "numa_node_is_the_bound_node", numa_node_is_the_bound_node);
     return s;
 }
 

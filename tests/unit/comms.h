@@ -51,7 +51,7 @@ static inline int rankMain(int rank, int nranks, const loomUniqueId *id, void *a
     if (work->before)
         work->before(rank);
     if (loomCommInitRank(&comm, nranks, *id, rank) != loomSuccess)
-        return 100;
+        return testRankFail(rank, 100, "loomCommInitRank failed: %s", loomGetLastError(NULL));
     int rc = work->fn(rank, nranks, comm);
     loomCommDestroy(comm);
     return rc;
@@ -69,7 +69,8 @@ static inline void runRanksWith(int nranks, rankFn fn, void (*before)(int rank))
     for (int r = 0; r < nranks; r++) {
         int st;
         ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed (status 0x%x)", r, st);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "rank %d failed (status 0x%x; its line above says why)", r, st);
     }
 }
 
