@@ -96,8 +96,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "first-calls: out of memory for 2 x %zu bytes\n", bytes);
         return 1;
     }
-    memset(s, 0, bytes); /* every page faulted in before the first timed call */
-    memset(r, 0, bytes);
+    /* Every page faulted in before the first timed call (not zeros: the compiler may turn
+     * malloc and a memset to 0 into calloc, which leaves fresh pages untouched). */
+    memset(s, 1, bytes);
+    memset(r, 1, bytes);
     static double wall[MAX_CALLS], cpu[MAX_CALLS], faults[MAX_CALLS];
     for (size_t count = lo; count <= hi; count *= 2) {
         for (int i = 0; i < calls; i++) {

@@ -91,27 +91,10 @@ static long futexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
     return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-void execRingBell(struct loomDoorbell *bell)
-{
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&bell->sleeping, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-        if (bell->wakeFd > 0) {
-            uint64_t one = 1;
-            ssize_t ignored = write(bell->wakeFd, &one, sizeof(one)); /* full counter: awake */
-            (void)ignored;
-        } else {
-            syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-        }
-    }
-}
-
 void execWake(struct loomComm *comm)
 {
-    if (comm->bell == NULL)
-        return;
-    atomic_fetch_add_explicit(&comm->bell->seq, 1, memory_order_seq_cst);
-    syscall(SYS_futex, (uint32_t *)&comm->bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    if (comm->bell != NULL)
+        bellWakeAll(comm->bell);
 }
 
 /* ---- connector ownership between lanes of one plan ---- */
@@ -312,7 +295,7 @@ static inline void connectorPublished(struct loomConnector *c)
     if (c->progress)
         c->progress(c->progressCtx);
     else
-        execRingBell(c->peerBell);
+        bellRing(c->peerBell);
 }
 
 static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s)
@@ -766,20 +749,6 @@ static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, l
 
 /* ---- failures ---- */
 
-int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text)
-{
-    uint32_t free = 0;
-    if (!atomic_compare_exchange_strong(&bell->noticeState, &free, 1))
-        return 0;
-    bell->noticeCode = (int32_t)res;
-    bell->noticeFrom = from;
-    snprintf(bell->notice, sizeof(bell->notice), "%s", text);
-    atomic_store_explicit(&bell->noticeState, 2, memory_order_release);
-    atomic_fetch_add_explicit(&bell->seq, 1, memory_order_seq_cst);
-    syscall(SYS_futex, (uint32_t *)&bell->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    return 1;
-}
-
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason)
 {
     const struct loomChannel *ch = &comm->channels[0];
@@ -792,7 +761,7 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
             continue;
         /* Not on a dead peer's bell: what is there is what that peer heard (deadPeerNotice). */
         if (c->peerBell && !peerGone(comm, p))
-            execPostNotice(c->peerBell, res, comm->rank, reason);
+            bellPostNotice(c->peerBell, res, comm->rank, reason);
     }
 }
 

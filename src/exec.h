@@ -38,8 +38,6 @@ struct cudaExec;
  */
 loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 
-/* Rings a doorbell: wakes its owner if it sleeps. */
-void execRingBell(struct loomDoorbell *bell);
 /* Wakes a thread of this process blocked in execRun on comm (used by abort). */
 void execWake(struct loomComm *comm);
 /*
@@ -48,12 +46,6 @@ void execWake(struct loomComm *comm);
  * behind a network connector get it through comm->notifyPeer.
  */
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason);
-/*
- * Posts one failure notice (code, posting rank, text) on `bell` and wakes
- * its owner. Returns 1, or 0 when the bell already holds a notice (the
- * first one stays).
- */
-int execPostNotice(struct loomDoorbell *bell, loomResult_t res, int from, const char *text);
 /*
  * loomSuccess, or the failure a peer posted to this rank of comm: loomTimeout
  * for a peer's timeout, else loomRemoteError, with the peer's line recorded.

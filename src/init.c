@@ -7,7 +7,7 @@
  * order and trees (topo.c) -> a transport for every peer pair (the first
  * usable on both ends that accepts the pair: shm inside a host, net across
  * hosts) -> those transports connect the connectors -> p2p slots in GPU
- * memory for ranks bound to a GPU (transports/p2p.c) -> barrier. Every step
+ * memory for ranks bound to a GPU (src/cuda/p2p.c) -> barrier. Every step
  * is bounded by the timeout; on failure everything built so far is released
  * and *comm is left untouched.
  *
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cma.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -533,7 +534,12 @@ static loomResult_t commConnect(struct loomComm *comm)
     for (int t = 0; loomTransports[t]; t++)
         if ((needed >> t) & 1)
             LOOMCHECK(loomTransports[t]->setup(comm));
-    return loomSuccess;
+    /* Single copies (cma.c) where every link of this rank is on one host's shared memory;
+     * collective, on every rank, whatever the transports. */
+    int allShm = 1;
+    for (int p = 0; p < comm->nranks; p++)
+        allShm &= transportServes(comm, &shmTransport, p);
+    return cmaSetup(comm, allShm);
 }
 
 /* Releases what the communicator owns (not the struct itself). */
@@ -541,6 +547,7 @@ static void commFree(struct loomComm *comm)
 {
     p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
     memPeerViewsFree(comm);
+    cmaTeardown(comm);
     /* In reverse: the network proxy rings the doorbell shm may own. */
     for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);

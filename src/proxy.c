@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "debug.h"
-#include "exec.h"
+#include "bell.h"
 #include "param.h"
 #include "proxy.h"
 

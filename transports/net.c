@@ -27,7 +27,7 @@
  * the notice against the data of the connection from that peer, where
  * nothing else travels, so it never waits behind messages the peer no
  * longer reads; the peer's backend receives it when its proxy goes idle and
- * net.c posts it on that rank's doorbell (execPostNotice). Before a lost
+ * net.c posts it on that rank's doorbell (bellPostNotice). Before a lost
  * connection is reported, the notices already in from that peer are read,
  * so a survivor names the first failure, not the peer that left after it. Destroy lets the proxy
  * drain what the executor handed over before the sockets close, so a rank may destroy its
@@ -46,7 +46,7 @@
 
 #include "bootstrap.h"
 #include "debug.h"
-#include "exec.h"
+#include "bell.h"
 #include "net.h"
 #include "param.h"
 #include "proxy.h"
@@ -308,7 +308,7 @@ static void netTakeNotice(struct netState *st, struct netConn *c)
     c->noticeIn = 0;
     /* The connection says who sent it; the code can only be one of the two a notice carries. */
     loomResult_t code = c->notice.code == loomTimeout ? loomTimeout : loomRemoteError;
-    if (execPostNotice(comm->bell, code, c->peer, c->notice.text))
+    if (bellPostNotice(comm->bell, code, c->peer, c->notice.text))
         INFO(LOOM_NET, "NET: rank %d (%s) reports: %s", c->peer, comm->peers[c->peer].hostname,
              c->notice.text);
 }
@@ -336,7 +336,7 @@ static void netMarkLost(struct netState *st, struct netConn *c)
     if (!atomic_exchange(&comm->lost[c->peer], 1))
         INFO(LOOM_NET, "NET: the connection with rank %d (%s) ended: %s", c->peer,
              comm->peers[c->peer].hostname, c->why);
-    execRingBell(comm->bell);
+    bellRing(comm->bell);
 }
 
 /* One connection's pass; the lock is held. */
@@ -356,7 +356,7 @@ static void netProgress(void *ctx, int *moved)
         netMove(st, &st->conns[i], &any);
     pthread_mutex_unlock(&st->lock);
     if (any)
-        execRingBell(st->comm->bell);
+        bellRing(st->comm->bell);
     *moved = any;
 }
 
@@ -377,13 +377,13 @@ static void netKick(void *ctx)
     int moved = 0;
     if (pthread_mutex_trylock(&st->lock) != 0) {
         if (st->proxy)
-            execRingBell(proxyBell(st->proxy));
+            bellRing(proxyBell(st->proxy));
         return;
     }
     netMove(st, c, &moved);
     pthread_mutex_unlock(&st->lock);
     if (moved)
-        execRingBell(st->comm->bell); /* another thread of ours may wait on this comm */
+        bellRing(st->comm->bell); /* another thread of ours may wait on this comm */
 }
 
 static int netBeforeSleep(void *ctx)
@@ -425,7 +425,7 @@ static int netNotifyPeer(struct loomComm *comm, int peer, loomResult_t code, con
         be->notify(st->bstate[st->backendOf[peer]], back, msg, len);
     pthread_mutex_unlock(&st->lock);
     if (st->proxy)
-        execRingBell(proxyBell(st->proxy)); /* it sends the rest, if any */
+        bellRing(proxyBell(st->proxy)); /* it sends the rest, if any */
     return 1;
 }
 

@@ -50,7 +50,7 @@
 
 #include "bootstrap.h"
 #include "debug.h"
-#include "exec.h"
+#include "bell.h"
 #include "net.h"
 #include "param.h"
 #include "proxy.h"
@@ -285,7 +285,7 @@ static int linkPending(struct sockLink *l)
 static void helperWake(struct sockState *st, struct sockLink *l)
 {
     if (l->helper >= 0)
-        execRingBell(&st->helpers[l->helper].bell);
+        bellRing(&st->helpers[l->helper].bell);
 }
 
 static int helperPass(struct sockHelper *h)
@@ -300,7 +300,7 @@ static int helperPass(struct sockHelper *h)
             moved = 1; /* finished, or failed: either way the proxy must look */
     }
     if (moved && h->st->proxyBell)
-        execRingBell(h->st->proxyBell);
+        bellRing(h->st->proxyBell);
     return moved;
 }
 

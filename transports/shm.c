@@ -39,9 +39,8 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
-#include "cma.h"
 #include "debug.h"
-#include "exec.h"
+#include "bell.h"
 #include "param.h"
 #include "transport.h"
 
@@ -269,7 +268,6 @@ out:
 static void shmTeardown(struct loomComm *comm)
 {
     struct shmState *st = comm->shm;
-    cmaTeardown(comm);
     if (st == NULL)
         return;
     for (int p = 0; st->peers && p < comm->nranks; p++)
@@ -299,7 +297,6 @@ static loomResult_t shmSetupAbsent(struct loomComm *comm)
     loomResult_t res = bootstrapAllGather(comm->bootstrap, names, SHM_NAME_BYTES);
     free(names);
     LOOMCHECK(res);
-    LOOMCHECK(cmaSetup(comm, 0));
     return bootstrapBarrier(comm->bootstrap);
 }
 
@@ -332,13 +329,6 @@ static loomResult_t shmSetup(struct loomComm *comm)
     if (res != loomSuccess)
         goto fail;
     shmWire(comm, st);
-    /* Single copies (cma.c) when every rank maps every other's segment. */
-    int all = 1;
-    for (int p = 0; p < comm->nranks; p++)
-        all &= st->localIndex[p] >= 0;
-    res = cmaSetup(comm, all);
-    if (res != loomSuccess)
-        goto fail;
     res = bootstrapBarrier(comm->bootstrap);
     if (res != loomSuccess)
         goto fail;

@@ -99,7 +99,7 @@ void cudaStreamDetach(struct cudaStreamSync *cs);
 /* stream.c: 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
 int streamIsCuda(const struct loomStream *s);
 
-/* ---- device binding and p2p (transports/p2p.c) ---- */
+/* ---- device binding and p2p (src/cuda/p2p.c) ---- */
 
 /* Fills this rank's GPU fields of its peer info before the exchange at init. */
 void p2pPeerInfo(struct loomPeerInfo *me);

@@ -620,11 +620,11 @@ long cudaExecRetire(struct cudaExec *ex, loomResult_t *err)
         }
         if (rec->sc) {
             atomic_store_explicit(&rec->sc->fifo->tail, rec->sendPos, memory_order_release);
-            execRingBell(rec->sc->peerBell);
+            bellRing(rec->sc->peerBell);
         }
         if (rec->rc) {
             atomic_store_explicit(&rec->rc->fifo->head, rec->recvPos, memory_order_release);
-            execRingBell(rec->rc->peerBell);
+            bellRing(rec->rc->peerBell);
         }
         ex->head++;
         n++;

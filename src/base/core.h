@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "bell.h"
 #include "loom.h"
 #include "schedule.h"
 
@@ -25,30 +26,6 @@
 #define LOOM_COMM_MAGIC 0x4c4f4f4d434f4d4dULL /* "LOOMCOMM" */
 #define LOOM_COMM_DEAD 0x444541444c4f4f4dULL  /* "MOOLDAED" */
 #define LOOM_HOSTNAME_BYTES 64
-
-#define LOOM_NOTICE_BYTES 320
-
-/*
- * A process's doorbell, in shared memory: peers bump `seq` and wake the
- * futex on it when `sleeping` says the owner went to sleep waiting for them.
- * The notice is how a peer that stopped on a fatal error (a dead rank, a
- * timeout, mismatched calls) tells this process to stop waiting too: the
- * first poster moves `noticeState` from 0 to 1, fills code, rank and text,
- * then publishes 2 (release) and rings; later posters find it taken.
- * A thread that sleeps in poll() rather than on the futex (the network
- * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
- * own, which ringers write instead; 0 (as in zeroed shared memory) means
- * the futex. Such bells are process-local.
- */
-struct loomDoorbell {
-    _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
-    _Alignas(LOOM_CACHELINE) _Atomic uint32_t sleeping;
-    _Alignas(LOOM_CACHELINE) _Atomic uint32_t noticeState;
-    int32_t noticeCode; /* loomResult_t */
-    int32_t noticeFrom; /* rank that posted it */
-    char notice[LOOM_NOTICE_BYTES];
-    int32_t wakeFd;
-};
 
 /*
  * The shared part of a FIFO: `tail` counts slots written (by the sender),
@@ -82,7 +59,7 @@ struct loomConnector {
     /*
      * Network connectors: moves this link's messages now, from the calling
      * thread (the executor calls it after it advances a counter and while it
-     * waits; see src/proxy.h). NULL for shared memory.
+     * waits; see src/base/proxy.h). NULL for shared memory.
      */
     void (*progress)(void *ctx);
     void *progressCtx;
@@ -101,7 +78,7 @@ struct loomPeerInfo {
     int32_t numaNode; /* NUMA node the process is bound to, -1 if unbound or unknown */
     uint32_t usable;  /* bit t: loomTransports[t] is usable on that rank */
     char hostname[LOOM_HOSTNAME_BYTES];
-    /* The CUDA device the rank bound the communicator to (see transports/p2p.c). */
+    /* The CUDA device the rank bound the communicator to (see src/cuda/p2p.c). */
     char gpuUuid[16];
     int32_t gpu;      /* device ordinal in that process, -1: not bound */
     int32_t gpuFlags; /* LOOM_GPU_* */
@@ -199,7 +176,7 @@ struct loomComm {
     size_t scratchBytes;
     size_t scratchTaken;          /* bytes handed out to the plan being built */
     struct loomTunerState *tuner; /* its decisions, built at init (tuner.c) */
-    struct cudaComm *cuda;        /* device binding, p2p slots (transports/p2p.c); NULL if none */
+    struct cudaComm *cuda;        /* device binding, p2p slots (src/cuda/p2p.c); NULL if none */
     /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */
     int cmaOk;
     size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
