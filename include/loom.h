@@ -338,7 +338,7 @@ typedef struct {
 } loomParamInfo_t;
 int loomParamCount(void);
 loomResult_t loomParamGet(int index, loomParamInfo_t *info);
-/* Build features, one "name=yes|no" word each: "hwloc=yes cuda=no verbs=yes mpi=yes". */
+/* Build features, one "name=yes|no" word each: "hwloc=yes cuda=no verbs=yes pmix=yes mpi=yes". */
 const char *loomBuildFeatures(void);
 /*
  * Transports compiled in, index 0 .. loomTransportCount()-1: name ("shm"), and

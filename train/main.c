@@ -612,18 +612,17 @@ static int elasticFailed(loomComm_t comm, int *failed, int *n)
     return -1;
 }
 
-/* A sharded mode cannot go on: says what went with the failed ranks. */
-static loomResult_t elasticLost(const struct run *r, const int *failed, int n, const char *who,
-                                long step)
+/*
+ * A sharded mode cannot go on: rank 0 of the survivors says what went with the failed
+ * ranks. They shrank first, so that all of them agree on who failed before any stops.
+ */
+static loomResult_t elasticLost(const struct run *r, const char *who, long step)
 {
     static const char *const what[] = {
         "", "its shard of the optimizer state", "its shards of the gradients and optimizer state",
         "its shards of the parameters, gradients and optimizer state",
         "its experts of every MoE layer and their optimizer state"};
-    int lowest = 0;
-    for (int i = 0; i < n && failed[i] == lowest; i++)
-        lowest++;
-    if (r->t.rank == lowest)
+    if (r->t.rank == 0)
         printf("elastic: rank %s failed in step %ld; in mode %s each rank holds %s (1/%d of it) "
                "and nobody else does, so that part of the model is lost; without a checkpoint "
                "(loom-train keeps none) this run cannot go on: stopping\n",
@@ -647,10 +646,6 @@ static loomResult_t elasticShrink(struct run *r, long step, loomComm_t *newcomm,
             break;
         }
         rankList(failed, n, who, len);
-        if (r->s.regroup == NULL) {
-            res = elasticLost(r, failed, n, who, step);
-            break;
-        }
         res = loomCommShrink(comm, failed, n, newcomm, NULL, LOOM_SHRINK_ABORT);
         if (res == loomSuccess)
             break;
@@ -675,6 +670,8 @@ static loomResult_t elasticRecover(struct run *r, long step, uint64_t errAt)
     t->comm = newcomm;
     loomCommUserRank(t->comm, &t->rank);
     loomCommCount(t->comm, &t->nranks);
+    if (r->s.regroup == NULL)
+        return elasticLost(r, who, step);
     t->rowLo = t->globalRows * t->rank / t->nranks;
     t->rows = (int)(t->globalRows * (t->rank + 1) / t->nranks - t->rowLo);
     float *x = realloc(r->x, (size_t)t->rows * r->o.hidden * sizeof(float));
