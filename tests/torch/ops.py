@@ -287,7 +287,10 @@ def worker(rank, world, ports, tmp):
             run_group(ck, rank, n, lm, gl)
         dist.barrier()
     dist.destroy_process_group()
-    print("ops: rank %d: %d checks passed" % (rank, ck.count), flush=True)
+    # One write per line: the ranks share the log, and a line split in two
+    # writes can be interleaved with another rank's.
+    sys.stdout.write("ops: rank %d: %d checks passed\n" % (rank, ck.count))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
