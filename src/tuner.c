@@ -20,14 +20,13 @@
  *
  * The model is alpha-beta per (algorithm, transport): a pipeline of time
  * units, each costing a hop's latency plus the busiest rank's steps and
- * bytes; the constants per transport and how they were measured are below
- * (shm; and the network between hosts, whose hops and bytes each algorithm
- * counts on its critical path). LOOM_ALGO is parsed here, once per process, in NCCL's
- * syntax. Channels: one thread runs all of a rank's lanes on the CPU, so
- * extra channels only add steps and the model keeps one, unless
- * LOOM_NCHANNELS was set, in which case every channel is used.
- * loomTuningGet and loomTuningGetHosts run the same model for tools
- * (loom-info --tuning [-H hosts]).
+ * bytes; the constants per transport are below (shm; and the network
+ * between hosts, whose hops and bytes each algorithm counts on its critical
+ * path), and how they were measured is in docs/performance.md. LOOM_ALGO
+ * is parsed here, once per process, in NCCL's syntax. Channels: one thread runs all of a rank's
+ * lanes on the CPU, so extra channels only add steps and the model keeps one, unless LOOM_NCHANNELS
+ * was set, in which case every channel is used. loomTuningGet and loomTuningGetHosts run the same
+ * model for tools (loom-info --tuning [-H hosts]).
  */
 #include <ctype.h>
 #include <pthread.h>
