@@ -747,7 +747,8 @@ static void sockTeardown(void *state)
     for (int i = 0; i < st->nconns; i++) {
         for (int s = 0; s < SOCK_MAX; s++)
             socketClose(st->conns[i].links[s].fd);
-        st->conns[i].nc->priv = NULL;
+        if (st->conns[i].nc) /* NULL when setup failed before wiring the connections */
+            st->conns[i].nc->priv = NULL;
     }
     socketClose(st->listenFd);
     free(st->conns);
