@@ -9,6 +9,7 @@
  *   | doorbell | fifo(ch 0, from local peer 0)  | fifo(ch 0, from local peer 1)  | ...
  *   +----------+--------------------------------+--------------------------------+---
  *                each fifo: struct loomFifo (counters, sizes) + LOOM_STEPS slots
+ *                           + LOOM_STEPS LL slots of LOOM_LL_LINES lines (src/base/fifo.h)
  *
  * A sender writes into the slots that live in the receiver's segment, so a
  * message is copied once into shared memory and once out of it. Segment names
@@ -63,7 +64,8 @@ struct shmState {
 
 static size_t fifoBytes(const struct loomComm *comm)
 {
-    return sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes;
+    return sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes +
+           LOOM_STEPS * LOOM_LL_LINES * sizeof(uint64_t);
 }
 
 static size_t segmentBytes(const struct loomComm *comm)
@@ -190,6 +192,12 @@ static void shmPrefault(char *p, size_t bytes)
         (void)*(volatile const char *)a;
 }
 
+/* The LL lines of the FIFO at f. */
+static uint64_t *llLines(const struct loomComm *comm, char *f)
+{
+    return (uint64_t *)(f + sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes);
+}
+
 static void shmInitOwn(struct loomComm *comm, struct shmState *st)
 {
     comm->bell = (struct loomDoorbell *)st->own.base;
@@ -221,7 +229,8 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         1,
                                         NULL,
                                         NULL,
-                                        NULL};
+                                        NULL,
+                                        llLines(comm, rf)};
             *s = (struct loomConnector){(struct loomFifo *)sf,
                                         sf + sizeof(struct loomFifo),
                                         comm->slotBytes,
@@ -231,7 +240,8 @@ static void shmWire(struct loomComm *comm, struct shmState *st)
                                         1,
                                         NULL,
                                         NULL,
-                                        NULL};
+                                        NULL,
+                                        llLines(comm, sf)};
         }
     }
 }
