@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "connect.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "interp.h"
@@ -45,6 +46,7 @@
 
 struct kexecComm {
     struct loomDevConn *conns[LOOM_MAX_CHANNELS]; /* [2 * nranks]: send connectors, then receive */
+    int connected[LOOM_MAX_CHANNELS];             /* comm->nLinksUp when last filled */
 };
 
 struct kexecRunState;
@@ -110,6 +112,22 @@ static void connFill(struct loomDevConn *d, struct loomConnector *c)
     d->bell = c->peerBell;
 }
 
+/* Fills the interpreter's view of the FIFOs of a channel connected since it was last looked at. */
+static void connsRefresh(struct loomComm *comm, int ch)
+{
+    struct kexecComm *k = comm->kexec;
+    size_t n = (size_t)comm->nranks;
+    if (k->connected[ch] == comm->nLinksUp)
+        return;
+    for (size_t p = 0; p < n; p++) {
+        if (k->conns[ch][p].pos == NULL)
+            connFill(&k->conns[ch][p], &comm->channels[ch].send[p]);
+        if (k->conns[ch][n + p].pos == NULL)
+            connFill(&k->conns[ch][n + p], &comm->channels[ch].recv[p]);
+    }
+    k->connected[ch] = comm->nLinksUp;
+}
+
 loomResult_t kexecSetup(struct loomComm *comm, int allShm)
 {
     if (strcmp(paramStr(LOOM_PARAM_EXECUTOR), "kernel") != 0)
@@ -130,10 +148,7 @@ loomResult_t kexecSetup(struct loomComm *comm, int allShm)
             kexecFree(comm);
             return loomSetError(loomSystemError, "out of memory for the kernel executor");
         }
-        for (size_t p = 0; p < n; p++) {
-            connFill(&k->conns[ch][p], &comm->channels[ch].send[p]);
-            connFill(&k->conns[ch][n + p], &comm->channels[ch].recv[p]);
-        }
+        k->connected[ch] = -1;
     }
     comm->kexec = k;
     INFO(LOOM_INIT, "kernel executor: host buffers run the plan interpreter, %d thread(s) a block",
@@ -417,8 +432,16 @@ loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
         execMarkBroken(lanes, nlanes, err, 0);
         return err;
     }
+    /* Peers the plans talk to for the first time (connect.c), and their FIFOs here. */
+    err = connectLanes(lanes, nlanes);
+    if (err != loomSuccess) {
+        execMarkBroken(lanes, nlanes, err, 1);
+        return err;
+    }
     run.threads = (int)paramInt(LOOM_PARAM_KERNEL_THREADS);
     LOOMCHECK(blocksBuild(lanes, nlanes, &run));
+    for (int b = 0; b < run.nblocks; b++)
+        connsRefresh(tlBlocks[b].comm, tlBlocks[b].channel);
     int total = run.nblocks * run.threads;
     LOOMCHECK(arrayReserve((void **)&tlThreads, &tlThreadCap, total, sizeof(*tlThreads)));
     int started = 1;
