@@ -4,7 +4,8 @@
     torch.distributed.init_process_group("loom", ...)
 
 Every process (mp.spawn children included) imports torch_loom itself. The
-backend takes CPU tensors; the group's timeout becomes Loom's timeout.
+backend takes CPU tensors, and CUDA tensors (issued on torch's current CUDA
+stream; not yet run on a GPU); the group's timeout becomes Loom's timeout.
 """
 import torch
 import torch.distributed as dist
@@ -24,4 +25,4 @@ def _create_backend(store, rank, size, timeout):
 
 
 if "loom" not in dist.Backend.backend_list:
-    dist.Backend.register_backend("loom", _create_backend, devices=["cpu"])
+    dist.Backend.register_backend("loom", _create_backend, devices=["cpu", "cuda"])

@@ -26,7 +26,11 @@
  *
  * Batches (batch_isend_irecv, _coalescing_manager): see startCoalescing.
  *
- * Only CPU tensors for now: the backend registers for "cpu".
+ * CUDA tensors (the backend registers for "cpu" and "cuda") do not go
+ * through the worker: see runOnCuda. Torch's CUDA stream and events are
+ * reached through c10's device-neutral interface (c10::Stream's native
+ * handle, c10::Event), so the module builds without CUDA headers. That path
+ * has been built but never run: the machines it was written on have no GPU.
  */
 #include <torch/python.h>
 
@@ -35,6 +39,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <loom.h>
 
 #include <atomic>
@@ -42,6 +49,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -60,7 +68,7 @@ const char *kName = "loom";
  * until the data has moved.
  */
 using Finish = std::function<void()>;
-using Job = std::function<Finish()>;
+using Job = std::function<Finish(loomStream_t)>;
 
 /* One Finish that runs each of fins in order. */
 Finish all(std::vector<Finish> fins)
@@ -211,6 +219,58 @@ class WorkLoom : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+/*
+ * The Work of an operation on CUDA tensors: the Loom call was issued on the
+ * caller's current CUDA stream, so the operation is done when that stream
+ * passes the event recorded after it. wait() makes the caller's current
+ * stream wait for it (as NCCL's backend does); the future is a CUDA-aware
+ * one, completed at once, whose users' streams wait for the same point.
+ */
+class WorkLoomCuda : public c10d::Work {
+  public:
+    WorkLoomCuda(int rank, OpType type, std::vector<at::Tensor> outputs, c10::Device device,
+                 const c10::Stream &stream, std::function<void()> checkError)
+        : Work(rank, type), outputs_(std::move(outputs)), device_(device),
+          event_(c10::DeviceType::CUDA), checkError_(std::move(checkError)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device}))
+    {
+        event_.record(stream);
+        future_->markCompleted(c10::IValue(outputs_));
+    }
+    bool isCompleted() override
+    {
+        return event_.query();
+    }
+    bool wait(std::chrono::milliseconds) override
+    {
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        event_.block(impl.getStream(device_));
+        checkError_();
+        return true;
+    }
+    void synchronize() override
+    {
+        event_.synchronize();
+        checkError_();
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+    std::vector<at::Tensor> result() override
+    {
+        return outputs_;
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::Device device_;
+    c10::Event event_;
+    std::function<void()> checkError_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 class BackendLoom : public c10d::Backend {
   public:
     BackendLoom(loomComm_t comm, int rank, int size, std::chrono::milliseconds timeout)
@@ -236,6 +296,7 @@ class BackendLoom : public c10d::Backend {
     void shutdown() override
     {
         stopWorker();
+        destroyCudaStreams();
         std::lock_guard<std::mutex> g(m_);
         if (comm_) {
             loomCommDestroy(comm_);
@@ -263,11 +324,10 @@ class BackendLoom : public c10d::Backend {
         checkRoot(opts.rootRank, "broadcast");
         TORCH_CHECK(opts.rootTensor == 0, "torch_loom: broadcast: rootTensor must be 0");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::BROADCAST, {t}, [this, t, root] {
+        return enqueue(OpType::BROADCAST, {t}, [this, t, root](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
             Wire w = moveWire(d->buf);
-            check(loomBroadcast(d->ptr(), d->ptr(), w.count, w.type, root, comm_, nullptr),
-                  "broadcast");
+            check(loomBroadcast(d->ptr(), d->ptr(), w.count, w.type, root, comm_, s), "broadcast");
             return Finish([d] { d->writeBack(); });
         });
     }
@@ -278,9 +338,9 @@ class BackendLoom : public c10d::Backend {
         const at::Tensor &t = one(tensors, "allreduce");
         loomDataType_t type = reduceTypeOf(t, "allreduce");
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce");
-        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op] {
+        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
-            check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, nullptr),
+            check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, s),
                   "allreduce");
             return Finish([d] { d->writeBack(); });
         });
@@ -302,13 +362,13 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce_coalesced");
         std::vector<at::Tensor> ts = tensors;
-        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op] {
+        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : ts)
                 flat.push_back(t.reshape({-1}));
             at::Tensor buf = at::cat(flat);
             check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(), type, op,
-                                comm_, nullptr),
+                                comm_, s),
                   "allreduce_coalesced");
             return Finish([ts, buf] {
                 int64_t off = 0;
@@ -329,9 +389,9 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(t, "reduce");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root] {
+        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
-            check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, nullptr),
+            check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, s),
                   "reduce");
             return Finish([this, d, root] {
                 if (root == rank_)
@@ -348,11 +408,11 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(outputs.size() == 1, "torch_loom: allgather: one output list per process");
         std::vector<at::Tensor> outs = outputs[0];
         sameShapes(outs, in, "allgather");
-        return enqueue(OpType::ALLGATHER, outs, [this, in, outs] {
+        return enqueue(OpType::ALLGATHER, outs, [this, in, outs](loomStream_t s) {
             at::Tensor src = in.contiguous();
             at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
             Wire w = moveWire(src);
-            check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, nullptr),
+            check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, s),
                   "allgather");
             return Finish([this, outs, src, all] {
                 for (int r = 0; r < size_; r++)
@@ -368,7 +428,8 @@ class BackendLoom : public c10d::Backend {
         checkTensor(out, "_allgather_base");
         checkFlat(out, in, size_, "_allgather_base (all_gather_into_tensor)");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_ALLGATHER_BASE, {o}, [this, o, i] { return gatherInto(o, i); });
+        return enqueue(OpType::_ALLGATHER_BASE, {o},
+                       [this, o, i](loomStream_t s) { return gatherInto(o, i, s); });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -383,10 +444,10 @@ class BackendLoom : public c10d::Backend {
             checkFlat(outs[k], ins[k], size_, "allgather_into_tensor_coalesced");
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i] {
+        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i](loomStream_t s) {
             std::vector<Finish> fins;
             for (size_t k = 0; k < i.size(); k++)
-                fins.push_back(gatherInto(o[k], i[k]));
+                fins.push_back(gatherInto(o[k], i[k], s));
             return all(std::move(fins));
         });
     }
@@ -401,14 +462,14 @@ class BackendLoom : public c10d::Backend {
         sameShapes(ins, out, "reduce_scatter");
         loomDataType_t type = reduceTypeOf(out, "reduce_scatter");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter");
-        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op] {
+        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : ins)
                 flat.push_back(t.reshape({-1}));
             at::Tensor all = at::cat(flat);
             auto d = std::make_shared<Dense>(out);
             check(loomReduceScatter(all.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_,
-                                    nullptr),
+                                    s),
                   "reduce_scatter");
             return Finish([d, all] { d->writeBack(); });
         });
@@ -424,8 +485,9 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(out, "_reduce_scatter_base");
         loomRedOp_t op = redOp(opts.reduceOp, "_reduce_scatter_base");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o},
-                       [this, o, i, type, op] { return scatterFrom(o, i, type, op); });
+        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o}, [this, o, i, type, op](loomStream_t s) {
+            return scatterFrom(o, i, type, op, s);
+        });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -443,12 +505,13 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter_tensor_coalesced");
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o, [this, o, i, types, op] {
-            std::vector<Finish> fins;
-            for (size_t k = 0; k < i.size(); k++)
-                fins.push_back(scatterFrom(o[k], i[k], types[k], op));
-            return all(std::move(fins));
-        });
+        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o,
+                       [this, o, i, types, op](loomStream_t s) {
+                           std::vector<Finish> fins;
+                           for (size_t k = 0; k < i.size(); k++)
+                               fins.push_back(scatterFrom(o[k], i[k], types[k], op, s));
+                           return all(std::move(fins));
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &out, at::Tensor &in,
@@ -461,12 +524,14 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(in.scalar_type() == out.scalar_type(),
                     "torch_loom: alltoall_base: input and output dtypes differ (", in.scalar_type(),
                     " and ", out.scalar_type(), ")");
+        TORCH_CHECK(in.device() == out.device(),
+                    "torch_loom: alltoall_base: input and output on different devices");
         std::vector<size_t> sc, sd, rc, rd;
         splitCounts(in, inSplits, "input", &sc, &sd);
         splitCounts(out, outSplits, "output", &rc, &rd);
         at::Tensor o = out, i = in;
-        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd] {
-            return exchange(o, i, sc, sd, rc, rd, "alltoall_base");
+        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
+            return exchange(o, i, sc, sd, rc, rd, "alltoall_base", s);
         });
     }
 
@@ -483,8 +548,10 @@ class BackendLoom : public c10d::Backend {
             checkTensor(ins[r], "alltoall");
             checkTensor(outs[r], "alltoall");
             TORCH_CHECK(ins[r].scalar_type() == ins[0].scalar_type() &&
-                            outs[r].scalar_type() == ins[0].scalar_type(),
-                        "torch_loom: alltoall: all tensors must have one dtype");
+                            outs[r].scalar_type() == ins[0].scalar_type() &&
+                            ins[r].device() == ins[0].device() &&
+                            outs[r].device() == ins[0].device(),
+                        "torch_loom: alltoall: all tensors must have one dtype and device");
             sc.push_back((size_t)ins[r].numel());
             sd.push_back(so);
             so += (size_t)ins[r].numel();
@@ -493,13 +560,13 @@ class BackendLoom : public c10d::Backend {
             ro += (size_t)outs[r].numel();
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd] {
+        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : i)
                 flat.push_back(t.reshape({-1}));
             at::Tensor src = at::cat(flat);
             at::Tensor dst = at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
-            Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall");
+            Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall", s);
             return Finish([this, o, dst, rc, rd, fin] {
                 fin();
                 for (int r = 0; r < size_; r++)
@@ -512,10 +579,10 @@ class BackendLoom : public c10d::Backend {
     {
         const at::Tensor &t = one(tensors, "send");
         checkPeer(dst, "send");
-        return enqueue(OpType::SEND, {t}, [this, t, dst] {
+        return enqueue(OpType::SEND, {t}, [this, t, dst](loomStream_t s) {
             at::Tensor c = t.contiguous();
             Wire w = moveWire(c);
-            check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, nullptr), "send");
+            check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, s), "send");
             return Finish([c] {});
         });
     }
@@ -524,10 +591,10 @@ class BackendLoom : public c10d::Backend {
     {
         const at::Tensor &t = one(tensors, "recv");
         checkPeer(src, "recv");
-        return enqueue(OpType::RECV, {t}, [this, t, src] {
+        return enqueue(OpType::RECV, {t}, [this, t, src](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
             Wire w = moveWire(d->buf);
-            check(loomRecv(d->ptr(), w.count, w.type, src, comm_, nullptr), "recv");
+            check(loomRecv(d->ptr(), w.count, w.type, src, comm_, s), "recv");
             return Finish([d] { d->writeBack(); });
         });
     }
@@ -553,6 +620,7 @@ class BackendLoom : public c10d::Backend {
         std::lock_guard<std::mutex> g(m_);
         TORCH_CHECK(!batch_, "torch_loom: startCoalescing: a batch is already open");
         batch_ = std::make_unique<Batch>();
+        batch_->device = c10::Device(c10::DeviceType::CPU);
         batch_->work =
             c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED, std::vector<at::Tensor>{});
     }
@@ -564,16 +632,17 @@ class BackendLoom : public c10d::Backend {
             TORCH_CHECK(batch_, "torch_loom: endCoalescing without startCoalescing");
             b = std::move(batch_);
         }
+        if (b->device.is_cuda())
+            return runOnCuda(OpType::COALESCED, b->work->result(), b->jobs, true, b->device);
         submit(b->work, std::move(b->jobs), true);
         return b->work;
     }
 
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
     {
-        return enqueue(OpType::BARRIER, {}, [this] {
+        return enqueue(OpType::BARRIER, {}, [this](loomStream_t s) {
             auto one = std::make_shared<uint8_t>(0);
-            check(loomAllReduce(one.get(), one.get(), 1, loomUint8, loomMax, comm_, nullptr),
-                  "barrier");
+            check(loomAllReduce(one.get(), one.get(), 1, loomUint8, loomMax, comm_, s), "barrier");
             return Finish([one] {});
         });
     }
@@ -593,7 +662,13 @@ class BackendLoom : public c10d::Backend {
     struct Batch {
         c10::intrusive_ptr<WorkLoom> work;
         std::vector<Job> jobs;
+        c10::Device device = c10::Device(c10::DeviceType::CPU); /* of its operations */
     };
+    /* Loom streams wrapping the CUDA streams operations were issued on, by native handle. */
+    std::mutex streamsM_;
+    std::map<void *, loomStream_t> cudaStreams_;
+    size_t busy_ = 0; /* tasks queued or running on the worker (under m_) */
+    std::condition_variable idle_;
     std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
     std::atomic<bool> aborted_{false};
@@ -614,14 +689,20 @@ class BackendLoom : public c10d::Backend {
      */
     c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs, Job fn)
     {
+        c10::Device dev = outputs.empty() ? c10::Device(c10::DeviceType::CPU) : outputs[0].device();
         {
             std::lock_guard<std::mutex> g(m_);
             if (batch_) {
+                TORCH_CHECK(batch_->work->result().empty() || batch_->device == dev,
+                            "torch_loom: a batch mixes tensors of ", batch_->device, " and ", dev);
+                batch_->device = dev;
                 batch_->work->addOutputs(outputs);
                 batch_->jobs.push_back(std::move(fn));
                 return batch_->work;
             }
         }
+        if (dev.is_cuda())
+            return runOnCuda(type, std::move(outputs), {std::move(fn)}, false, dev);
         auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs));
         std::vector<Job> jobs;
         jobs.push_back(std::move(fn));
@@ -634,23 +715,81 @@ class BackendLoom : public c10d::Backend {
             std::lock_guard<std::mutex> g(m_);
             TORCH_CHECK(!stop_ && comm_, "torch_loom: the process group was shut down");
             queue_.push_back(Task{work, std::move(jobs), grouped});
+            busy_++;
         }
         cv_.notify_one();
     }
 
-    /* Runs a task's jobs: one after the other, or all in one Loom group. */
-    void runTask(Task &t)
+    /*
+     * CUDA tensors: the operation is issued now, from the caller's thread, on
+     * a Loom stream over the caller's current CUDA stream, so it is ordered
+     * with the kernels around it and the host does not wait for it. The
+     * communicator sees every rank's calls in issue order: operations on CPU
+     * tensors still queued on the worker finish first, and the worker
+     * synchronizes the CUDA streams before it runs a later CPU operation.
+     */
+    c10::intrusive_ptr<c10d::Work> runOnCuda(OpType type, std::vector<at::Tensor> outputs,
+                                             std::vector<Job> jobs, bool grouped, c10::Device dev)
+    {
+        waitIdle();
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        c10::Stream cur = impl.getStream(dev);
+        loomStream_t ls = cudaStreamFor(cur);
+        Task t{nullptr, std::move(jobs), grouped};
+        runTask(t, ls);
+        return c10::make_intrusive<WorkLoomCuda>(rank_, type, std::move(outputs), dev, cur,
+                                                 [this, ls] {
+                                                     loomResult_t r = loomStreamQuery(ls);
+                                                     if (r != loomInProgress)
+                                                         check(r, "CUDA stream");
+                                                 });
+    }
+    loomStream_t cudaStreamFor(const c10::Stream &cur)
+    {
+        void *h = cur.native_handle();
+        std::lock_guard<std::mutex> g(streamsM_);
+        auto it = cudaStreams_.find(h);
+        if (it != cudaStreams_.end())
+            return it->second;
+        loomStream_t ls = nullptr;
+        check(loomStreamCreateCuda(&ls, h), "loomStreamCreateCuda");
+        cudaStreams_[h] = ls;
+        return ls;
+    }
+    /* Waits for the CUDA operations issued so far (before a CPU operation). */
+    void syncCudaStreams()
+    {
+        std::lock_guard<std::mutex> g(streamsM_);
+        for (auto &kv : cudaStreams_)
+            check(loomStreamSynchronize(kv.second), "CUDA stream");
+    }
+    void destroyCudaStreams()
+    {
+        std::lock_guard<std::mutex> g(streamsM_);
+        for (auto &kv : cudaStreams_)
+            loomStreamDestroy(kv.second);
+        cudaStreams_.clear();
+    }
+    /* Waits until the worker has run every queued task. */
+    void waitIdle()
+    {
+        std::unique_lock<std::mutex> g(m_);
+        idle_.wait(g, [this] { return busy_ == 0; });
+    }
+
+    /* Runs a task's jobs on Loom stream ls: one after the other, or all in one Loom group. */
+    void runTask(Task &t, loomStream_t ls)
     {
         if (!t.grouped) {
             for (auto &j : t.jobs)
-                j()();
+                j(ls)();
             return;
         }
         std::vector<Finish> fins;
         check(loomGroupStart(), "group start");
         try {
             for (auto &j : t.jobs)
-                fins.push_back(j());
+                fins.push_back(j(ls));
         } catch (...) {
             loomGroupEnd(); /* closes the group; it runs nothing after a failed call */
             throw;
@@ -681,12 +820,18 @@ class BackendLoom : public c10d::Backend {
                 }
             } else {
                 try {
-                    runTask(job);
+                    syncCudaStreams();
+                    runTask(job, nullptr);
                 } catch (...) {
                     e = std::current_exception();
                 }
             }
             job.work->complete(e);
+            {
+                std::lock_guard<std::mutex> g(m_);
+                busy_--;
+            }
+            idle_.notify_all();
         }
     }
 
@@ -703,8 +848,8 @@ class BackendLoom : public c10d::Backend {
 
     void checkTensor(const at::Tensor &t, const char *op)
     {
-        TORCH_CHECK(t.device().is_cpu(), "torch_loom: ", op, ": only CPU tensors (got ", t.device(),
-                    ")");
+        TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "torch_loom: ", op,
+                    ": only CPU and CUDA tensors (got ", t.device(), ")");
         TORCH_CHECK(t.layout() == at::kStrided, "torch_loom: ", op,
                     ": only dense tensors (got layout ", t.layout(), ")");
     }
@@ -758,10 +903,11 @@ class BackendLoom : public c10d::Backend {
                     ": the tensor list needs one tensor per rank (", size_, "), got ", list.size());
         for (auto &x : list) {
             checkTensor(x, op);
-            TORCH_CHECK(x.numel() == t.numel() && x.scalar_type() == t.scalar_type(),
+            TORCH_CHECK(x.numel() == t.numel() && x.scalar_type() == t.scalar_type() &&
+                            x.device() == t.device(),
                         "torch_loom: ", op,
-                        ": every tensor in the list must have the size and dtype of the "
-                        "other argument");
+                        ": every tensor in the list must have the size, dtype and device of "
+                        "the other argument");
         }
     }
     /* big holds n times small's elements, same dtype. */
@@ -769,6 +915,9 @@ class BackendLoom : public c10d::Backend {
     {
         TORCH_CHECK(big.scalar_type() == small.scalar_type(), "torch_loom: ", op,
                     ": input and output dtypes differ");
+        TORCH_CHECK(big.device() == small.device(), "torch_loom: ", op,
+                    ": input and output on different devices (", big.device(), " and ",
+                    small.device(), ")");
         TORCH_CHECK(big.numel() == small.numel() * n, "torch_loom: ", op, ": the large tensor (",
                     big.numel(), " elements) must hold group size (", n, ") times the small one (",
                     small.numel(), ")");
@@ -800,29 +949,27 @@ class BackendLoom : public c10d::Backend {
                     off, ", dim 0 is ", rows);
     }
 
-    Finish gatherInto(const at::Tensor &out, const at::Tensor &in)
+    Finish gatherInto(const at::Tensor &out, const at::Tensor &in, loomStream_t s)
     {
         auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
         Wire w = moveWire(src);
-        check(loomAllGather(src.data_ptr(), d->ptr(), w.count, w.type, comm_, nullptr),
-              "allgather");
+        check(loomAllGather(src.data_ptr(), d->ptr(), w.count, w.type, comm_, s), "allgather");
         return [d, src] { d->writeBack(); };
     }
     Finish scatterFrom(const at::Tensor &out, const at::Tensor &in, loomDataType_t type,
-                       loomRedOp_t op)
+                       loomRedOp_t op, loomStream_t s)
     {
         auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
-        check(loomReduceScatter(src.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_,
-                                nullptr),
+        check(loomReduceScatter(src.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_, s),
               "reduce_scatter");
         return [d, src] { d->writeBack(); };
     }
     /* AlltoAllv in the tensors' type, or in bytes for a type Loom lacks. */
     Finish exchange(const at::Tensor &out, const at::Tensor &in, std::vector<size_t> sc,
                     std::vector<size_t> sd, std::vector<size_t> rc, std::vector<size_t> rd,
-                    const char *what)
+                    const char *what, loomStream_t s)
     {
         auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
@@ -841,7 +988,7 @@ class BackendLoom : public c10d::Backend {
             std::vector<std::vector<size_t>>{sc, sd, rc, rd});
         auto &v = *counts;
         check(loomAlltoAllv(src.data_ptr(), v[0].data(), v[1].data(), d->ptr(), v[2].data(),
-                            v[3].data(), type, comm_, nullptr),
+                            v[3].data(), type, comm_, s),
               what);
         return [d, src, counts] { d->writeBack(); };
     }
