@@ -12,12 +12,20 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["loom_version"]
+__all__ = ["loom_version", "failed_ranks"]
 
 
 def loom_version():
     """LOOM_VERSION_CODE of the Loom built into this module."""
     return _C.loom_version()
+
+
+def failed_ranks(group=None):
+    """Ranks of group (default: the default group) that Loom knows to have
+    failed: exited, killed, stopped past the timeout, or cut off. Pass them
+    to torch.distributed.shrink_group to go on without them."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _C.failed_ranks(pg._get_backend(torch.device("cpu")))
 
 
 def _create_backend(store, rank, size, timeout):

@@ -144,6 +144,13 @@ const char *redOpName(c10d::ReduceOp::RedOpType op)
     }
 }
 
+/* Loom's timeout (whole seconds, at least 1) for a c10d timeout. */
+int timeoutSec(std::chrono::milliseconds ms)
+{
+    long long sec = (ms.count() + 999) / 1000;
+    return (int)std::max(1LL, std::min(sec, (long long)INT32_MAX));
+}
+
 /* How a tensor goes over the wire: a Loom type and a count of elements. */
 struct Wire {
     loomDataType_t type;
@@ -638,6 +645,51 @@ class BackendLoom : public c10d::Backend {
         return b->work;
     }
 
+    /*
+     * dist.shrink_group: a new backend over a new communicator of the ranks
+     * kept (loomCommShrink, collective over them). SHRINK_ABORT (after a
+     * failure) stops the operation in flight on the worker, which then fails;
+     * SHRINK_DEFAULT first waits for the queued operations.
+     */
+    bool supportsShrinking() const override
+    {
+        return true;
+    }
+    c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &exclude, int flags,
+                                             const c10::intrusive_ptr<Options> &) override
+    {
+        TORCH_CHECK(flags == LOOM_SHRINK_DEFAULT || flags == LOOM_SHRINK_ABORT,
+                    "torch_loom: shrink: flags ", flags,
+                    " are neither SHRINK_DEFAULT nor SHRINK_ABORT");
+        if (flags == LOOM_SHRINK_DEFAULT)
+            waitIdle();
+        std::vector<int> ex(exclude.begin(), exclude.end());
+        loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+        config.timeoutSec = timeoutSec(timeout_);
+        loomComm_t nc = nullptr;
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(comm_, "torch_loom: shrink: the process group was shut down");
+        }
+        check(loomCommShrink(comm_, ex.data(), (int)ex.size(), &nc, &config, flags), "shrink");
+        int rank = 0, size = 0;
+        loomCommUserRank(nc, &rank);
+        loomCommCount(nc, &size);
+        return c10::make_intrusive<BackendLoom>(nc, rank, size, timeout_);
+    }
+    /* The ranks of this group that Loom knows to have failed (loomCommGetFailedRanks). */
+    std::vector<int> failedRanks()
+    {
+        std::lock_guard<std::mutex> g(m_);
+        TORCH_CHECK(comm_, "torch_loom: failed_ranks: the process group was shut down");
+        int n = 0;
+        check(loomCommGetFailedRanks(comm_, nullptr, &n), "failed_ranks");
+        std::vector<int> r((size_t)n);
+        check(loomCommGetFailedRanks(comm_, r.data(), &n), "failed_ranks");
+        r.resize((size_t)n);
+        return r;
+    }
+
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
     {
         return enqueue(OpType::BARRIER, {}, [this](loomStream_t s) {
@@ -1015,8 +1067,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
     }
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-    long long sec = (ms.count() + 999) / 1000;
-    config.timeoutSec = (int)std::max(1LL, std::min(sec, (long long)INT32_MAX));
+    config.timeoutSec = timeoutSec(ms);
     loomComm_t comm = nullptr;
     loomResult_t r = loomCommInitRankConfig(&comm, size, id, rank, &config);
     if (r != loomSuccess)
@@ -1035,6 +1086,14 @@ PYBIND11_MODULE(_C, m)
     m.def("create_backend", &createBackend, "creates the Loom backend of one process group",
           pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
           pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def(
+        "failed_ranks",
+        [](const c10::intrusive_ptr<c10d::Backend> &b) {
+            auto *lb = dynamic_cast<BackendLoom *>(b.get());
+            TORCH_CHECK(lb, "torch_loom: failed_ranks: the group's backend is not loom");
+            return lb->failedRanks();
+        },
+        "ranks of the group's Loom communicator known to have failed", pybind11::arg("backend"));
     m.def(
         "loom_version",
         [] {
