@@ -465,7 +465,9 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
     tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
-    p->proto = dev ? LOOM_PROTO_SIMPLE : kexecProto(comm, opBytes(op));
+    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on. */
+    p->proto = dev ? LOOM_PROTO_SIMPLE
+                   : kexecProto(comm, op->coll == LOOM_COLL_ALLTOALLV ? SIZE_MAX : opBytes(op));
     if (p->proto == LOOM_PROTO_LL && p->tune.chunkBytes > LOOM_LL_BYTES)
         p->tune.chunkBytes = LOOM_LL_BYTES; /* a step is at most one LL slot */
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
