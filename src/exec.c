@@ -63,11 +63,11 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
+#include "interp.h"
+#include "kexec.h"
 #include "mem.h"
 #include "reduce.h"
 
-#define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
-#define EXEC_YIELD_NS (1000 * 1000ULL) /* yield this long before sleeping */
 /*
  * A peer found dead with no notice is reported only after this: a rank that
  * heard of a failure and exited leaves its peers a notice that may still be
@@ -87,7 +87,7 @@ static inline void cpuRelax(void)
 #endif
 }
 
-static long futexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
+long execFutexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
                           .tv_nsec = (long)(ns % 1000000000ULL)};
@@ -167,8 +167,8 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 
 /* ---- one step ---- */
 
-static loomResult_t sizeMismatch(struct loomLane *lane, const struct loomStep *s, uint64_t got,
-                                 size_t want)
+static loomResult_t sizeMismatch(const struct loomLane *lane, const struct loomStep *s,
+                                 uint64_t got, size_t want)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received %llu bytes from rank %d where it expected %zu: the "
@@ -292,7 +292,7 @@ static inline void connectorPublished(struct loomConnector *c)
         bellRing(c->peerBell);
 }
 
-static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s)
+static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s)
 {
     return loomSetError(
         loomInvalidUsage,
@@ -304,12 +304,39 @@ static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s
         s->recvPeer, s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
 }
 
-static loomResult_t kindMismatch(struct loomLane *lane, const struct loomStep *s)
+static loomResult_t kindMismatch(const struct loomLane *lane, const struct loomStep *s)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received CUDA device memory from rank %d where it passed host "
                         "buffers: every rank must pass the same kind of memory to one call",
                         lane->comm->rank, s->recvPeer);
+}
+
+static loomResult_t protoMismatch(const struct loomLane *lane, const struct loomStep *s,
+                                  uint64_t got)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %s message from rank %d where it expected %s one: the "
+                        "ranks chose different protocols (LOOM_PROTO and LOOM_EXECUTOR must be "
+                        "equal on every rank)",
+                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", s->recvPeer,
+                        (got & LOOM_FIFO_LL) ? "a Simple" : "an LL");
+}
+
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, uint64_t got,
+                                 int device)
+{
+    size_t want = s->count * l->elemSize;
+    /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
+    if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL))
+        return pathMismatch(l, s);
+    if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
+        return protoMismatch(l, s, got);
+    if ((got & ~LOOM_FIFO_FLAGS) != want)
+        return sizeMismatch(l, s, got & ~LOOM_FIFO_FLAGS, want);
+    if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
+        return kindMismatch(l, s);
+    return loomSuccess;
 }
 
 /* A slot of c: in its device slots for a device lane when the FIFO has them. */
@@ -331,6 +358,9 @@ static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector 
         }
     }
     if (rc) {
+        if (rc->ll && LOOM_LL_WRAPS(rc->pos, LOOM_LL_MOD)) /* see fifo.h */
+            memset(rc->ll + (rc->pos % LOOM_STEPS) * LOOM_LL_LINES, 0,
+                   LOOM_LL_LINES * sizeof(uint64_t));
         rc->pos++;
         if (!dev) {
             atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
@@ -382,19 +412,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 break;
             uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
             int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
-            /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-            if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL)) {
-                *err = pathMismatch(l, s);
+            if ((*err = execMessageMismatch(l, s, got, dev && rc->devSlots != NULL)) != loomSuccess)
                 return -1;
-            }
-            if ((got & ~LOOM_FIFO_FLAGS) != bytes) {
-                *err = sizeMismatch(l, s, got & ~LOOM_FIFO_FLAGS, bytes);
-                return -1;
-            }
-            if (onDevice && (!dev || rc->devSlots == NULL)) {
-                *err = kindMismatch(l, s);
-                return -1;
-            }
             in = slotAt(rc, onDevice);
         }
         if (s->sendPeer >= 0) {
@@ -442,16 +461,6 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 }
 
 /* ---- waiting ---- */
-
-struct execWait {
-    int spins;
-    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
-    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
-    int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
-    uint64_t idleSince;
-    uint64_t lastLiveCheck;
-    uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
-};
 
 /* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie, ...), '?' if unknown. */
 static char procState(pid_t pid)
@@ -574,7 +583,7 @@ static loomResult_t timedOut(const struct loomLane *b)
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
-static loomResult_t heardFailure(struct loomLane *lanes, int nlanes)
+loomResult_t execHeardFailure(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
@@ -610,10 +619,9 @@ static const struct loomDoorbell *deadPeerNotice(const struct loomComm *comm, in
     return c->peerBell;
 }
 
-static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
-                                struct execWait *w)
+loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, struct execWait *w)
 {
-    loomResult_t heard = heardFailure(lanes, nlanes);
+    loomResult_t heard = execHeardFailure(lanes, nlanes);
     if (heard != loomSuccess) {
         w->heard = 1;
         return heard;
@@ -744,7 +752,7 @@ static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, l
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
     *left = sweep(lanes, nlanes, dev, progress, err);
     if (*left > 0 && *progress == 0 && !failurePending(lanes, nlanes))
-        capped = futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS) != 0 &&
+        capped = execFutexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS) != 0 &&
                  errno == ETIMEDOUT && !multi;
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
     return capped;
@@ -812,7 +820,7 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
     }
 }
 
-static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
+void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
 {
     const char *reason = debugLastError(NULL);
     for (int i = 0; i < nlanes; i++) {
@@ -836,16 +844,31 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
 
+    if (dev == NULL) {
+        int kernel = 1, ll = 0;
+        for (int i = 0; i < nlanes; i++) {
+            kernel &= kexecUsable(lanes[i].comm);
+            ll |= lanes[i].proto == LOOM_PROTO_LL;
+        }
+        if (kernel)
+            return kexecRun(lanes, nlanes);
+        if (ll) /* a group mixing communicators the kernel executor runs and others */
+            return loomSetError(loomInvalidUsage,
+                                "rank %d: this group mixes communicators the kernel executor "
+                                "runs with others, and some of its calls chose LL, which only the "
+                                "kernel executor speaks; set LOOM_PROTO=Simple",
+                                lanes[0].comm->rank);
+    }
     /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
-    err = heardFailure(lanes, nlanes);
+    err = execHeardFailure(lanes, nlanes);
     if (err != loomSuccess) {
-        markBroken(lanes, nlanes, err, 0);
+        execMarkBroken(lanes, nlanes, err, 0);
         return err;
     }
     /* Peers the plans talk to for the first time (connect.c). */
     err = connectLanes(lanes, nlanes);
     if (err != loomSuccess) {
-        markBroken(lanes, nlanes, err, 1);
+        execMarkBroken(lanes, nlanes, err, 1);
         return err;
     }
     for (int i = 0; i < nlanes; i++) {
@@ -888,7 +911,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
                 pollNetwork(lanes, nlanes);
             sched_yield();
             if (gpuBusy && (w.spins & 63) == 0 &&
-                (err = waitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
+                (err = execWaitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
                 break;
             continue;
         }
@@ -899,14 +922,14 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
             w.spins = 0;
             continue;
         }
-        err = waitFailure(lanes, nlanes, loomClockNs(), &w);
+        err = execWaitFailure(lanes, nlanes, loomClockNs(), &w);
         if (err != loomSuccess)
             break;
     }
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
     if (err != loomSuccess) {
-        markBroken(lanes, nlanes, err, !w.heard); /* posted first: a reader finds the reason */
+        execMarkBroken(lanes, nlanes, err, !w.heard); /* posted first: a reader finds the reason */
         withdrawOffers(lanes, nlanes);
     }
     return err;

@@ -33,6 +33,7 @@
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
+#include "kexec.h"
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
@@ -476,7 +477,9 @@ static loomResult_t commConnect(struct loomComm *comm)
     int allShm = 1;
     for (int p = 0; p < comm->nranks; p++)
         allShm &= transportServes(comm, &shmTransport, p);
-    return cmaSetup(comm, allShm);
+    /* The kernel executor turns single copies off: it runs no OFFER, PULL or DRAIN. */
+    LOOMCHECK(kexecSetup(comm, allShm));
+    return cmaSetup(comm, allShm && !kexecUsable(comm));
 }
 
 /* Releases what the communicator owns (not the struct itself). */
@@ -485,6 +488,7 @@ static void commFree(struct loomComm *comm)
     p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
     memPeerViewsFree(comm);
     cmaTeardown(comm);
+    kexecFree(comm);
     /* In reverse: the network proxy rings the doorbell shm may own. */
     for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);

@@ -49,6 +49,8 @@ struct paramRow {
 
 static const char *const paramDebugWords[] = {"NONE", "WARN", "INFO", "TRACE", NULL};
 static const char *const paramNetWords[] = {"socket", "ib", NULL};
+static const char *const paramExecutorWords[] = {"kernel", "host", "auto", NULL};
+static const char *const paramProtoWords[] = {"Simple", "LL", NULL};
 
 /* Rows are placed by loomParamId_t so the table cannot drift from the enum's order. */
 static const struct paramRow paramTable[] = {
@@ -131,6 +133,18 @@ static const struct paramRow paramTable[] = {
                                 "1 (on any rank): connect every pair of ranks at init; 0: only "
                                 "ring and tree neighbours, the others when a call first needs "
                                 "them"},
+    [LOOM_PARAM_EXECUTOR] = {"LOOM_EXECUTOR", PARAM_STR, "auto", 0, 0, NULL, paramExecutorWords,
+                             "what runs host-buffer calls: kernel (the GPU kernel's plan "
+                             "interpreter, built for the CPU; shared-memory links only, "
+                             "single copies off), host (the host executor) or auto (host); "
+                             "the same on every rank"},
+    [LOOM_PARAM_PROTO] = {"LOOM_PROTO", PARAM_STR, "", 0, 0, NULL, paramProtoWords,
+                          "protocol of the kernel executor: Simple (slots and counters) or LL "
+                          "(8-byte lines with flags); unset: LL for small calls (NCCL syntax)"},
+    [LOOM_PARAM_KERNEL_THREADS] = {"LOOM_KERNEL_THREADS", PARAM_INT, "1", 1, 64, "a thread count",
+                                   NULL,
+                                   "threads of each block (one per channel) of the kernel "
+                                   "executor on the CPU, 1..64"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

@@ -15,6 +15,7 @@
  *
  *   pair segment:  [ch 0: fifo low->high | fifo high->low][ch 1: ...] ...
  *                  each fifo: struct loomFifo (counters, sizes) + LOOM_STEPS slots
+ *                             + LOOM_STEPS LL slots of LOOM_LL_LINES lines (src/base/fifo.h)
  *
  * A sender writes into the slots the receiver reads, so a message is copied
  * once into shared memory and once out of it. A link to this rank itself
@@ -82,7 +83,14 @@ struct shmState {
 
 static size_t fifoBytes(const struct loomComm *comm)
 {
-    return sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes;
+    return sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes +
+           LOOM_STEPS * LOOM_LL_LINES * sizeof(uint64_t);
+}
+
+/* The LL lines of the FIFO at f. */
+static uint64_t *llLines(const struct loomComm *comm, char *f)
+{
+    return (uint64_t *)(f + sizeof(struct loomFifo) + LOOM_STEPS * comm->slotBytes);
 }
 
 static size_t pairBytes(const struct loomComm *comm)
@@ -297,13 +305,15 @@ static void shmWire(struct loomComm *comm, int peer, char *base, int sendDir)
                                                               .slotBytes = comm->slotBytes,
                                                               .peerBell = peerBell,
                                                               .peer = peer,
-                                                              .connected = 1};
+                                                              .connected = 1,
+                                                              .ll = llLines(comm, sf)};
         comm->channels[c].recv[peer] = (struct loomConnector){.fifo = (struct loomFifo *)rf,
                                                               .slots = rf + sizeof(struct loomFifo),
                                                               .slotBytes = comm->slotBytes,
                                                               .peerBell = peerBell,
                                                               .peer = peer,
-                                                              .connected = 1};
+                                                              .connected = 1,
+                                                              .ll = llLines(comm, rf)};
     }
 }
 
@@ -339,7 +349,8 @@ static loomResult_t shmConnect(struct loomComm *comm, int peer, const void *reco
                                       .slotBytes = comm->slotBytes,
                                       .peerBell = comm->bell,
                                       .peer = peer,
-                                      .connected = 1};
+                                      .connected = 1,
+                                      .ll = llLines(comm, f)};
             comm->channels[c].send[peer] = k;
             comm->channels[c].recv[peer] = k;
         }

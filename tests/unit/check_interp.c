@@ -1,0 +1,381 @@
+/*
+ * check_interp.c — unit tests of the plan interpreter (src/device/interp.h)
+ * in its host build, on FIFOs in this process's memory.
+ *
+ *   - its arithmetic against reduce.c, bit for bit, for every datatype x
+ *     operation (Avg's final division too), aligned (16-byte packs) and not;
+ *   - LL with a tiny flag modulus (8 and 16, against 2^31 in the library):
+ *     messages of changing lengths through one FIFO across many wraps
+ *     arrive exactly, and the receiver of each slot's last message before a
+ *     wrap leaves the slot's lines cleared (without that, a line left from
+ *     before the wrap could carry the flag a later message expects);
+ *   - two blocks of 3 threads each (pthreads, a barrier) moving and reducing
+ *     messages concurrently, Simple and LL.
+ *
+ * The whole-library runs (every collective through LOOM_EXECUTOR=kernel)
+ * are in tests/integration/perf-matrix.sh.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "interp.h"
+#include "reduce.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rngNext(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545f4914f6cdd1dull;
+}
+
+/* Random elements that stay finite in every float type (small integers and halves). */
+static void fill(char *p, size_t count, loomDataType_t dt)
+{
+    size_t es = reduceTypeSize(dt);
+    for (size_t i = 0; i < count; i++) {
+        uint64_t r = rngNext();
+        float f = (float)((int)(r % 41) - 20) * 0.5f;
+        uint16_t h;
+        double d = f;
+        switch (dt) {
+        case loomFloat16:
+            h = reduceFloatToHalf(f);
+            memcpy(p + i * es, &h, es);
+            break;
+        case loomBfloat16:
+            h = reduceFloatToBf16(f);
+            memcpy(p + i * es, &h, es);
+            break;
+        case loomFloat32:
+            memcpy(p + i * es, &f, es);
+            break;
+        case loomFloat64:
+            memcpy(p + i * es, &d, es);
+            break;
+        default:
+            memcpy(p + i * es, &r, es);
+            break;
+        }
+    }
+}
+
+START_TEST(arithmetic_matches_reduce)
+{
+    enum { COUNT = 301, NR = 3 };
+    static _Alignas(16) char a[COUNT * 8 + 32], b[COUNT * 8 + 32], want[COUNT * 8 + 32],
+        got0[COUNT * 8 + 32], got1[COUNT * 8 + 32];
+    for (int dt = 0; dt < loomNumTypes; dt++) {
+        size_t es = reduceTypeSize((loomDataType_t)dt);
+        for (int op = 0; op < loomNumOps; op++) {
+            for (int off = 0; off <= 16; off += 16 - (int)es) { /* aligned, then not */
+                for (int post = 0; post <= (op == loomAvg); post++) {
+                    for (int withB = 0; withB <= 1; withB++) {
+                        fill(a + off, COUNT, (loomDataType_t)dt);
+                        fill(b + off, COUNT, (loomDataType_t)dt);
+                        if (withB && post)
+                            reduceApplyFinal(want, a + off, b + off, COUNT, (loomDataType_t)dt,
+                                             (loomRedOp_t)op, NR);
+                        else if (withB)
+                            reduceApply(want, a + off, b + off, COUNT, (loomDataType_t)dt,
+                                        (loomRedOp_t)op);
+                        else
+                            memcpy(want, a + off, COUNT * es);
+                        if (!withB && post)
+                            reducePostOp(want, COUNT, (loomDataType_t)dt, (loomRedOp_t)op, NR);
+                        loomDevReduce(dt, op, got0 + off, got1 + off, a + off,
+                                      withB ? b + off : NULL, COUNT, post, NR);
+                        ck_assert_msg(memcmp(got0 + off, want, COUNT * es) == 0 &&
+                                          memcmp(got1 + off, want, COUNT * es) == 0,
+                                      "type %s op %s offset %d post %d b %d differs from reduce.c",
+                                      reduceTypeName((loomDataType_t)dt),
+                                      reduceOpName((loomRedOp_t)op), off, post, withB);
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+/* ---- one FIFO in this process, as both of its ends see it ---- */
+
+#define SLOT_BYTES 4096
+struct fakeFifo {
+    uint64_t tail, head, bytes[LOOM_STEPS];
+    char slots[LOOM_STEPS * SLOT_BYTES];
+    uint64_t ll[LOOM_STEPS * LOOM_LL_LINES];
+    uint64_t sendPos, recvPos;
+};
+
+static void fifoEnds(struct fakeFifo *f, struct loomDevConn *send, struct loomDevConn *recv)
+{
+    *send = (struct loomDevConn){&f->tail,   &f->head, f->bytes,    f->slots,
+                                 SLOT_BYTES, f->ll,    &f->sendPos, NULL};
+    *recv = *send;
+    recv->pos = &f->recvPos;
+}
+
+/* Appends one step of op over [off, off + len) to p, its own loop of one iteration. */
+static void planStep(struct loomPlan *p, int op, int peer, uint64_t off, uint64_t len, int final)
+{
+    unsigned uses = loomStepUses((unsigned)op);
+    struct loomPlanStep t = {.op = (uint8_t)op,
+                             .srcBuf = LOOM_BUF_SEND,
+                             .dstBuf = LOOM_BUF_RECV,
+                             .flags = final ? LOOM_STEP_FINAL : 0,
+                             .sendPeer = (uses & LOOM_USES_SEND) ? peer : -1,
+                             .recvPeer = (uses & LOOM_USES_RECV) ? peer : -1,
+                             .nblocks = 1,
+                             .len = len,
+                             .srcBase = off,
+                             .dstBase = off};
+    planLoop(p);
+    ck_assert_int_eq(planAppend(p, &t), loomSuccess);
+}
+
+struct side {
+    struct loomDevConn conns[4]; /* 2 ranks: send[0..1], recv[0..1] */
+    struct loomDevLane lane;
+    struct loomDevBlock block;
+    struct loomPortBarrier bar;
+    char stage[2 * LOOM_LL_BYTES];
+    int32_t abort;
+};
+
+/* Rank `rank` of two, whose one lane runs plan p on bufs with the FIFO between the ranks. */
+static void sideInit(struct side *s, int rank, struct fakeFifo *f, const struct loomPlan *p,
+                     char *send, char *recv, loomDataType_t dt, loomRedOp_t op, int proto,
+                     uint64_t llMod)
+{
+    memset(s, 0, sizeof(*s));
+    struct loomDevConn tx, rx;
+    fifoEnds(f, &tx, &rx);
+    if (rank == 0)
+        s->conns[1] = tx; /* send[1] */
+    else
+        s->conns[2] = rx; /* recv[0] */
+    s->lane = (struct loomDevLane){.steps = p->steps,
+                                   .nsteps = p->nsteps,
+                                   .elemSize = (uint32_t)reduceTypeSize(dt),
+                                   .dt = dt,
+                                   .op = op,
+                                   .nranks = 2,
+                                   .proto = proto,
+                                   .bufs = {send, recv},
+                                   .send = s->conns,
+                                   .recv = s->conns + 2};
+    s->block = (struct loomDevBlock){.lanes = &s->lane,
+                                     .nlanes = 1,
+                                     .nranks = 2,
+                                     .abort = &s->abort,
+                                     .llMod = llMod,
+                                     .stage = s->stage};
+}
+
+static int runAlone(struct side *s)
+{
+    struct loomPortThread t = {0, 1, &s->bar, 0};
+    return loomDevRun(&s->block, &t);
+}
+
+/* 1 if every line of slot `slot` is zero. */
+static int slotClear(const struct fakeFifo *f, int slot)
+{
+    for (int i = 0; i < LOOM_LL_LINES; i++)
+        if (f->ll[slot * LOOM_LL_LINES + i] != 0)
+            return 0;
+    return 1;
+}
+
+static void llWraps(uint64_t mod)
+{
+    static struct fakeFifo f;
+    static char src[LOOM_STEPS * LOOM_LL_BYTES], dst[LOOM_STEPS * LOOM_LL_BYTES];
+    memset(&f, 0, sizeof(f));
+    for (int round = 0; round < 40; round++) {
+        struct loomPlan tx = {0}, rx = {0};
+        /* Long and short messages in turn, so lines outlive the messages that follow. */
+        uint64_t len[LOOM_STEPS];
+        for (int k = 0; k < LOOM_STEPS; k++) {
+            len[k] = (round % 3 == 0) ? LOOM_LL_BYTES / 4 : 1 + rngNext() % (LOOM_LL_BYTES / 4);
+            planStep(&tx, LOOM_STEP_SEND, 1, (uint64_t)k * (LOOM_LL_BYTES / 4), len[k], 0);
+            planStep(&rx, LOOM_STEP_RECV, 0, (uint64_t)k * (LOOM_LL_BYTES / 4), len[k], 0);
+        }
+        fill(src, sizeof(src) / 4, loomUint32);
+        memset(dst, 0, sizeof(dst));
+        struct side a, b;
+        sideInit(&a, 0, &f, &tx, src, NULL, loomUint32, loomSum, LOOM_PROTO_LL, mod);
+        sideInit(&b, 1, &f, &rx, NULL, dst, loomUint32, loomSum, LOOM_PROTO_LL, mod);
+        uint64_t first = f.recvPos;
+        ck_assert_int_eq(runAlone(&a), LOOM_DEV_OK); /* 8 messages fit the FIFO */
+        ck_assert_int_eq(runAlone(&b), LOOM_DEV_OK);
+        for (int k = 0; k < LOOM_STEPS; k++) {
+            size_t at = (size_t)k * LOOM_LL_BYTES;
+            ck_assert_msg(memcmp(dst + at, src + at, len[k] * 4) == 0,
+                          "round %d message %d (%llu elements) arrived wrong", round, k,
+                          (unsigned long long)len[k]);
+            uint64_t pos = first + (uint64_t)k;
+            if (LOOM_LL_WRAPS(pos, mod))
+                ck_assert_msg(slotClear(&f, (int)(pos % LOOM_STEPS)),
+                              "slot %d not cleared after message %llu, the last before its "
+                              "flags wrap (mod %llu)",
+                              (int)(pos % LOOM_STEPS), (unsigned long long)pos,
+                              (unsigned long long)mod);
+        }
+        ck_assert_uint_eq(f.head, f.tail);
+        planFree(&tx);
+        planFree(&rx);
+    }
+}
+
+START_TEST(ll_flag_wraps_mod8)
+{
+    llWraps(8);
+}
+END_TEST
+
+START_TEST(ll_flag_wraps_mod16)
+{
+    llWraps(16);
+}
+END_TEST
+
+/* ---- two blocks of three threads, concurrently ---- */
+
+struct worker {
+    struct side *side;
+    uint32_t tid;
+    int status;
+};
+
+static void *workerRun(void *arg)
+{
+    struct worker *w = arg;
+    struct loomPortThread t = {w->tid, 3, &w->side->bar, 0};
+    w->status = loomDevRun(&w->side->block, &t);
+    return NULL;
+}
+
+static void threaded(int proto)
+{
+    enum { N = 20000 };
+    static struct fakeFifo f;
+    static float src0[N], src1[N], dst[N];
+    memset(&f, 0, sizeof(f));
+    for (int i = 0; i < N; i++) {
+        src0[i] = (float)(i % 97);
+        src1[i] = (float)(i % 89) * 3.0f;
+    }
+    memset(dst, 0, sizeof(dst));
+    /* rank 0 sends its vector in chunks; rank 1 adds its own and averages into dst */
+    uint64_t chunk = proto == LOOM_PROTO_LL ? LOOM_LL_BYTES / sizeof(float) : SLOT_BYTES / 4;
+    struct loomPlan tx = {0}, rx = {0};
+    for (uint64_t off = 0; off < N; off += chunk) {
+        uint64_t len = N - off < chunk ? N - off : chunk;
+        planStep(&tx, LOOM_STEP_SEND, 1, off, len, 0);
+        planStep(&rx, LOOM_STEP_RECV_REDUCE_COPY, 0, off, len, 1);
+    }
+    struct side a, b;
+    sideInit(&a, 0, &f, &tx, (char *)src0, NULL, loomFloat32, loomAvg, proto, LOOM_LL_MOD);
+    sideInit(&b, 1, &f, &rx, (char *)src1, (char *)dst, loomFloat32, loomAvg, proto, LOOM_LL_MOD);
+    struct worker w[6];
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++) {
+        w[i] = (struct worker){i < 3 ? &a : &b, (uint32_t)(i % 3), -1};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, workerRun, &w[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].status, LOOM_DEV_OK);
+    }
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(dst[i] == (src0[i] + src1[i]) / 2.0f, "element %d: %g, want %g", i,
+                      (double)dst[i], (double)((src0[i] + src1[i]) / 2.0f));
+    planFree(&tx);
+    planFree(&rx);
+}
+
+START_TEST(threads_simple)
+{
+    threaded(LOOM_PROTO_SIMPLE);
+}
+END_TEST
+
+START_TEST(threads_ll)
+{
+    threaded(LOOM_PROTO_LL);
+}
+END_TEST
+
+/*
+ * The watchdog's part: a block of three threads waits for a message that
+ * never comes; another thread raises the abort flag, and every thread of
+ * the block returns, having published nothing. Then the same with the flag
+ * raised before the block starts.
+ */
+START_TEST(abort_stops_a_waiting_block)
+{
+    static struct fakeFifo f;
+    static char dst[64];
+    memset(&f, 0, sizeof(f));
+    struct loomPlan rx = {0};
+    planStep(&rx, LOOM_STEP_RECV, 0, 0, 4, 0);
+    for (int proto = 0; proto < LOOM_PROTO_NUM; proto++) {
+        struct side b;
+        sideInit(&b, 1, &f, &rx, NULL, dst, loomUint32, loomSum, proto, LOOM_LL_MOD);
+        struct worker w[3];
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = (struct worker){&b, (uint32_t)i, -1};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, workerRun, &w[i]), 0);
+        }
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        __atomic_store_n(&b.abort, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 3; i++) {
+            pthread_join(th[i], NULL);
+            ck_assert_int_eq(w[i].status, LOOM_DEV_STOPPED);
+        }
+        ck_assert_uint_eq(f.head, 0);
+        ck_assert_uint_eq(f.recvPos, 0);
+        sideInit(&b, 1, &f, &rx, NULL, dst, loomUint32, loomSum, proto, LOOM_LL_MOD);
+        b.abort = 1;
+        ck_assert_int_eq(runAlone(&b), LOOM_DEV_STOPPED);
+    }
+    planFree(&rx);
+}
+END_TEST
+
+static Suite *interpSuite(void)
+{
+    Suite *s = suite_create("interp");
+    TCase *tc = tcase_create("arithmetic");
+    tcase_add_test(tc, arithmetic_matches_reduce);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ll");
+    tcase_add_test(tc, ll_flag_wraps_mod8);
+    tcase_add_test(tc, ll_flag_wraps_mod16);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("threads");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, threads_simple);
+    tcase_add_test(tc, threads_ll);
+    tcase_add_test(tc, abort_stops_a_waiting_block);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(interpSuite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
