@@ -1198,20 +1198,44 @@ loomResult_t bootstrapSend(struct loomBootstrap *b, int peer, uint32_t tag, cons
     wirePut32(hdr + 4, tag);
     wirePut32(hdr + 8, (uint32_t)bytes);
     socketAddrFromBootstrap(&b->peers[peer], &addr);
-    /* Every rank listens from init on: a peer that keeps refusing may be gone, so ask. */
-    loomResult_t res;
-    for (;;) {
-        uint64_t soon = socketDeadline(P2P_POLL_MS * 10 / 1000.0);
-        res = socketConnect(&addr, soon < deadline ? soon : deadline, b->abortFlag, who, &fd);
-        if (res == loomSuccess || socketClockNs() >= deadline || socketAborted(b->abortFlag))
+    /*
+     * Every rank listens from init until it destroys the communicator, and a full listen
+     * queue drops connections rather than refuse them: a refusal means the peer has left.
+     */
+    loomResult_t res = loomSuccess;
+    char where[SOCKET_ADDR_STRLEN];
+    socketAddrFormat(&addr, where, sizeof(where));
+    for (int backoffMs = 10;; backoffMs = backoffMs < 100 ? 2 * backoffMs : 100) {
+        /* Attempts of at most 0.5 s, so that a peer known to have failed ends the wait. */
+        uint64_t soon = socketDeadline(0.5);
+        int err = socketConnectOnce(&addr, soon < deadline ? soon : deadline, b->abortFlag, &fd);
+        if (err == 0)
             break;
+        if (err == ECONNREFUSED && w->gone != NULL && w->gone(w->ctx, peer))
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s failed while rank %d was sending to it (%s)", label,
+                                b->rank, w->what);
+        if (err == ECONNREFUSED)
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s refused rank %d's connection: it has exited or "
+                                "left the communicator (%s)",
+                                label, b->rank, w->what);
+        if (err == ECANCELED || socketAborted(b->abortFlag))
+            return loomSetError(loomRemoteError, "bootstrap: rank %d aborted while sending to %s",
+                                b->rank, label);
         if (w->gone != NULL && w->gone(w->ctx, peer))
             return loomSetError(loomRemoteError,
                                 "bootstrap: %s failed while rank %d was sending to it (%s)", label,
                                 b->rank, w->what);
+        if (socketClockNs() >= deadline)
+            return loomSetError(loomTimeout,
+                                "bootstrap: rank %d could not connect to %s at %s within %d s: %s "
+                                "(%s)",
+                                b->rank, label, where, b->timeoutSec, debugErrnoText(err), w->what);
+        int ms = socketPollMs(deadline);
+        poll(NULL, 0, ms < backoffMs ? ms : backoffMs);
     }
-    if (res == loomSuccess)
-        res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = socketSendAll(fd, hdr, sizeof(hdr), deadline, b->abortFlag, who);
     if (res == loomSuccess && bytes > 0)

@@ -44,6 +44,7 @@
 
 #define CONNECT_TAG 0x434f4e4eu /* "CONN": one record per pair and communicator */
 #define CONNECT_SMALL 64
+#define CONNECT_SCAN_NS (250 * 1000 * 1000ULL)
 
 int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
 {
@@ -82,22 +83,60 @@ static uint32_t chooseLinks(struct loomComm *comm, int *unreachable)
 
 struct connectWait {
     struct loomComm *comm;
-    int heard; /* a failure notice is on this rank's doorbell */
+    int heard;         /* a failure notice is on this rank's doorbell */
+    uint64_t lastScan; /* when the ranks of this host were last looked at */
 };
 
+/*
+ * Whether a wait for peer's record should end: the peer failed, a notice came, or a rank of
+ * this host is gone (the call cannot succeed then; the peer may be waiting on it, or have
+ * left because of it).
+ */
 static int connectPeerGone(void *ctx, int peer)
 {
     struct connectWait *w = ctx;
-    if (execPeerFailure(w->comm) != loomSuccess) {
+    struct loomComm *comm = w->comm;
+    if (execPeerFailure(comm) != loomSuccess) {
         w->heard = 1;
         return 1;
     }
-    return execPeerFailed(w->comm, peer);
+    if (execPeerFailed(comm, peer))
+        return 1;
+    uint64_t now = loomClockNs();
+    if (now - w->lastScan < CONNECT_SCAN_NS)
+        return 0;
+    w->lastScan = now;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && execPeerFailed(comm, p))
+            return 1;
+    return 0;
 }
 
 static const struct loomTransport *linkOf(const struct loomComm *comm, int peer)
 {
     return loomTransports[comm->linkTransport[peer]];
+}
+
+/*
+ * The error to report for a connect that failed with res: the first failure, not the one it
+ * caused. A peer that failed on its own and left refuses connections as a dead one does, so
+ * a failure notice on this rank's doorbell, then a peer on this host known to be gone, come
+ * before what this rank saw itself.
+ */
+static loomResult_t connectBlame(struct loomComm *comm, loomResult_t res, int heard)
+{
+    if (atomic_load(&comm->abortFlag))
+        return res;
+    loomResult_t told = execPeerFailure(comm);
+    if (told != loomSuccess || heard)
+        return told != loomSuccess ? told : res;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && execPeerFailed(comm, p))
+            return loomSetError(loomRemoteError,
+                                "rank %d (pid %d on %s) exited while rank %d was connecting to "
+                                "its peers",
+                                p, (int)comm->peers[p].pid, comm->peers[p].hostname, comm->rank);
+    return res;
 }
 
 /* Connects the peers in list[0..n) (none connected yet, no duplicates). */
@@ -109,7 +148,7 @@ static loomResult_t connectList(struct loomComm *comm, const int *list, int n, c
     loomResult_t res = loomSuccess;
     for (int i = 0; i < n && res == loomSuccess; i++)
         res = linkOf(comm, list[i])->setup(comm, list[i], recs + i * LOOM_CONNECT_RECORD_BYTES);
-    struct connectWait cw = {comm, 0};
+    struct connectWait cw = {comm, 0, loomClockNs()};
     struct bootstrapWait w = {socketDeadline(comm->timeoutSec), connectPeerGone, &cw, why};
     for (int i = 0; i < n && res == loomSuccess; i++)
         if (list[i] != comm->rank)
@@ -130,9 +169,7 @@ static loomResult_t connectList(struct loomComm *comm, const int *list, int n, c
         }
     }
     free(recs);
-    if (res != loomSuccess && cw.heard)
-        return execPeerFailure(comm); /* the first failure, not the wait it ended */
-    return res;
+    return res == loomSuccess ? res : connectBlame(comm, res, cw.heard);
 }
 
 loomResult_t connectPeers(struct loomComm *comm, const int *peers, int n, const char *why)
