@@ -820,6 +820,21 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
     }
 }
 
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes)
+{
+    /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
+    loomResult_t err = execHeardFailure(lanes, nlanes);
+    if (err != loomSuccess) {
+        execMarkBroken(lanes, nlanes, err, 0);
+        return err;
+    }
+    /* Peers the plans talk to for the first time (connect.c). */
+    err = connectLanes(lanes, nlanes);
+    if (err != loomSuccess)
+        execMarkBroken(lanes, nlanes, err, 1);
+    return err;
+}
+
 void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
 {
     const char *reason = debugLastError(NULL);
@@ -859,18 +874,8 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
                                 "kernel executor speaks; set LOOM_PROTO=Simple",
                                 lanes[0].comm->rank);
     }
-    /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
-    err = execHeardFailure(lanes, nlanes);
-    if (err != loomSuccess) {
-        execMarkBroken(lanes, nlanes, err, 0);
+    if ((err = execPrepare(lanes, nlanes)) != loomSuccess)
         return err;
-    }
-    /* Peers the plans talk to for the first time (connect.c). */
-    err = connectLanes(lanes, nlanes);
-    if (err != loomSuccess) {
-        execMarkBroken(lanes, nlanes, err, 1);
-        return err;
-    }
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
         l->it = (struct loomPlanIter){0, 0};

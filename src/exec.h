@@ -71,6 +71,12 @@ loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, s
 /* Marks the lanes' communicators broken with err (the recorded line); post: tell the peers. */
 void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t err, int post);
 /*
+ * What both executors do before a plan's first step: fail at once on a comm
+ * that heard of a failure, and connect the peers the lanes name for the first
+ * time (connect.c); on an error the comms are marked broken.
+ */
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes);
+/*
  * loomSuccess when the size word `got` of the message lane l's step s takes
  * is the one s expects (device: the lane may take device data), else the
  * error that says how the ranks disagree, recorded.

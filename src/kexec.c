@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "connect.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "interp.h"
@@ -427,17 +426,9 @@ void kexecThreadCleanup(void)
 loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
 {
     struct kexecRunState run = {0};
-    loomResult_t err = execHeardFailure(lanes, nlanes);
-    if (err != loomSuccess) {
-        execMarkBroken(lanes, nlanes, err, 0);
+    loomResult_t err = execPrepare(lanes, nlanes);
+    if (err != loomSuccess)
         return err;
-    }
-    /* Peers the plans talk to for the first time (connect.c), and their FIFOs here. */
-    err = connectLanes(lanes, nlanes);
-    if (err != loomSuccess) {
-        execMarkBroken(lanes, nlanes, err, 1);
-        return err;
-    }
     run.threads = (int)paramInt(LOOM_PARAM_KERNEL_THREADS);
     LOOMCHECK(blocksBuild(lanes, nlanes, &run));
     for (int b = 0; b < run.nblocks; b++)
