@@ -15,6 +15,13 @@ import sys
 import time
 
 
+def say(line):
+    """One line in one write(2): the children share a pipe, and print() may
+    hand a line and its newline to it separately, so that two ranks' lines
+    run together (seen: two "shrank" lines on one line, and the test failed)."""
+    os.write(1, (line + "\n").encode())
+
+
 def child(rank):
     import torch
     import torch.distributed as dist
@@ -29,19 +36,19 @@ def child(rank):
     t0 = time.monotonic()
     try:
         dist.all_reduce(t)
-        print("fault: rank %d: all_reduce after rank 2 died returned" % rank, flush=True)
+        say("fault: rank %d: all_reduce after rank 2 died returned" % rank)
         sys.exit(1)
     except RuntimeError as e:
         dt = time.monotonic() - t0
         msg = str(e).splitlines()[0]
-        print("fault: rank %d: RuntimeError after %.1f s: %s" % (rank, dt, msg), flush=True)
+        say("fault: rank %d: RuntimeError after %.1f s: %s" % (rank, dt, msg))
         if "torch_loom" not in msg or "rank 2" not in msg:
-            print("fault: rank %d: the error does not name rank 2" % rank, flush=True)
+            say("fault: rank %d: the error does not name rank 2" % rank)
             sys.exit(1)
     # go on without rank 2: the ranks Loom saw fail, then shrink_group (loomCommShrink)
     failed = torch_loom.failed_ranks()
     if failed != [2]:
-        print("fault: rank %d: failed_ranks() is %s, not [2]" % (rank, failed), flush=True)
+        say("fault: rank %d: failed_ranks() is %s, not [2]" % (rank, failed))
         sys.exit(1)
     t0 = time.monotonic()
     shrink_group(failed, shrink_flags=SHRINK_ABORT)
@@ -49,13 +56,12 @@ def child(rank):
         t = torch.full((1000,), float(rank + k))
         dist.all_reduce(t)
         if t[0].item() != 1 + 2 * k or dist.get_world_size() != 2:
-            print("fault: rank %d: all_reduce %d on the shrunk group gave %s" % (rank, k, t[0].item()),
-                  flush=True)
+            say("fault: rank %d: all_reduce %d on the shrunk group gave %s" % (rank, k, t[0].item()))
             sys.exit(1)
-    print("fault: rank %d: shrank to ranks 0-1 (%.2f s to shrink and run 20 all_reduces)" %
-          (rank, time.monotonic() - t0), flush=True)
+    say("fault: rank %d: shrank to ranks 0-1 (%.2f s to shrink and run 20 all_reduces)" %
+            (rank, time.monotonic() - t0))
     dist.destroy_process_group()
-    print("fault: rank %d: destroyed" % rank, flush=True)
+    say("fault: rank %d: destroyed" % rank)
     sys.exit(0)
 
 
@@ -71,12 +77,12 @@ def main():
         try:
             rc = p.wait(timeout=240)
         except subprocess.TimeoutExpired:
-            print("fault: rank %d hangs" % r, flush=True)
+            say("fault: rank %d hangs" % r)
             for q in procs:
                 q.kill()
             sys.exit(1)
         if rc != 0:
-            print("fault: rank %d exited %d" % (r, rc), flush=True)
+            say("fault: rank %d exited %d" % (r, rc))
             bad = 1
     sys.exit(bad)
 
