@@ -23,7 +23,7 @@ int kexecUsable(const struct loomComm *comm);
 /*
  * The protocol (LOOM_PROTO_*, interp.h) of a host-buffer call of comm that
  * moves `bytes` (the tuner's size): Simple unless the kernel executor runs
- * it; then LOOM_PROTO if set, else LL up to KEXEC_LL_MAX_BYTES. The same on
+ * it; then LOOM_PROTO if set, else LL up to KEXEC_HOST_LL_MAX_BYTES. The same on
  * every rank for the same call and settings.
  */
 int kexecProto(const struct loomComm *comm, size_t bytes);

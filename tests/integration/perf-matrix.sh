@@ -22,7 +22,7 @@
 #
 # Then the kernel executor (LOOM_EXECUTOR=kernel: the plan interpreter of
 # the GPU kernel, built for the CPU): the whole matrix again with the
-# tuner's protocol (LL up to 16 KiB, Simple above, so both), the quick
+# tuner's protocol (LL up to 16 bytes, Simple above, so both), the quick
 # cases with LL forced and with Simple forced through the tree, float
 # cases with blocks of 2 and 3 threads, and doubling AllReduce with LL.
 #
@@ -125,8 +125,8 @@ ALGO_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=Simple LOOM_ALGO=tree"
 quick
 ALGO_ENV=
 # Blocks of several threads (their barriers, a step split among threads): a
-# few cases only, since each call starts its threads and on a loaded host
-# every barrier waits for the scheduler.
+# few cases only, since on a loaded host every barrier waits for the
+# scheduler.
 PERF_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=LL LOOM_KERNEL_THREADS=2"
 perf_case 2 -G 0 -C all -d float -o all $SIZES
 PERF_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=Simple LOOM_KERNEL_THREADS=3 LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
