@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "cma.h"
+#include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
@@ -646,8 +647,9 @@ static const struct loomDoorbell *deadPeerNotice(const struct loomComm *comm, in
     if (ch->send == NULL)
         return NULL;
     const struct loomConnector *c = &ch->send[dead];
-    /* A network connector's bell is this process's own, not the peer's. */
-    if (!c->connected || c->progress != NULL || c->peerBell == NULL ||
+    /* A network connector's bell is this process's own, not the peer's. A local peer's bell
+     * is there before the link is connected (transports/shm.c). */
+    if (c->progress != NULL || c->peerBell == NULL ||
         atomic_load_explicit(&c->peerBell->noticeState, memory_order_acquire) != 2)
         return NULL;
     return c->peerBell;
@@ -798,10 +800,12 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
     const struct loomChannel *ch = &comm->channels[0];
     for (int p = 0; ch->send && p < comm->nranks; p++) {
         const struct loomConnector *c = &ch->send[p];
-        if (p == comm->rank || !c->connected)
+        /* Peers on this host are told whether connected or not (their bells are mapped from
+         * init); a network peer only once connected. */
+        if (p == comm->rank || (!c->connected && c->peerBell == NULL))
             continue;
         /* A network connector's bell is a local one: the transport carries the notice over. */
-        if (comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
+        if (c->connected && comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
             continue;
         /* Not on a dead peer's bell: what is there is what that peer heard (deadPeerNotice). */
         if (c->peerBell && !peerGone(comm, p))
@@ -879,6 +883,12 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     err = heardFailure(lanes, nlanes);
     if (err != loomSuccess) {
         markBroken(lanes, nlanes, err, 0);
+        return err;
+    }
+    /* Peers the plans talk to for the first time (connect.c). */
+    err = connectLanes(lanes, nlanes);
+    if (err != loomSuccess) {
+        markBroken(lanes, nlanes, err, 1);
         return err;
     }
     for (int i = 0; i < nlanes; i++) {

@@ -133,7 +133,12 @@ struct loomComm {
     int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
     struct loomTopo *topo;      /* hosts and trees (topo.c) */
     signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
-    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
+    /* Links connected so far (src/connect.c: some at init, the rest on first use). */
+    unsigned char *linkUp; /* [nranks]: 1 once this rank's connectors to that peer are connected */
+    atomic_int nLinksUp;
+    pthread_mutex_t connectLock; /* one thread connects at a time */
+    int connectLockReady;
+    atomic_int *lost; /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
