@@ -1,6 +1,6 @@
 #!/bin/sh
 # ddp.sh — examples/torch_ddp.py launched by torchrun (python -m
-# torch.distributed.run) on 2 processes trains the same with "loom" as with
+# torch.distributed.run) on 4 processes trains the same with "loom" as with
 # "gloo": each step's printed loss and the final weight checksum (5 decimals)
 # agree within 1e-4 relative (the two backends sum the gradients in different
 # orders, so the last float bits may differ).
@@ -9,7 +9,7 @@ set -u
 ex=$top_srcdir/examples/torch_ddp.py
 for b in loom gloo; do
     run_logged "$TEST_TMPDIR/$b.log" "$TORCH_PYTHON" -m torch.distributed.run --standalone \
-        --nproc_per_node=2 "$ex" --backend $b --steps 8 --width 64 --bucket-mb 0.01 ||
+        --nproc_per_node=4 "$ex" --backend $b --steps 8 --width 64 --bucket-mb 0.01 ||
         { show_log "$TEST_TMPDIR/$b.log"; fail "torchrun $ex --backend $b failed"; }
     grep -E '^(step|weights|time)' "$TEST_TMPDIR/$b.log" | sed "s/^/$b: /"
     grep -E '^(step .* loss|weights) ' "$TEST_TMPDIR/$b.log" >"$TEST_TMPDIR/$b.out"

@@ -225,6 +225,19 @@ def run_group(ck, rank, n, lm, gl):
             dist.send(s, dst=nxt, group=lm)
         ck.eq(r_, data(prv, torch.float64, (5,), salt=4), "n=%d send/recv" % n)
 
+        # batch_isend_irecv with every rank sending first, to both neighbours, 4 MiB
+        # each (far more than a link buffers): runs only as one group
+        big_s = [data(rank, torch.float32, (1 << 20,), salt=5 + k) for k in range(2)]
+        big_r = [torch.zeros(1 << 20) for _ in range(2)]
+        ops = [dist.P2POp(dist.isend, big_s[0], nxt, group=lm),
+               dist.P2POp(dist.isend, big_s[1], prv, group=lm),
+               dist.P2POp(dist.irecv, big_r[0], prv, group=lm),
+               dist.P2POp(dist.irecv, big_r[1], nxt, group=lm)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        ck.eq(big_r[0], data(prv, torch.float32, (1 << 20,), salt=5), "n=%d batch_isend_irecv from prev" % n)
+        ck.eq(big_r[1], data(nxt, torch.float32, (1 << 20,), salt=6), "n=%d batch_isend_irecv from next" % n)
+
     # async: several operations in flight, then waited for
     ts = [data(rank, torch.float32, (1000,), salt=k) for k in range(4)]
     works = [dist.all_reduce(t, group=lm, async_op=True) for t in ts]
