@@ -8,19 +8,21 @@
  *   call or group -> lanes -> blocks, one per (communicator, channel)
  *                  -> LOOM_KERNEL_THREADS threads per block run loomDevRun
  *
- * The calling thread is thread 0 of the first block; the other threads are
- * started for the call and joined at its end. A block's thread 0 selects
- * steps and waits for FIFOs; while it waits it backs off (kexecIdle) as the
- * host executor does: LOOM_SPIN pauses, then yields for EXEC_YIELD_NS, then
- * sleeps on the doorbell (flag `sleeping`, re-check, futex, as in exec.c).
- * Past the spin stage each wait is also the block's watchdog: it runs the
- * host executor's failure checks on the block's lanes (execWaitFailure:
- * abort, a peer's failure notice, a dead peer the step waits for,
- * LOOM_TIMEOUT) and on a failure raises the run's abort flag, which every
- * block polls, and wakes them. That is the flag a GPU kernel would poll,
- * raised by a host thread; here the waiting thread itself plays the host.
- * Errors are the host executor's lines, the communicators are marked
- * broken and peers told by the same code (exec.c).
+ * The calling thread is thread 0 of the first block; every other thread of
+ * a call is a worker of the communicator, one per (channel, thread index),
+ * started at its first use and joined when the communicator is destroyed
+ * or aborted (kexecFree). Between calls a worker waits for its next job as
+ * a stream's thread does: yields for KEXEC_WORKER_POLL_NS, then sleeps on a futex of its own until
+ * a call posts a job (or the communicator goes). A call waits for its workers' jobs the same way. A
+ * block's thread 0 selects steps and waits for FIFOs; while it waits it backs off (kexecIdle) as
+ * the host executor does: LOOM_SPIN pauses, then yields for EXEC_YIELD_NS, then sleeps on the
+ * doorbell (flag `sleeping`, re-check, futex, as in exec.c). Past the spin stage each wait is also
+ * the block's watchdog: it runs the host executor's failure checks on the block's lanes
+ * (execWaitFailure: abort, a peer's failure notice, a dead peer the step waits for, LOOM_TIMEOUT)
+ * and on a failure raises the run's abort flag, which every block polls, and wakes them. That is
+ * the flag a GPU kernel would poll, raised by a host thread; here the waiting thread itself plays
+ * the host. Errors are the host executor's lines, the communicators are marked broken and peers
+ * told by the same code (exec.c).
  *
  * Only links over shared memory run here (LL lines live in the shm
  * segment); a communicator with a network link keeps the host executor for
@@ -28,11 +30,15 @@
  * this executor is chosen (cmaSetup is told so at init, on every rank).
  */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "debug.h"
 #include "enqueue.h"
@@ -43,12 +49,49 @@
 /* LL up to this many bytes per call (the tuner's size), unless LOOM_PROTO says otherwise. */
 #define KEXEC_LL_MAX_BYTES (16 * 1024)
 
+/*
+ * An idle worker polls, yielding, this long for its next job before it
+ * sleeps; it never spins with pauses, which would hold a core that the
+ * caller or a peer needs (a block's threads outnumber the cores easily).
+ * A call waiting for its workers, which end with it, pauses this many times
+ * first, as a block's barrier does.
+ */
+#define KEXEC_WORKER_POLL_NS (20 * 1000ULL)
+#define KEXEC_JOIN_PAUSES 256
+
+struct kexecRunState;
+struct kexecBlock;
+
+/* One thread of a block: the block and the thread's index in it. */
+struct kexecThread {
+    struct kexecBlock *block;
+    uint32_t tid;
+};
+
+/*
+ * A long-lived thread of a communicator that runs one thread of a block per
+ * job. The caller writes `job`, then bumps `posted` (the worker's futex
+ * word); the worker runs it and stores `posted`'s value in `done` (the
+ * caller's futex word). Each side flags itself before it sleeps, and the
+ * other wakes it only when flagged.
+ */
+struct kexecWorker {
+    _Alignas(LOOM_CACHELINE) _Atomic uint32_t posted;
+    _Atomic uint32_t sleeping; /* the worker sleeps on `posted` */
+    _Atomic uint32_t stop;     /* set before the last bump of `posted`: leave */
+    struct kexecThread job;
+    _Alignas(LOOM_CACHELINE) _Atomic uint32_t done;
+    _Atomic uint32_t waiting; /* the caller sleeps on `done` */
+    pthread_t thread;
+    int started;
+};
+
 struct kexecComm {
     struct loomDevConn *conns[LOOM_MAX_CHANNELS]; /* [2 * nranks]: send connectors, then receive */
     int connected[LOOM_MAX_CHANNELS];             /* comm->nLinksUp when last filled */
+    struct kexecWorker *workers;                  /* [channel * threads + tid] */
+    int threads;                                  /* LOOM_KERNEL_THREADS */
 };
-
-struct kexecRunState;
 
 struct kexecBlock {
     struct loomDevBlock dev;
@@ -70,17 +113,10 @@ struct kexecBlock {
 
 struct kexecRunState {
     int32_t abort;
-    int32_t gate; /* 0: threads wait to start, 1: run, -1: give up (a thread could not start) */
     struct kexecBlock *blocks;
     int nblocks;
     int threads; /* per block */
     int multi;   /* several blocks share a doorbell: sleep 1 ms at most */
-};
-
-struct kexecThread {
-    struct kexecBlock *block;
-    uint32_t tid;
-    pthread_t thread;
 };
 
 /* Per calling thread, reused from call to call. */
@@ -91,8 +127,6 @@ static __thread struct loomLane *tlLaneCopies;
 static __thread int tlLaneCap;
 static __thread int32_t *tlOwners;
 static __thread size_t tlOwnerCap;
-static __thread struct kexecThread *tlThreads;
-static __thread int tlThreadCap;
 
 /* ---- setup ---- */
 
@@ -149,16 +183,50 @@ loomResult_t kexecSetup(struct loomComm *comm, int allShm)
         }
         k->connected[ch] = -1;
     }
+    k->threads = (int)paramInt(LOOM_PARAM_KERNEL_THREADS);
+    size_t nw = (size_t)comm->nChannels * (size_t)k->threads;
+    if (posix_memalign((void **)&k->workers, LOOM_CACHELINE, nw * sizeof(*k->workers)) != 0) {
+        k->workers = NULL;
+        comm->kexec = k;
+        kexecFree(comm);
+        return loomSetError(loomSystemError, "out of memory for the kernel executor");
+    }
+    memset(k->workers, 0, nw * sizeof(*k->workers));
     comm->kexec = k;
     INFO(LOOM_INIT, "kernel executor: host buffers run the plan interpreter, %d thread(s) a block",
          (int)paramInt(LOOM_PARAM_KERNEL_THREADS));
     return loomSuccess;
 }
 
+static void futexWake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void workersStop(struct loomComm *comm)
+{
+    struct kexecComm *k = comm->kexec;
+    if (k->workers == NULL)
+        return;
+    for (int i = 0; i < comm->nChannels * k->threads; i++) {
+        struct kexecWorker *w = &k->workers[i];
+        if (!w->started)
+            continue;
+        atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
+        futexWake(&w->posted);
+        pthread_join(w->thread, NULL);
+        w->started = 0;
+    }
+    free(k->workers);
+    k->workers = NULL;
+}
+
 void kexecFree(struct loomComm *comm)
 {
     if (comm->kexec == NULL)
         return;
+    workersStop(comm);
     for (int ch = 0; ch < LOOM_MAX_CHANNELS; ch++)
         free(comm->kexec->conns[ch]);
     free(comm->kexec);
@@ -359,23 +427,109 @@ static loomResult_t blocksBuild(struct loomLane *lanes, int nlanes, struct kexec
 }
 
 /* One thread of a block. Thread 0 stops the run when its block stops on an error of its own. */
-static void *blockThread(void *arg)
+static void blockThread(const struct kexecThread *th)
 {
-    struct kexecThread *th = arg;
     struct kexecBlock *k = th->block;
-    int32_t gate;
-    for (uint32_t spins = 0; (gate = __atomic_load_n(&k->run->gate, __ATOMIC_ACQUIRE)) == 0;
-         spins++)
-        portRelax(spins);
-    if (gate < 0)
-        return NULL;
     struct loomPortThread t = {th->tid, (uint32_t)k->run->threads, &k->bar, 0};
     int status = loomDevRun(&k->dev, &t);
     if (th->tid == 0 && status != LOOM_DEV_OK && status != LOOM_DEV_STOPPED)
         runStop(k->run);
     if (th->tid == 0)
         disarm(k);
+}
+
+/*
+ * Waits until *word differs from `from` (acquire) and returns its value:
+ * polls `spin` times, yields for pollNs, then flags itself in *flag and
+ * sleeps on the word's futex. Whoever moves the word wakes it when flagged.
+ */
+static uint32_t waitChange(_Atomic uint32_t *word, uint32_t from, _Atomic uint32_t *flag, int spin,
+                           uint64_t pollNs)
+{
+    uint64_t since = 0;
+    for (uint32_t spins = 0;; spins++) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != from)
+            return v;
+        if (spins < (uint32_t)spin) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        uint64_t now = loomClockNs();
+        if (since == 0)
+            since = now;
+        if (now - since < pollNs) {
+            sched_yield();
+            continue;
+        }
+        atomic_store_explicit(flag, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(word, memory_order_seq_cst) == from)
+            execFutexWait(word, from, EXEC_SLEEP_NS);
+        atomic_store_explicit(flag, 0, memory_order_relaxed);
+    }
+}
+
+static void *workerMain(void *arg)
+{
+    struct kexecWorker *w = arg;
+    uint32_t seen = 0;
+    for (;;) {
+        seen = waitChange(&w->posted, seen, &w->sleeping, 0, KEXEC_WORKER_POLL_NS);
+        if (atomic_load_explicit(&w->stop, memory_order_relaxed))
+            break;
+        blockThread(&w->job);
+        atomic_store_explicit(&w->done, seen, memory_order_seq_cst);
+        if (atomic_load_explicit(&w->waiting, memory_order_seq_cst))
+            futexWake(&w->done);
+    }
     return NULL;
+}
+
+/* The worker that runs thread tid of block k, started if it is not yet. */
+static loomResult_t workerGet(struct kexecBlock *k, uint32_t tid, struct kexecWorker **out)
+{
+    struct kexecComm *kc = k->comm->kexec;
+    struct kexecWorker *w = &kc->workers[k->channel * kc->threads + (int)tid];
+    if (!w->started) {
+        int e = pthread_create(&w->thread, NULL, workerMain, w);
+        if (e != 0)
+            return loomSetError(loomSystemError,
+                                "rank %d: the kernel executor cannot start a thread: %s; lower "
+                                "LOOM_KERNEL_THREADS or LOOM_NCHANNELS",
+                                k->comm->rank, strerror(e));
+        w->started = 1;
+    }
+    *out = w;
+    return loomSuccess;
+}
+
+/* Every thread of the run but the caller's, each its worker's job; all start, or none. */
+static loomResult_t runThreads(struct kexecRunState *run)
+{
+    struct kexecWorker *w;
+    for (int b = 0; b < run->nblocks; b++)
+        for (uint32_t t = b == 0; t < (uint32_t)run->threads; t++)
+            LOOMCHECK(workerGet(&run->blocks[b], t, &w));
+    for (int b = 0; b < run->nblocks; b++)
+        for (uint32_t t = b == 0; t < (uint32_t)run->threads; t++) {
+            (void)workerGet(&run->blocks[b], t, &w);
+            w->job = (struct kexecThread){&run->blocks[b], t};
+            atomic_fetch_add_explicit(&w->posted, 1, memory_order_seq_cst);
+            if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst))
+                futexWake(&w->posted);
+        }
+    blockThread(&(struct kexecThread){&run->blocks[0], 0});
+    for (int b = 0; b < run->nblocks; b++)
+        for (uint32_t t = b == 0; t < (uint32_t)run->threads; t++) {
+            (void)workerGet(&run->blocks[b], t, &w);
+            uint32_t want = atomic_load_explicit(&w->posted, memory_order_relaxed);
+            uint32_t done = atomic_load_explicit(&w->done, memory_order_acquire);
+            while (done != want)
+                done = waitChange(&w->done, done, &w->waiting, KEXEC_JOIN_PAUSES, EXEC_YIELD_NS);
+        }
+    return loomSuccess;
 }
 
 /* The error of a run whose blocks stopped, recorded on this thread; *post: tell the peers. */
@@ -417,9 +571,8 @@ void kexecThreadCleanup(void)
     free(tlDevLanes);
     free(tlLaneCopies);
     free(tlOwners);
-    free(tlThreads);
-    tlBlocks = NULL, tlDevLanes = NULL, tlLaneCopies = NULL, tlOwners = NULL, tlThreads = NULL;
-    tlBlockCap = tlLaneCap = tlThreadCap = 0;
+    tlBlocks = NULL, tlDevLanes = NULL, tlLaneCopies = NULL, tlOwners = NULL;
+    tlBlockCap = tlLaneCap = 0;
     tlOwnerCap = 0;
 }
 
@@ -433,28 +586,7 @@ loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
     LOOMCHECK(blocksBuild(lanes, nlanes, &run));
     for (int b = 0; b < run.nblocks; b++)
         connsRefresh(tlBlocks[b].comm, tlBlocks[b].channel);
-    int total = run.nblocks * run.threads;
-    LOOMCHECK(arrayReserve((void **)&tlThreads, &tlThreadCap, total, sizeof(*tlThreads)));
-    int started = 1;
-    for (int i = 0; i < total; i++)
-        tlThreads[i] = (struct kexecThread){.block = &tlBlocks[i / run.threads],
-                                            .tid = (uint32_t)(i % run.threads)};
-    for (; started < total; started++) {
-        int e = pthread_create(&tlThreads[started].thread, NULL, blockThread, &tlThreads[started]);
-        if (e != 0) {
-            err = loomSetError(loomSystemError,
-                               "the kernel executor cannot start a thread (%d of %d): %s; lower "
-                               "LOOM_KERNEL_THREADS or LOOM_NCHANNELS",
-                               started + 1, total, strerror(e));
-            break;
-        }
-    }
-    /* All or nothing: a block whose threads did not all start would wait at its barrier. */
-    __atomic_store_n(&run.gate, started == total ? 1 : -1, __ATOMIC_RELEASE);
-    if (started == total)
-        blockThread(&tlThreads[0]);
-    for (int i = 1; i < started; i++)
-        pthread_join(tlThreads[i].thread, NULL);
+    err = runThreads(&run);
     if (err != loomSuccess) {
         execMarkBroken(lanes, nlanes, err, 0);
         return err;

@@ -16,7 +16,11 @@
  *     tree top of four blocks, three children sending their pieces to a
  *     parent that folds the three into its own in one step and sends the
  *     result back to all three in that step, Simple and LL (the LL flags
- *     wrapping every 16 messages).
+ *     wrapping every 16 messages);
+ *   - the kernel executor's worker threads (src/kexec.c), on 2 forked ranks
+ *     with blocks of 2 threads on 2 channels: started by the first call,
+ *     the same threads for the calls after it (no thread per call), and
+ *     joined when the communicator is destroyed or aborted.
  *
  * The whole-library runs (every collective through LOOM_EXECUTOR=kernel)
  * are in tests/integration/perf-matrix.sh.
@@ -24,10 +28,12 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comms.h"
 #include "interp.h"
 #include "reduce.h"
 
@@ -529,6 +535,106 @@ START_TEST(abort_stops_a_waiting_block)
 }
 END_TEST
 
+/* Threads of this process now (the kernel's count, /proc/self/status). */
+static int taskCount(void)
+{
+    char line[128];
+    int n = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    while (n < 0 && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "Threads: %d", &n) != 1)
+            n = -1;
+    fclose(f);
+    return n;
+}
+
+/* Waits (up to 2 s) for an exited thread to leave /proc; the count then. */
+static int taskCountSettles(int want)
+{
+    int n = taskCount();
+    for (int i = 0; i < 200 && n != want; i++) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        n = taskCount();
+    }
+    return n;
+}
+
+/* AllReduces of 64 Ki floats (2 lanes: both channels), results checked; 0 or a failure line. */
+static int allReduces(int rank, int n, loomComm_t comm, int calls)
+{
+    size_t count = 64 * 1024;
+    float *buf = malloc(count * sizeof(*buf));
+    int bad = buf == NULL;
+    for (int c = 0; c < calls && !bad; c++) {
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (float)(rank + (int)(i % 7) + c);
+        if (loomAllReduce(buf, buf, count, loomFloat32, loomSum, comm, NULL) != loomSuccess) {
+            free(buf);
+            return testRankFail(rank, 1, "AllReduce failed: %s", loomGetLastError(comm));
+        }
+        for (size_t i = 0; i < count; i++)
+            bad |= buf[i] != (float)(n * (n - 1) / 2 + n * ((int)(i % 7) + c));
+    }
+    free(buf);
+    return bad ? testRankFail(rank, 2, "wrong AllReduce result under the kernel executor") : 0;
+}
+
+static void workersEnv(int rank)
+{
+    (void)rank;
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_KERNEL_THREADS", "2", 1);
+    setenv("LOOM_NCHANNELS", "2", 1);
+    setenv("LOOM_TIMEOUT", "20", 1);
+}
+
+static int workersLife(int rank, int n, loomComm_t comm)
+{
+    int before = taskCount(), rc;
+    if ((rc = allReduces(rank, n, comm, 1)) != 0)
+        return rc;
+    int started = taskCount();
+    /* 2 blocks of 2 threads, the caller being one: 3 workers */
+    if (started != before + 3)
+        return testRankFail(rank, 3, "%d threads after the first call, %d before: not 3 workers",
+                            started, before);
+    if ((rc = allReduces(rank, n, comm, 5)) != 0)
+        return rc;
+    if (taskCount() != started)
+        return testRankFail(rank, 4, "%d threads after 6 calls, %d after the first", taskCount(),
+                            started);
+    loomComm_t sub = NULL;
+    if (loomCommSplit(comm, 0, rank, &sub, NULL) != loomSuccess)
+        return testRankFail(rank, 5, "split failed: %s", loomGetLastError(comm));
+    if ((rc = allReduces(rank, n, sub, 2)) != 0)
+        return rc;
+    if (taskCount() != started + 3)
+        return testRankFail(rank, 6, "%d threads with a second communicator's workers, not %d",
+                            taskCount(), started + 3);
+    struct timespec pause = {0, 50 * 1000 * 1000}; /* the workers go to sleep */
+    nanosleep(&pause, NULL);
+    if (loomCommAbort(sub) != loomSuccess)
+        return testRankFail(rank, 7, "abort failed: %s", loomGetLastError(NULL));
+    if (taskCountSettles(started) != started)
+        return testRankFail(rank, 8, "%d threads after an abort, %d before the split", taskCount(),
+                            started);
+    if (loomCommDestroy(comm) != loomSuccess)
+        return testRankFail(rank, 9, "destroy failed: %s", loomGetLastError(NULL));
+    if (taskCountSettles(before) != before)
+        return testRankFail(rank, 10, "%d threads after destroy, %d before the first call",
+                            taskCount(), before);
+    return 0;
+}
+
+START_TEST(workers_persist_and_are_joined)
+{
+    runRanksWith(2, workersLife, workersEnv);
+}
+END_TEST
+
 static Suite *interpSuite(void)
 {
     Suite *s = suite_create("interp");
@@ -547,6 +653,10 @@ static Suite *interpSuite(void)
     tcase_add_test(tc, fan_in_out_simple);
     tcase_add_test(tc, fan_in_out_ll);
     tcase_add_test(tc, abort_stops_a_waiting_block);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("workers");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, workers_persist_and_are_joined);
     suite_add_tcase(s, tc);
     return s;
 }
