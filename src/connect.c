@@ -18,7 +18,14 @@
  *
  *   1. setup, for every peer of the set: this end's record;
  *   2. the record to each peer, by bootstrapSend (it never waits for the peer);
- *   3. each peer's record, by bootstrapRecv, and connect.
+ *   3. each peer's record, by bootstrapRecv, and connect;
+ *   4. a word to each peer that this end is connected, and each peer's word.
+ *
+ * Step 4 is why neither end can leave before the other has connected. An
+ * end may still need the other's resources while it connects (the shared
+ * memory a pair's lower rank made, until the higher has opened it), and
+ * without it a sender whose message fit in the FIFO could destroy its
+ * communicator, unlinking that segment, before its receiver had opened it.
  *
  * Every rank sends all its records before it waits for any, so ranks that
  * reach a pair at different times, or connect overlapping sets in
@@ -42,7 +49,8 @@
 #include "topo.h"
 #include "transport.h"
 
-#define CONNECT_TAG 0x434f4e4eu /* "CONN": one record per pair and communicator */
+#define CONNECT_TAG 0x434f4e4eu   /* "CONN": one record per pair and communicator */
+#define CONNECTED_TAG 0x434f4e44u /* "COND": then one word that the sender is connected */
 #define CONNECT_SMALL 64
 #define CONNECT_SCAN_NS (250 * 1000 * 1000ULL)
 
@@ -168,6 +176,13 @@ static loomResult_t connectList(struct loomComm *comm, const int *list, int n, c
             comm->nLinksUp++;
         }
     }
+    uint32_t word = CONNECTED_TAG;
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        if (list[i] != comm->rank)
+            res = bootstrapSend(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        if (list[i] != comm->rank)
+            res = bootstrapRecv(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
     free(recs);
     return res == loomSuccess ? res : connectBlame(comm, res, cw.heard);
 }

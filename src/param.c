@@ -129,7 +129,7 @@ static const struct paramRow paramTable[] = {
                                   "smallest collective (largest buffer, as loom-perf's size) "
                                   "run single-copy when all ranks share a host; the largest "
                                   "any rank sets holds for all; K/M/G suffixes accepted"},
-    [LOOM_PARAM_CONNECT_ALL] = {"LOOM_CONNECT_ALL", PARAM_INT, "1", 0, 1, "a switch", NULL,
+    [LOOM_PARAM_CONNECT_ALL] = {"LOOM_CONNECT_ALL", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1 (on any rank): connect every pair of ranks at init; 0: only "
                                 "ring and tree neighbours, the others when a call first needs "
                                 "them"},

@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef HAVE_CONFIG_H
@@ -264,19 +265,36 @@ static void netWireConnector(struct loomConnector *c, char *region, size_t slotB
  * Carves peer p's connections: for every channel a send and a recv one,
  * their FIFOs in one page-aligned block. Not yet seen by the proxy.
  */
+/*
+ * The FIFOs of the links to peer p: one per channel to itself, a send and a receive one per
+ * channel to any other rank. Fresh anonymous pages, zero and not yet touched: a FIFO's pages
+ * are faulted in as far as messages reach into its slots, so the first AlltoAll of a job
+ * across hosts does not write megabytes for every peer it connects (memset here did).
+ */
+static size_t netMemBytes(const struct netState *st, int p)
+{
+    int dirs = p == st->comm->rank ? 1 : 2;
+    return (size_t)dirs * (size_t)st->comm->nChannels * fifoRegion(st->comm);
+}
+
+static loomResult_t netMemMap(struct netState *st, int p)
+{
+    void *m =
+        mmap(NULL, netMemBytes(st, p), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return loomSetError(loomSystemError,
+                            "out of memory for the network connections to rank %d (%zu KiB): %s", p,
+                            netMemBytes(st, p) >> 10, debugErrnoText(errno));
+    st->mem[p] = m;
+    return loomSuccess;
+}
+
 static loomResult_t netCarve(struct netState *st, int p)
 {
     struct loomComm *comm = st->comm;
     if (st->firstConn[p] >= 0)
         return loomSuccess;
-    size_t bytes = 2 * (size_t)comm->nChannels * fifoRegion(comm);
-    if (posix_memalign((void **)&st->mem[p], NET_PAGE, bytes) != 0) {
-        st->mem[p] = NULL;
-        return loomSetError(loomSystemError,
-                            "out of memory for the network connections to rank %d (%zu KiB)", p,
-                            bytes >> 10);
-    }
-    memset(st->mem[p], 0, bytes);
+    LOOMCHECK(netMemMap(st, p));
     char *at = st->mem[p];
     st->firstConn[p] = st->started;
     for (int c = 0; c < comm->nChannels; c++) {
@@ -297,12 +315,8 @@ static loomResult_t netConnectSelf(struct netState *st)
 {
     struct loomComm *comm = st->comm;
     int me = comm->rank;
-    if (st->mem[me] == NULL &&
-        posix_memalign((void **)&st->mem[me], NET_PAGE, comm->nChannels * fifoRegion(comm)) != 0) {
-        st->mem[me] = NULL;
-        return loomSetError(loomSystemError, "out of memory for the link to itself");
-    }
-    memset(st->mem[me], 0, comm->nChannels * fifoRegion(comm));
+    if (st->mem[me] == NULL)
+        LOOMCHECK(netMemMap(st, me));
     for (int c = 0; c < comm->nChannels; c++) {
         char *at = st->mem[me] + c * fifoRegion(comm);
         netWireConnector(&comm->channels[c].send[me], at, comm->slotBytes, comm->bell, me);
@@ -518,7 +532,8 @@ static void netTeardown(struct loomComm *comm)
     if (st->lockReady)
         pthread_mutex_destroy(&st->lock);
     for (int p = 0; st->mem && p < comm->nranks; p++)
-        free(st->mem[p]);
+        if (st->mem[p] != NULL)
+            munmap(st->mem[p], netMemBytes(st, p));
     free(st->mem);
     free(st->conns);
     free(st->firstConn);
