@@ -28,9 +28,34 @@ def failed_ranks(group=None):
     return _C.failed_ranks(pg._get_backend(torch.device("cpu")))
 
 
-def _create_backend(store, rank, size, timeout):
-    return _C.create_backend(store, rank, size, timeout)
+def _is_loom(backend):
+    return backend is not None and backend.name() == "loom"
+
+
+def _create_backend(opts, backend_options):
+    """torch's extended creator: a new communicator through the store (a
+    fresh unique id), or, when torch passes a parent to split from (new_group
+    while the default group has a bound device_id), loomCommSplit of the
+    parent's, every member with color 0 and its rank in the group as key."""
+    if _is_loom(opts.split_from):
+        return _C.split(opts.split_from, 0, opts.group_rank, opts.timeout)
+    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def _perform_nocolor_split(self, device):
+    """What torch calls on the parent backend of a rank outside a new_group
+    made by splitting (torch's C++ Backend has no such method, and gloo's
+    binding none either): loomCommSplit with no color, so the members' split,
+    collective over the parent, completes."""
+    if not _is_loom(self):
+        raise AttributeError("'%s' object has no attribute 'perform_nocolor_split'"
+                             % type(self).__name__)
+    _C.split(self, _C.SPLIT_NOCOLOR, 0, None)
 
 
 if "loom" not in dist.Backend.backend_list:
-    dist.Backend.register_backend("loom", _create_backend, devices=["cpu", "cuda"])
+    dist.Backend.register_backend("loom", _create_backend, extended_api=True,
+                                  devices=["cpu", "cuda"])
+    _Backend = torch._C._distributed_c10d.Backend
+    if not hasattr(_Backend, "perform_nocolor_split"):
+        _Backend.perform_nocolor_split = _perform_nocolor_split

@@ -7,7 +7,8 @@
  * 128-byte id in the store under "torch_loom/uid"; the other ranks read it
  * and every rank calls loomCommInitRankConfig with the group's timeout as
  * Loom's timeoutSec. new_group gets a fresh store prefix, so each group gets
- * its own communicator.
+ * its own communicator; dist.split_group, and new_group where the default
+ * group has a bound device, split the parent's instead (see split()).
  *
  * Asynchrony: each backend owns one worker thread that runs the queued
  * operations in issue order, each a blocking Loom call (NULL stream) on that
@@ -35,6 +36,7 @@
 #include <torch/python.h>
 
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -44,6 +46,7 @@
 
 #include <loom.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -672,11 +675,95 @@ class BackendLoom : public c10d::Backend {
             TORCH_CHECK(comm_, "torch_loom: shrink: the process group was shut down");
         }
         check(loomCommShrink(comm_, ex.data(), (int)ex.size(), &nc, &config, flags), "shrink");
+        return over(nc, timeout_, "shrink");
+    }
+    /*
+     * dist.split_group, and new_group when the default group has a bound
+     * device (see __init__.py): a new backend over loomCommSplit of this
+     * one's communicator, collective over all its ranks. torch passes every
+     * rank the sorted ranks of its own new group, and a rank in none of them
+     * the first group's; its color is the lowest rank of its group (groups
+     * do not overlap), its key its rank here, so the new ranks follow torch's
+     * sorted order. A rank outside every group takes no communicator and
+     * gets nullptr, which torch expects. The queued operations run first, as
+     * every rank's split meets the communicator at the same point of its
+     * sequence.
+     *
+     * torch calls split once per device type the group has ("cpu" and
+     * "cuda", one backend), but, on torch 2.15, the second time only where the
+     * first returned nullptr: a member reuses its new backend. So one torch
+     * split (one group_name) makes one loomCommSplit here, and a second call
+     * with the same name gets the first's answer.
+     */
+    bool supportsSplitting() const override
+    {
+        return true;
+    }
+    c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &,
+                                            const std::vector<int> &ranks,
+                                            const c10::intrusive_ptr<Options> &opts) override
+    {
+        std::string name = opts ? opts->group_name : std::string();
+        if (!name.empty() && name == lastSplit_.name)
+            return lastSplit_.made.lock();
+        bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
+        int color = member ? *std::min_element(ranks.begin(), ranks.end()) : LOOM_SPLIT_NOCOLOR;
+        auto b = splitBy(color, rank_, opts ? opts->timeout : timeout_);
+        lastSplit_.name = name;
+        lastSplit_.made = b;
+        return b;
+    }
+    /* loomCommSplit(color, key) of this backend's communicator; nullptr for no color. */
+    c10::intrusive_ptr<c10d::Backend> splitBy(int color, int key, std::chrono::milliseconds timeout)
+    {
+        waitIdle();
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(comm_, "torch_loom: split: the process group was shut down");
+        }
+        loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+        config.timeoutSec = timeoutSec(timeout);
+        loomComm_t nc = nullptr;
+        check(loomCommSplit(comm_, color, key, &nc, &config), "split (loomCommSplit)");
+        return nc ? over(nc, timeout, "split") : nullptr;
+    }
+    /* A new backend over nc, a communicator made from this one's by origin. */
+    static c10::intrusive_ptr<c10d::Backend> over(loomComm_t nc, std::chrono::milliseconds timeout,
+                                                  const char *origin)
+    {
         int rank = 0, size = 0;
         loomCommUserRank(nc, &rank);
         loomCommCount(nc, &size);
-        return c10::make_intrusive<BackendLoom>(nc, rank, size, timeout_);
+        auto b = c10::make_intrusive<BackendLoom>(nc, rank, size, timeout);
+        b->origin_ = origin;
+        return b;
     }
+    std::chrono::milliseconds timeout() const
+    {
+        return timeout_;
+    }
+    /* How this backend's communicator was made: "unique id", "split" or "shrink". */
+    const char *origin() const
+    {
+        return origin_;
+    }
+
+    /*
+     * For bench/torch-vs-gloo: a SUM AllReduce in place of a contiguous CPU
+     * tensor, on the caller's thread, with no worker, Work or future, so the
+     * backend's own cost shows as the difference from dist.all_reduce.
+     */
+    void allreduceDirect(const at::Tensor &t)
+    {
+        TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                    "torch_loom: _allreduce_direct: a contiguous CPU tensor only");
+        loomDataType_t type = reduceTypeOf(t, "_allreduce_direct");
+        waitIdle();
+        check(loomAllReduce(t.data_ptr(), t.data_ptr(), (size_t)t.numel(), type, loomSum, comm_,
+                            nullptr),
+              "allreduce");
+    }
+
     /* The ranks of this group that Loom knows to have failed (loomCommGetFailedRanks). */
     std::vector<int> failedRanks()
     {
@@ -724,6 +811,12 @@ class BackendLoom : public c10d::Backend {
     std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
     std::atomic<bool> aborted_{false};
+    const char *origin_ = "unique id"; /* see origin() */
+    struct {
+        std::string name; /* group_name of the last split() */
+        c10::weak_intrusive_ptr<c10d::Backend> made{
+            c10::intrusive_ptr<c10d::Backend>()}; /* what it returned (nullptr: none) */
+    } lastSplit_;
 
     void check(loomResult_t r, const char *what)
     {
@@ -1078,6 +1171,14 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
     return c10::make_intrusive<BackendLoom>(comm, rank, size, ms);
 }
 
+/* b as a Loom backend, or a RuntimeError naming what of op needed one. */
+BackendLoom *loomOf(const c10::intrusive_ptr<c10d::Backend> &b, const char *op)
+{
+    auto *lb = dynamic_cast<BackendLoom *>(b.get());
+    TORCH_CHECK(lb, "torch_loom: ", op, ": the group's backend is not loom");
+    return lb;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m)
@@ -1089,11 +1190,38 @@ PYBIND11_MODULE(_C, m)
     m.def(
         "failed_ranks",
         [](const c10::intrusive_ptr<c10d::Backend> &b) {
-            auto *lb = dynamic_cast<BackendLoom *>(b.get());
-            TORCH_CHECK(lb, "torch_loom: failed_ranks: the group's backend is not loom");
-            return lb->failedRanks();
+            return loomOf(b, "failed_ranks")->failedRanks();
         },
         "ranks of the group's Loom communicator known to have failed", pybind11::arg("backend"));
+    m.def(
+        "split",
+        [](const c10::intrusive_ptr<c10d::Backend> &parent, int color, int key,
+           const std::optional<std::chrono::duration<float>> &timeout) {
+            BackendLoom *lb = loomOf(parent, "split");
+            auto ms = timeout ? std::chrono::duration_cast<std::chrono::milliseconds>(*timeout)
+                              : lb->timeout();
+            return lb->splitBy(color, key, ms);
+        },
+        "a backend over loomCommSplit(color, key) of parent's communicator (None for "
+        "LOOM_SPLIT_NOCOLOR), with timeout or parent's; collective over parent's ranks",
+        pybind11::arg("parent"), pybind11::arg("color"), pybind11::arg("key"),
+        pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.attr("SPLIT_NOCOLOR") = LOOM_SPLIT_NOCOLOR;
+    m.def(
+        "_allreduce_direct",
+        [](const c10::intrusive_ptr<c10d::Backend> &b, const at::Tensor &t) {
+            loomOf(b, "_allreduce_direct")->allreduceDirect(t);
+        },
+        "for benchmarks: loomAllReduce (SUM, in place) of t on this thread, past the worker",
+        pybind11::arg("backend"), pybind11::arg("tensor"),
+        pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def(
+        "origin",
+        [](const c10::intrusive_ptr<c10d::Backend> &b) {
+            return std::string(loomOf(b, "origin")->origin());
+        },
+        "how the backend's communicator was made: 'unique id', 'split' or 'shrink'",
+        pybind11::arg("backend"));
     m.def(
         "loom_version",
         [] {
