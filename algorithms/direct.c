@@ -43,8 +43,10 @@ static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPe
         .dstBuf = LOOM_BUF_RECV,
         .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
                            ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
-        .sendPeer = sendPeer,
-        .recvPeer = recvPeer,
+        .nrecv = recvPeer >= 0,
+        .nsend = sendPeer >= 0,
+        .recvPeers = {recvPeer},
+        .sendPeers = {sendPeer},
         .nblocks = 1,
         .len = len,
         .piece = piece,

@@ -126,8 +126,10 @@ static loomResult_t ringTemplate(const struct ringLane *l, loomStepOp_t op, uint
         .flags = flags,
         .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
                            ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
-        .sendPeer = (uses & LOOM_USES_SEND) ? l->next : -1,
-        .recvPeer = (uses & LOOM_USES_RECV) ? l->prev : -1,
+        .nrecv = (uses & LOOM_USES_RECV) != 0,
+        .nsend = (uses & LOOM_USES_SEND) != 0,
+        .recvPeers = {l->prev},
+        .sendPeers = {l->next},
         .nblocks = (uint32_t)nblocks,
         .block = (uint32_t)block,
         .len = l->a->hi - l->a->lo,

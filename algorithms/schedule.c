@@ -72,14 +72,39 @@ void planLoop(struct loomPlan *p)
     p->open = p->nsteps;
 }
 
+/*
+ * Whether n peers in peers[] fit an op whose table entry has `use` (RECV or
+ * SEND) and `many` (FANIN or FANOUT): none without `use`, one without
+ * `many`, up to LOOM_STEP_MAXPEERS with it, each a rank and none twice.
+ * Unused entries are set to -1.
+ */
+static int peersFit(unsigned uses, unsigned use, unsigned many, unsigned n, int32_t *peers)
+{
+    unsigned most = !(uses & use) ? 0 : (uses & many) ? LOOM_STEP_MAXPEERS : 1;
+    if (n > most || ((uses & use) && n == 0))
+        return 0;
+    for (unsigned k = 0; k < LOOM_STEP_MAXPEERS; k++) {
+        if (k >= n) {
+            peers[k] = -1;
+            continue;
+        }
+        if (peers[k] < 0)
+            return 0;
+        for (unsigned j = 0; j < k; j++)
+            if (peers[j] == peers[k])
+                return 0;
+    }
+    return 1;
+}
+
 loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *tmpl)
 {
     struct loomPlanStep tc = *tmpl, *t = &tc;
     unsigned uses = loomStepUses(t->op);
     struct loomStep first;
-    if (uses == 0 || ((uses & LOOM_USES_SEND) != 0) != (t->sendPeer >= 0) ||
-        ((uses & LOOM_USES_RECV) != 0) != (t->recvPeer >= 0) || t->nblocks == 0 ||
-        t->block >= t->nblocks || (t->piece == 0 && t->nblocks != 1))
+    if (uses == 0 || !peersFit(uses, LOOM_USES_RECV, LOOM_USES_FANIN, t->nrecv, t->recvPeers) ||
+        !peersFit(uses, LOOM_USES_SEND, LOOM_USES_FANOUT, t->nsend, t->sendPeers) ||
+        t->nblocks == 0 || t->block >= t->nblocks || (t->piece == 0 && t->nblocks != 1))
         return loomInternalError;
     t->npieces = t->piece == 0 ? 1 : t->len / t->piece + (t->len % t->piece != 0);
     t->blockLen = t->piece / t->nblocks + (t->piece % t->nblocks != 0);
@@ -135,9 +160,13 @@ loomResult_t planExpand(const struct loomPlan *p, struct loomSchedule *out)
 
 int planUsesPeer(const struct loomPlan *p, int dir, int peer)
 {
-    for (uint32_t k = 0; k < p->nsteps; k++)
-        if ((dir == 0 ? p->steps[k].sendPeer : p->steps[k].recvPeer) == peer)
-            return 1;
+    for (uint32_t k = 0; k < p->nsteps; k++) {
+        const struct loomPlanStep *t = &p->steps[k];
+        unsigned n = dir == 0 ? t->nsend : t->nrecv;
+        for (unsigned j = 0; j < n; j++)
+            if ((dir == 0 ? t->sendPeers[j] : t->recvPeers[j]) == peer)
+                return 1;
+    }
     return 0;
 }
 

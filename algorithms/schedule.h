@@ -16,6 +16,22 @@
  *   RECV_COPY_SEND          recvPeer --> dst[dstOff..] and sendPeer
  *   COPY                    src[srcOff..] -------------------------> dst[dstOff..]
  *
+ * A step names its peers in two small arrays, recvPeers[0 .. nrecv) and
+ * sendPeers[0 .. nsend), at most LOOM_STEP_MAXPEERS (3) each. Most steps
+ * have one of each they use; a tree node folds or feeds its children in one
+ * step instead of one step per child:
+ *
+ *   fan-in   RECV_REDUCE_*  with nrecv = k: one message from each of k peers,
+ *            reduced with src in one pass: (((src (+) m0) (+) m1) (+) m2)
+ *   fan-out  any op that sends, with nsend = k: the same values to each of k
+ *            peers (a tree's broadcast-down: RECV_COPY_SEND from the parent
+ *            to every child; the AllReduce top: RECV_REDUCE_COPY_SEND from
+ *            all children back to all of them)
+ *
+ * The op table below says which ops may do which (LOOM_USES_FANIN,
+ * LOOM_USES_FANOUT). A step runs when every one of its messages has arrived
+ * and every one of its send FIFOs has a free slot.
+ *
  * and three for single copies between the processes of one host (the cma
  * algorithm), where no data passes through the FIFOs:
  *
@@ -41,9 +57,16 @@
  * plans and run them for many rank counts in a symbolic simulator
  * (tests/unit/check_schedule.c).
  *
- * Sizes: a step is 40 bytes, a template 96. An 8-rank ring AllReduce lane of
- * 1 GiB in 128 KiB pieces is 15360 steps (600 KiB) as a list, and 15
- * templates (1440 bytes) as a plan, the same as for 1 MiB.
+ * Sizes: a step is 56 bytes, a template 112. An 8-rank ring AllReduce lane of
+ * 1 GiB in 128 KiB pieces is 15360 steps (840 KiB) as a list, and 15
+ * templates (1680 bytes) as a plan, the same as for 1 MiB.
+ *
+ * Layout of a template (struct loomPlanStep, 112 bytes, no pointers):
+ *
+ *    0  op srcBuf dstBuf flags moves nrecv nsend pad     8 x uint8
+ *    8  recvPeers[3] sendPeers[3]                        6 x int32 (unused: -1)
+ *   32  nblocks block lag loopStart loopEnd pad2         6 x uint32
+ *   56  niters len piece srcBase dstBase npieces blockLen 7 x uint64
  */
 #ifndef LOOM_SCHEDULE_H_
 #define LOOM_SCHEDULE_H_
@@ -55,6 +78,9 @@
 
 /* Slots in every connector FIFO. */
 #define LOOM_STEPS 8
+
+/* Most peers one step receives from, or sends to (a tree node's children). */
+#define LOOM_STEP_MAXPEERS 3
 
 typedef enum {
     LOOM_STEP_SEND = 0,
@@ -85,15 +111,20 @@ enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
  * spelling each op out.
  *
  *   LOOM_USES_SRC       reads local input src[srcOff .. +count)
- *   LOOM_USES_RECV      takes one message from recvPeer
+ *   LOOM_USES_RECV      takes one message from each recv peer
  *   LOOM_USES_REDUCE    combines the message with the local input
  *   LOOM_USES_DST       writes local output dst[dstOff .. +count)
- *   LOOM_USES_SEND      puts one message to sendPeer
+ *   LOOM_USES_SEND      puts one message to each send peer
  *   LOOM_USES_SLOTLESS  a single copy: no elements pass through a slot
  *                       (the message is an offer, or there is none)
+ *   LOOM_USES_FANIN     may receive from up to LOOM_STEP_MAXPEERS peers
+ *                       (nrecv), reducing every message with src
+ *   LOOM_USES_FANOUT    may send to up to LOOM_STEP_MAXPEERS peers (nsend)
  *
- * A step that writes both dst and a message writes the same values to each.
- * Without REDUCE, a step with RECV moves the message, one without moves src.
+ * RECV means nrecv >= 1 (exactly 1 without FANIN), SEND nsend >= 1 (exactly
+ * 1 without FANOUT); an op without them has nrecv or nsend 0. A step that
+ * writes dst and messages writes the same values to each. Without REDUCE, a
+ * step with RECV moves the message, one without moves src.
  */
 enum {
     LOOM_USES_SRC = 0x01,
@@ -102,6 +133,8 @@ enum {
     LOOM_USES_DST = 0x08,
     LOOM_USES_SEND = 0x10,
     LOOM_USES_SLOTLESS = 0x20,
+    LOOM_USES_FANIN = 0x40,
+    LOOM_USES_FANOUT = 0x80,
 };
 
 /* The LOOM_USES_* flags of op; 0 for a value that is no op. */
@@ -109,17 +142,19 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
 {
     switch (op) {
     case LOOM_STEP_SEND:
-        return LOOM_USES_SRC | LOOM_USES_SEND;
+        return LOOM_USES_SRC | LOOM_USES_SEND | LOOM_USES_FANOUT;
     case LOOM_STEP_RECV:
         return LOOM_USES_RECV | LOOM_USES_DST;
     case LOOM_STEP_RECV_REDUCE_SEND:
-        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_SEND;
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_SEND |
+               LOOM_USES_FANIN | LOOM_USES_FANOUT;
     case LOOM_STEP_RECV_REDUCE_COPY:
-        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST;
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST | LOOM_USES_FANIN;
     case LOOM_STEP_RECV_REDUCE_COPY_SEND:
-        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST | LOOM_USES_SEND;
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST | LOOM_USES_SEND |
+               LOOM_USES_FANIN | LOOM_USES_FANOUT;
     case LOOM_STEP_RECV_COPY_SEND:
-        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SEND;
+        return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SEND | LOOM_USES_FANOUT;
     case LOOM_STEP_COPY:
         return LOOM_USES_SRC | LOOM_USES_DST;
     case LOOM_STEP_OFFER:
@@ -139,15 +174,18 @@ const char *loomStepName(unsigned op);
 #define LOOM_STEP_FINAL 0x1
 
 struct loomStep {
-    uint8_t op;       /* loomStepOp_t */
-    uint8_t srcBuf;   /* LOOM_BUF_*: where local input is read */
-    uint8_t dstBuf;   /* LOOM_BUF_*: where local output is written */
-    uint8_t flags;    /* LOOM_STEP_FINAL */
-    int32_t sendPeer; /* rank data is sent to, or -1 */
-    int32_t recvPeer; /* rank data is received from, or -1 */
-    size_t srcOff;    /* element offset into src (ops that read local input) */
-    size_t dstOff;    /* element offset into dst (ops that write local output) */
-    size_t count;     /* elements, 1 .. chunkElems (OFFER, PULL: 1 or more; DRAIN: 0) */
+    uint8_t op;     /* loomStepOp_t */
+    uint8_t srcBuf; /* LOOM_BUF_*: where local input is read */
+    uint8_t dstBuf; /* LOOM_BUF_*: where local output is written */
+    uint8_t flags;  /* LOOM_STEP_FINAL */
+    uint8_t nrecv;  /* peers in recvPeers (0 for an op without RECV) */
+    uint8_t nsend;  /* peers in sendPeers (0 for an op without SEND) */
+    uint8_t pad[2];
+    int32_t recvPeers[LOOM_STEP_MAXPEERS]; /* ranks data is received from; unused: -1 */
+    int32_t sendPeers[LOOM_STEP_MAXPEERS]; /* ranks data is sent to; unused: -1 */
+    size_t srcOff;                         /* element offset into src (ops that read local input) */
+    size_t dstOff; /* element offset into dst (ops that write local output) */
+    size_t count;  /* elements, 1 .. chunkElems (OFFER, PULL: 1 or more; DRAIN: 0) */
 };
 
 struct loomSchedule;
@@ -189,8 +227,9 @@ struct loomSchedule;
 struct loomPlanStep {
     uint8_t op, srcBuf, dstBuf, flags; /* as in struct loomStep */
     uint8_t moves;                     /* LOOM_PLAN_*_MOVES */
-    uint8_t pad[3];
-    int32_t sendPeer, recvPeer;
+    uint8_t nrecv, nsend;              /* as in struct loomStep */
+    uint8_t pad;
+    int32_t recvPeers[LOOM_STEP_MAXPEERS], sendPeers[LOOM_STEP_MAXPEERS];
     uint32_t nblocks, block; /* block of nblocks this template moves (1, 0: the whole piece) */
     uint32_t lag;            /* piece j runs in iteration j + lag */
     uint32_t loopStart;      /* this template's loop: templates [loopStart, loopEnd) */
@@ -244,8 +283,12 @@ static inline LOOM_HOSTDEV int loomPlanStepAt(const struct loomPlanStep *t, uint
     out->srcBuf = t->srcBuf;
     out->dstBuf = t->dstBuf;
     out->flags = t->flags;
-    out->sendPeer = t->sendPeer;
-    out->recvPeer = t->recvPeer;
+    out->nrecv = t->nrecv;
+    out->nsend = t->nsend;
+    for (int k = 0; k < LOOM_STEP_MAXPEERS; k++) {
+        out->recvPeers[k] = t->recvPeers[k];
+        out->sendPeers[k] = t->sendPeers[k];
+    }
     out->srcOff = t->srcBase + ((t->moves & LOOM_PLAN_SRC_MOVES) ? rel : 0);
     out->dstOff = t->dstBase + ((t->moves & LOOM_PLAN_DST_MOVES) ? rel : 0);
     out->count = count;
@@ -282,11 +325,12 @@ static inline LOOM_HOSTDEV int loomPlanNext(const struct loomPlanStep *steps, ui
 /* Starts a new loop: the templates appended from now on form its body. */
 void planLoop(struct loomPlan *p);
 /*
- * Appends template t to the open loop (its loop fields are filled here) and
- * sets the loop's iterations to cover every template's pieces. A template
- * that would yield no step is dropped. Returns loomSystemError when out of
- * memory, loomInternalError when t's peers disagree with its op (a
- * generator bug).
+ * Appends template t to the open loop (its loop fields are filled here,
+ * and its unused peer entries set to -1) and sets the loop's iterations to
+ * cover every template's pieces. A template that would yield no step is
+ * dropped. Returns loomSystemError when out of memory, loomInternalError
+ * when t's peers disagree with its op (a generator bug: a count the op
+ * table does not allow, a negative or repeated peer).
  */
 loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t);
 /* Empties p (keeps its memory). */
@@ -383,17 +427,18 @@ loomResult_t ringReduceScatterPlan(const struct loomSchedArgs *a, struct loomPla
  * reduce-up and broadcast-down overlapped; Broadcast and Reduce for any root.
  * Same contract as the ring generators (appends; loomSystemError when out of
  * memory, loomInternalError on inconsistent arguments, including a bad
- * hosts[] array). Reduce on a rank other than the root: LOOM_BUF_RECV must be
- * a scratch area of 2 x chunkElems elements private to the lane (the user
- * need not pass a recvbuff there); the schedule keeps partial sums in it.
+ * hosts[] array). A node folds all its children in one fan-in step and
+ * feeds them in one fan-out step. Reduce on a rank other than the root
+ * writes no buffer (the user need not pass a recvbuff there).
  */
 loomResult_t treeAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t treeBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t treeReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /* A rank's place in one of the two trees: children are at most two of the
- * tree plus the next rank of its host's chain. */
-#define LOOM_TREE_MAXDOWN 3
+ * tree plus the next rank of its host's chain (one fan-in or fan-out step
+ * takes them all). */
+#define LOOM_TREE_MAXDOWN LOOM_STEP_MAXPEERS
 struct loomTreeNode {
     int up;    /* parent rank, -1 at the top */
     int ndown; /* children, 0 .. LOOM_TREE_MAXDOWN */

@@ -67,18 +67,17 @@
  * tests/unit/check_schedule.c runs every schedule here for n = 1..128.
  *
  * Steps of one piece on a rank with children c1..ck (k <= 3: two trees'
- * children plus the next rank of its chain):
+ * children plus the next rank of its chain), each one step with fan-in or
+ * fan-out (schedule.h), so a piece is read and written once per rank
+ * whatever k is:
  *
- *   up      RECV_REDUCE_COPY from c1..c(k-1) into the partial sum,
- *           RECV_REDUCE_SEND from ck to the parent (a leaf: SEND)
- *   top     as up, but the last child gives RECV_REDUCE_COPY(_SEND) FINAL
- *   down    RECV_COPY_SEND from the parent to c1, SEND to c2..ck (a leaf: RECV)
+ *   up      RECV_REDUCE_SEND from c1..ck (+) sendbuff to the parent (a leaf: SEND)
+ *   top     RECV_REDUCE_COPY FINAL from c1..ck into recvbuff; for AllReduce
+ *           RECV_REDUCE_COPY_SEND FINAL, which also starts the way down to c1..ck
+ *   down    RECV_COPY_SEND from the parent to recvbuff and c1..ck (a leaf: RECV)
  *
- * The partial sum lives in recvbuff at the piece's own offset. A non-root
- * rank of a Reduce has no recvbuff of its own: there LOOM_BUF_RECV is a
- * scratch area of 2 x chunkElems elements (the core provides it), piece of
- * tree t kept at offset t x chunkElems; a rank finishes one piece of a tree
- * before it starts the next, so that is enough.
+ * No rank keeps a partial sum between steps, so a non-root rank of a Reduce
+ * writes nothing of its own (its recvbuff is never touched).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -444,15 +443,7 @@ struct treeLane {
     size_t base[2]; /* each tree's part of [lo, hi) */
     size_t len[2];
     size_t pieces[2];
-    int scratch; /* partial sums go to the lane's scratch (Reduce, not the root) */
 };
-
-/*
- * Where a step's offset points, for the pieces of one tree: nowhere (the op
- * does not use it), the piece in the user's buffers, or the piece's partial
- * sum (the piece itself, or a fixed place in the scratch).
- */
-enum { TREE_AT_NONE = 0, TREE_AT_PIECE, TREE_AT_ACC };
 
 /* The templates of one (tree, phase) being appended: every piece of tree t, lag `lag`. */
 struct treeBody {
@@ -461,96 +452,76 @@ struct treeBody {
     uint32_t lag;
 };
 
-static void treeOffset(const struct treeBody *b, int at, uint64_t *base, uint8_t *moves,
-                       uint8_t flag)
+/*
+ * One template over the pieces of the body's tree: op receiving from the
+ * nrecv ranks of recv[] and sending to the nsend of send[] (fan-in and
+ * fan-out, schedule.h), reading srcBuf and writing recvbuff at the piece's
+ * own offset where the op uses them.
+ */
+static loomResult_t treeStep(const struct treeBody *b, loomStepOp_t op, uint8_t flags, int nrecv,
+                             const int *recv, int nsend, const int *send, uint8_t srcBuf)
 {
-    if (at == TREE_AT_NONE) {
-        *base = 0;
-    } else if (at == TREE_AT_ACC && b->l->scratch) {
-        *base = (uint64_t)b->t * b->l->a->chunkElems;
-    } else {
-        *base = b->l->base[b->t];
-        *moves |= flag;
-    }
-}
-
-static loomResult_t treeStep(const struct treeBody *b, loomStepOp_t op, uint8_t flags, int recvPeer,
-                             int sendPeer, uint8_t srcBuf, int srcAt, int dstAt)
-{
+    unsigned uses = loomStepUses(op);
+    size_t base = b->l->base[b->t];
     struct loomPlanStep t = {
         .op = (uint8_t)op,
         .srcBuf = srcBuf,
         .dstBuf = LOOM_BUF_RECV,
         .flags = flags,
-        .sendPeer = sendPeer,
-        .recvPeer = recvPeer,
+        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
+                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
+        .nrecv = (uint8_t)nrecv,
+        .nsend = (uint8_t)nsend,
         .nblocks = 1,
         .lag = b->lag,
         .len = b->l->len[b->t],
         .piece = b->l->a->chunkElems,
+        .srcBase = (uses & LOOM_USES_SRC) ? base : 0,
+        .dstBase = (uses & LOOM_USES_DST) ? base : 0,
     };
-    treeOffset(b, srcAt, &t.srcBase, &t.moves, LOOM_PLAN_SRC_MOVES);
-    treeOffset(b, dstAt, &t.dstBase, &t.moves, LOOM_PLAN_DST_MOVES);
+    for (int k = 0; k < nrecv; k++)
+        t.recvPeers[k] = recv[k];
+    for (int k = 0; k < nsend; k++)
+        t.sendPeers[k] = send[k];
     return planAppend(b->l->out, &t);
 }
 
 /*
- * Reduce-up of one piece: fold in every child, then pass the partial sum up;
- * at the top, finish it into recvbuff (and for AllReduce send it to the
- * first child, which starts the way down).
+ * Reduce-up of one piece: one step folds every child's message into this
+ * rank's input and passes the sum up; at the top it finishes the sum into
+ * recvbuff (and for AllReduce sends it to every child, which starts the way
+ * down).
  */
 static loomResult_t treeUp(const struct treeBody *b, const struct loomTreeNode *nd, int sendDown)
 {
-    uint8_t src = LOOM_BUF_SEND;
-    int srcAt = TREE_AT_PIECE;
-    loomResult_t res;
-
+    const uint8_t src = LOOM_BUF_SEND;
     if (nd->ndown == 0) {
         if (nd->up < 0) /* alone in the tree */
-            return treeStep(b, LOOM_STEP_COPY, LOOM_STEP_FINAL, -1, -1, src, srcAt, TREE_AT_PIECE);
-        return treeStep(b, LOOM_STEP_SEND, 0, -1, nd->up, src, srcAt, TREE_AT_NONE);
+            return treeStep(b, LOOM_STEP_COPY, LOOM_STEP_FINAL, 0, NULL, 0, NULL, src);
+        return treeStep(b, LOOM_STEP_SEND, 0, 0, NULL, 1, &nd->up, src);
     }
-    for (int i = 0; i + 1 < nd->ndown; i++) {
-        res = treeStep(b, LOOM_STEP_RECV_REDUCE_COPY, 0, nd->down[i], -1, src, srcAt, TREE_AT_ACC);
-        if (res != loomSuccess)
-            return res;
-        src = LOOM_BUF_RECV, srcAt = TREE_AT_ACC;
-    }
-    int last = nd->down[nd->ndown - 1];
     if (nd->up >= 0)
-        return treeStep(b, LOOM_STEP_RECV_REDUCE_SEND, 0, last, nd->up, src, srcAt, TREE_AT_NONE);
+        return treeStep(b, LOOM_STEP_RECV_REDUCE_SEND, 0, nd->ndown, nd->down, 1, &nd->up, src);
     if (!sendDown)
-        return treeStep(b, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, last, -1, src, srcAt,
-                        TREE_AT_PIECE);
-    res = treeStep(b, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, last, nd->down[0], src,
-                   srcAt, TREE_AT_PIECE);
-    for (int i = 1; i < nd->ndown && res == loomSuccess; i++)
-        res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, TREE_AT_PIECE,
-                       TREE_AT_NONE);
-    return res;
+        return treeStep(b, LOOM_STEP_RECV_REDUCE_COPY, LOOM_STEP_FINAL, nd->ndown, nd->down, 0,
+                        NULL, src);
+    return treeStep(b, LOOM_STEP_RECV_REDUCE_COPY_SEND, LOOM_STEP_FINAL, nd->ndown, nd->down,
+                    nd->ndown, nd->down, src);
 }
 
-/* Broadcast-down of one piece; the top (a Broadcast root) sends from sendbuff. */
+/* Broadcast-down of one piece to every child at once; the top (a Broadcast root) sends from
+ * sendbuff. */
 static loomResult_t treeDown(const struct treeBody *b, const struct loomTreeNode *nd)
 {
-    loomResult_t res;
-
     if (nd->up < 0) {
-        res = treeStep(b, LOOM_STEP_COPY, 0, -1, -1, LOOM_BUF_SEND, TREE_AT_PIECE, TREE_AT_PIECE);
-        for (int i = 0; i < nd->ndown && res == loomSuccess; i++)
-            res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_SEND, TREE_AT_PIECE,
-                           TREE_AT_NONE);
+        loomResult_t res = treeStep(b, LOOM_STEP_COPY, 0, 0, NULL, 0, NULL, LOOM_BUF_SEND);
+        if (res == loomSuccess && nd->ndown > 0)
+            res = treeStep(b, LOOM_STEP_SEND, 0, 0, NULL, nd->ndown, nd->down, LOOM_BUF_SEND);
         return res;
     }
     if (nd->ndown == 0)
-        return treeStep(b, LOOM_STEP_RECV, 0, nd->up, -1, LOOM_BUF_SEND, TREE_AT_NONE,
-                        TREE_AT_PIECE);
-    res = treeStep(b, LOOM_STEP_RECV_COPY_SEND, 0, nd->up, nd->down[0], LOOM_BUF_SEND, TREE_AT_NONE,
-                   TREE_AT_PIECE);
-    for (int i = 1; i < nd->ndown && res == loomSuccess; i++)
-        res = treeStep(b, LOOM_STEP_SEND, 0, -1, nd->down[i], LOOM_BUF_RECV, TREE_AT_PIECE,
-                       TREE_AT_NONE);
-    return res;
+        return treeStep(b, LOOM_STEP_RECV, 0, 1, &nd->up, 0, NULL, LOOM_BUF_SEND);
+    return treeStep(b, LOOM_STEP_RECV_COPY_SEND, 0, 1, &nd->up, nd->ndown, nd->down, LOOM_BUF_SEND);
 }
 
 enum { TREE_UP = 0, TREE_DOWN = 1 };
@@ -616,7 +587,6 @@ static loomResult_t treeSchedule(const struct loomSchedArgs *a, struct loomPlan 
         l.height[t] = layoutHeight(&L, t);
         l.pieces[t] = l.len[t] / a->chunkElems + (l.len[t] % a->chunkElems != 0);
     }
-    l.scratch = a->coll == LOOM_COLL_REDUCE && a->rank != a->root;
     layoutFree(&L);
     return treeEmit(&l);
 }

@@ -476,8 +476,10 @@ static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan
             struct loomPlanStep t = {.op = dir == 0 ? LOOM_STEP_SEND : LOOM_STEP_RECV,
                                      .srcBuf = LOOM_BUF_SEND,
                                      .dstBuf = LOOM_BUF_RECV,
-                                     .sendPeer = dir == 0 ? p : -1,
-                                     .recvPeer = dir == 0 ? -1 : p,
+                                     .nrecv = dir == 1,
+                                     .nsend = dir == 0,
+                                     .recvPeers = {p},
+                                     .sendPeers = {p},
                                      .nblocks = 1,
                                      .len = sizeof(struct cmaDesc),
                                      .dstBase = dir == 0 ? 0 : (size_t)p * sizeof(struct cmaDesc)};

@@ -221,9 +221,9 @@ static void lanePeers(const struct loomLane *lane, int *list, int *n)
     const struct loomComm *comm = lane->comm;
     const struct loomPlan *p = lane->plan;
     for (uint32_t k = 0; k < p->nsteps; k++) {
-        int peers[2] = {p->steps[k].sendPeer, p->steps[k].recvPeer};
-        for (int d = 0; d < 2; d++) {
-            int q = peers[d];
+        const struct loomPlanStep *t = &p->steps[k];
+        for (int d = 0; d < t->nsend + t->nrecv; d++) {
+            int q = d < t->nsend ? t->sendPeers[d] : t->recvPeers[d - t->nsend];
             if (q < 0 || q >= comm->nranks || comm->linkUp[q])
                 continue;
             int seen = 0;

@@ -11,9 +11,8 @@
  * communicator caches the ones it built: a repeated call builds nothing and
  * allocates nothing. AlltoAllv (per-call counts) uses a pool of reusable
  * schedules instead. Scratch that the lanes of a plan read or write (an
- * in-place AlltoAll's staged input, a tree Reduce's partial sums off the
- * root) is laid out op by op in one per-communicator area, sized before
- * any pointer into it is handed out.
+ * in-place AlltoAll's staged input) is laid out op by op in one
+ * per-communicator area, sized before any pointer into it is handed out.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -315,9 +314,8 @@ struct planOp {
     int lanes;
     const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
     size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
-    size_t accBytes;   /* tree Reduce off the root: partial sums, per lane */
-    int proto;         /* LOOM_PROTO_* (kexec.c) */
-    size_t scratchOff; /* where both start in comm->scratch */
+    int proto;                                       /* LOOM_PROTO_* (kexec.c) */
+    size_t scratchOff;                               /* where it starts in comm->scratch */
 };
 
 static __thread struct loomLane *tlLanes;
@@ -458,7 +456,7 @@ static size_t alignUp(size_t x)
 /*
  * Asks the tuner, cuts the op into lanes, and counts the scratch it needs:
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
- * before they are sent; a tree Reduce keeps partial sums off the root.
+ * before they are sent.
  */
 static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
 {
@@ -477,11 +475,8 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
     p->stageBytes = 0;
     if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && dev == NULL)
         p->stageBytes = alignUp(opBytes(op));
-    p->accBytes = 0;
-    if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_TREE && op->root != comm->rank)
-        p->accBytes = alignUp(2 * p->chunkElems * es);
     p->scratchOff = comm->scratchTaken;
-    comm->scratchTaken += p->stageBytes + (size_t)p->lanes * p->accBytes;
+    comm->scratchTaken += p->stageBytes;
 }
 
 /* Grows each communicator's scratch to what the plan's ops took (before any pointer is handed out).
@@ -543,16 +538,13 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
             a.sendcounts = op->v, a.sdispls = op->v + n;
             a.recvcounts = op->v + 2 * n, a.rdispls = op->v + 3 * n;
         }
-        char *recv = op->recvbuff;
-        if (p->accBytes)
-            recv = scratch + p->stageBytes + (size_t)c * p->accBytes;
         const struct loomPlan *s;
         LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
         p->sched[c] = s;
         tlLanes[(*nlanes)++] = (struct loomLane){.comm = comm,
                                                  .channel = c,
                                                  .plan = s,
-                                                 .bufs = {(char *)send, recv},
+                                                 .bufs = {(char *)send, op->recvbuff},
                                                  .dt = op->dt,
                                                  .op = op->op,
                                                  .elemSize = es,
@@ -596,7 +588,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
  * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
  * the schedules depend only on arguments that match, and schedGen says no
  * cache entry was rebuilt since. Calls that use scratch (an in-place
- * AlltoAll, a tree Reduce off the root) or a pool schedule (AlltoAllv), and
+ * AlltoAll) or a pool schedule (AlltoAllv), and
  * single copies, are not kept.
  */
 static int memoMatches(const struct loomOp *op)
@@ -614,7 +606,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, loomResult_t res
 {
     struct loomComm *comm = op->comm;
     comm->memo.valid = 0;
-    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->accBytes)
+    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes)
         return;
     comm->memo.coll = (int)op->coll, comm->memo.dt = (int)op->dt, comm->memo.op = (int)op->op;
     comm->memo.root = op->root, comm->memo.count = op->count;

@@ -119,14 +119,10 @@ static void ownersClaim(struct loomLane *lanes, int nlanes)
         struct loomLane *l = &lanes[i];
         for (uint32_t k = 0; k < l->plan->nsteps; k++) {
             const struct loomPlanStep *s = &l->plan->steps[k];
-            int *o;
-            if (s->sendPeer >= 0) {
-                o = &l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)];
-                if (*o < 0)
-                    *o = i;
-            }
-            if (s->recvPeer >= 0) {
-                o = &l->comm->owner[ownerIndex(l->comm, 1, l->channel, s->recvPeer)];
+            for (int j = 0; j < s->nsend + s->nrecv; j++) {
+                int dir = j >= s->nsend;
+                int peer = dir ? s->recvPeers[j - s->nsend] : s->sendPeers[j];
+                int *o = &l->comm->owner[ownerIndex(l->comm, dir, l->channel, peer)];
                 if (*o < 0)
                     *o = i;
             }
@@ -167,55 +163,59 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 
 /* ---- one step ---- */
 
-static loomResult_t sizeMismatch(const struct loomLane *lane, const struct loomStep *s,
-                                 uint64_t got, size_t want)
+static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t got, size_t want)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received %llu bytes from rank %d where it expected %zu: the "
                         "ranks called different operations or counts (calls must match in order, "
                         "count and datatype on every rank)",
-                        lane->comm->rank, (unsigned long long)got, s->recvPeer, want);
+                        lane->comm->rank, (unsigned long long)got, from, want);
 }
 
 /*
  * The local work of one step, as the op table (schedule.h) declares it: a
- * reduction of the message with src into dst or the outgoing slot, else a
- * copy of the message (or of src) to dst and the outgoing slot. `in` is the
- * message's slot, `out` the outgoing one (NULL when the op has none).
+ * reduction of the messages with src into dst or the first outgoing slot,
+ * else a copy of the message (or of src) to dst and the outgoing slots;
+ * every outgoing slot gets the same values. `in` holds the messages' slots
+ * (one per receive peer), `out` the outgoing ones (one per send peer).
  */
-static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *in, char *out)
+static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *const *in,
+                        char *const *out)
 {
     size_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
-    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
-    int final = (s->flags & LOOM_STEP_FINAL) != 0;
-    int n = l->comm->nranks;
     unsigned uses = loomStepUses(s->op);
+    char *dst = (uses & LOOM_USES_DST) ? l->bufs[s->dstBuf] + s->dstOff * es : NULL;
+    int final = (s->flags & LOOM_STEP_FINAL) != 0;
+    int n = l->comm->nranks, first = 0;
 
     if (uses & LOOM_USES_SLOTLESS) {
         if (s->op == LOOM_STEP_OFFER) { /* PULL and DRAIN: stepPull, laneAdvance */
             struct loomOffer o;
             memOfferFill(src, bytes, &o);
-            memcpy(out, &o, sizeof(o));
+            memcpy(out[0], &o, sizeof(o));
         }
         return;
     }
     if (uses & LOOM_USES_REDUCE) {
-        char *to = (uses & LOOM_USES_DST) ? dst : out;
-        if (final)
-            reduceApplyFinal(to, in, src, s->count, l->dt, l->op, n);
+        char *to = dst ? dst : out[first++];
+        if (s->nrecv > 1)
+            reduceApplyMany(to, src, (const void *const *)in, s->nrecv, s->count, l->dt, l->op, n,
+                            final);
+        else if (final)
+            reduceApplyFinal(to, in[0], src, s->count, l->dt, l->op, n);
         else
-            reduceApply(to, in, src, s->count, l->dt, l->op);
-        if (to == dst && out)
-            reduceCopy(out, dst, bytes);
+            reduceApply(to, in[0], src, s->count, l->dt, l->op);
+        for (int k = first; k < s->nsend; k++)
+            reduceCopy(out[k], to, bytes);
         return;
     }
-    const char *from = (uses & LOOM_USES_RECV) ? in : src;
-    if (out)
-        reduceCopy(out, from, bytes);
-    if (uses & LOOM_USES_DST) {
-        if (from == in)
-            reduceCopy(dst, in, bytes);
+    const char *from = (uses & LOOM_USES_RECV) ? in[0] : src;
+    for (int k = 0; k < s->nsend; k++)
+        reduceCopy(out[k], from, bytes);
+    if (dst) {
+        if (from != src)
+            reduceCopy(dst, from, bytes);
         else if (dst != src) /* src and dst may overlap in place */
             memmove(dst, src, bytes);
         if (final)
@@ -244,7 +244,8 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
     _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in;
     uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
-    const struct loomPeerInfo *peer = &l->comm->peers[s->recvPeer];
+    int from = s->recvPeers[0];
+    const struct loomPeerInfo *peer = &l->comm->peers[from];
     size_t bytes = s->count * l->elemSize;
     int err = 0, withdrawn = at == 0;
     *gone = 0;
@@ -253,8 +254,8 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
         /* Not the address: withdrawOffers may be writing it (it was read above). */
         memcpy((char *)&o + sizeof(o.addr), in + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
         o.addr = at;
-        memPeerSeen(l->comm, s->recvPeer, o.memGen);
-        const char *view = memPeerView(l->comm, s->recvPeer, &o, bytes, 0);
+        memPeerSeen(l->comm, from, o.memGen);
+        const char *view = memPeerView(l->comm, from, &o, bytes, 0);
         if (view)
             reduceCopyStream(dst, view, bytes);
         else
@@ -272,15 +273,15 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
         return loomSetError(loomRemoteError,
                             "rank %d (pid %d on %s) left the call on an error (its own, a "
                             "peer's or an abort) while rank %d read its buffer",
-                            s->recvPeer, (int)peer->pid, peer->hostname, l->comm->rank);
-    if (err == ESRCH || peerGone(l->comm, s->recvPeer)) {
+                            from, (int)peer->pid, peer->hostname, l->comm->rank);
+    if (err == ESRCH || peerGone(l->comm, from)) {
         *gone = 1; /* exiting, or gone */
         return loomSuccess;
     }
     return loomSetError(loomRemoteError,
                         "rank %d could not read the buffer of rank %d (pid %d on %s) with "
                         "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                        l->comm->rank, s->recvPeer, (int)peer->pid, peer->hostname, strerror(err));
+                        l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -292,50 +293,49 @@ static inline void connectorPublished(struct loomConnector *c)
         bellRing(c->peerBell);
 }
 
-static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s)
+static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
 {
-    return loomSetError(
-        loomInvalidUsage,
-        "rank %d received %s from rank %d where it expected %s: the ranks chose "
-        "different algorithms for one call, or called different operations "
-        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
-        "kind of memory, and calls must match in order, count and datatype)",
-        lane->comm->rank, s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)",
-        s->recvPeer, s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %s from rank %d where it expected %s: the ranks chose "
+                        "different algorithms for one call, or called different operations "
+                        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
+                        "kind of memory, and calls must match in order, count and datatype)",
+                        lane->comm->rank,
+                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)", from,
+                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
 }
 
-static loomResult_t kindMismatch(const struct loomLane *lane, const struct loomStep *s)
+static loomResult_t kindMismatch(const struct loomLane *lane, int from)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received CUDA device memory from rank %d where it passed host "
                         "buffers: every rank must pass the same kind of memory to one call",
-                        lane->comm->rank, s->recvPeer);
+                        lane->comm->rank, from);
 }
 
-static loomResult_t protoMismatch(const struct loomLane *lane, const struct loomStep *s,
-                                  uint64_t got)
+static loomResult_t protoMismatch(const struct loomLane *lane, int from, uint64_t got)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received %s message from rank %d where it expected %s one: the "
                         "ranks chose different protocols (LOOM_PROTO and LOOM_EXECUTOR must be "
                         "equal on every rank)",
-                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", s->recvPeer,
+                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", from,
                         (got & LOOM_FIFO_LL) ? "a Simple" : "an LL");
 }
 
-loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, uint64_t got,
-                                 int device)
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
+                                 uint64_t got, int device)
 {
     size_t want = s->count * l->elemSize;
     /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
     if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL))
-        return pathMismatch(l, s);
+        return pathMismatch(l, s, from);
     if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
-        return protoMismatch(l, s, got);
+        return protoMismatch(l, from, got);
     if ((got & ~LOOM_FIFO_FLAGS) != want)
-        return sizeMismatch(l, s, got & ~LOOM_FIFO_FLAGS, want);
+        return sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, want);
     if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
-        return kindMismatch(l, s);
+        return kindMismatch(l, from);
     return loomSuccess;
 }
 
@@ -346,18 +346,33 @@ static char *slotAt(const struct loomConnector *c, int device)
     return base + (c->pos % LOOM_STEPS) * c->slotBytes;
 }
 
-/* Makes a step's effect visible: bumps the counters (host lanes publish them at once). */
-static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector *sc, uint64_t bytes)
+/* The connectors of one ready step and their slots: one per receive peer, one per send peer. */
+struct stepLinks {
+    struct loomConnector *rc[LOOM_STEP_MAXPEERS], *sc[LOOM_STEP_MAXPEERS];
+    const char *in[LOOM_STEP_MAXPEERS];
+    char *out[LOOM_STEP_MAXPEERS];
+};
+
+/*
+ * Makes a step's effect visible: bumps the counters (host lanes publish them
+ * at once). `bytes` is the message's size word; a FIFO with device slots
+ * flags it as there on a device lane.
+ */
+static void stepPublish(int dev, const struct loomStep *s, const struct stepLinks *k,
+                        uint64_t bytes)
 {
-    if (sc) {
-        sc->fifo->bytes[sc->pos % LOOM_STEPS] = bytes;
+    for (int j = 0; j < s->nsend; j++) {
+        struct loomConnector *sc = k->sc[j];
+        sc->fifo->bytes[sc->pos % LOOM_STEPS] =
+            bytes | (dev && sc->devSlots ? LOOM_FIFO_DEVICE_DATA : 0);
         sc->pos++;
         if (!dev) {
             atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
             connectorPublished(sc);
         }
     }
-    if (rc) {
+    for (int j = 0; j < s->nrecv; j++) {
+        struct loomConnector *rc = k->rc[j];
         if (rc->ll && LOOM_LL_WRAPS(rc->pos, LOOM_LL_MOD)) /* see fifo.h */
             memset(rc->ll + (rc->pos % LOOM_STEPS) * LOOM_LL_LINES, 0,
                    LOOM_LL_LINES * sizeof(uint64_t));
@@ -367,6 +382,51 @@ static void stepPublish(int dev, struct loomConnector *rc, struct loomConnector 
             connectorPublished(rc);
         }
     }
+}
+
+/* Whether lane i may use the connector to or from peer now: lanes sharing one take turns. */
+static inline int laneOwns(const struct loomLane *l, int shared, int i, int dir, int peer)
+{
+    return !shared || l->comm->owner[ownerIndex(l->comm, dir, l->channel, peer)] == i;
+}
+
+/*
+ * Whether step s of lane i can run: every message it receives has arrived
+ * (and is what it expects) and every FIFO it sends to has a free slot.
+ * 1 with k filled, 0 to wait, -1 on an error in *err.
+ */
+static int stepReady(struct loomLane *l, int i, int shared, int dev, const struct loomStep *s,
+                     struct stepLinks *k, loomResult_t *err)
+{
+    struct loomChannel *ch = &l->comm->channels[l->channel];
+    for (int j = 0; j < s->nrecv; j++) {
+        int from = s->recvPeers[j];
+        struct loomConnector *rc = &ch->recv[from];
+        if (!laneOwns(l, shared, i, 1, from) ||
+            atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+            return 0;
+        uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
+        int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
+        *err = execMessageMismatch(l, s, from, got, dev && rc->devSlots != NULL);
+        if (*err != loomSuccess)
+            return -1;
+        k->rc[j] = rc;
+        k->in[j] = slotAt(rc, onDevice);
+    }
+    for (int j = 0; j < s->nsend; j++) {
+        int to = s->sendPeers[j];
+        struct loomConnector *sc = &ch->send[to];
+        if (!laneOwns(l, shared, i, 0, to) ||
+            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
+            return 0;
+        if (s->op == LOOM_STEP_OFFER && sc->progress) { /* cmaOk needs every link on shm */
+            *err = loomSetError(loomInternalError, "a single-copy offer on a network link");
+            return -1;
+        }
+        k->sc[j] = sc;
+        k->out[j] = slotAt(sc, dev);
+    }
+    return 1;
 }
 
 /* Moves the lane on to its next step. */
@@ -387,68 +447,43 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 
     while (l->more && !(dev && cudaExecFull(gpu))) {
         const struct loomStep *s = &l->step;
-        struct loomConnector *rc = NULL, *sc = NULL;
-        const char *in = NULL;
-        char *out = NULL;
+        struct stepLinks k;
         size_t bytes = s->count * l->elemSize;
-        uint64_t sent = s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes;
 
         if (s->op == LOOM_STEP_DRAIN) {
             /* Done when the peer has taken every message: it read what was offered. */
-            sc = &ch->send[s->sendPeer];
-            if (shared && l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)] != i)
-                break;
-            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
+            struct loomConnector *sc = &ch->send[s->sendPeers[0]];
+            if (!laneOwns(l, shared, i, 0, s->sendPeers[0]) ||
+                atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
                 break;
             laneNext(l);
             done++;
             continue;
         }
-        if (s->recvPeer >= 0) {
-            rc = &ch->recv[s->recvPeer];
-            if (shared && l->comm->owner[ownerIndex(l->comm, 1, l->channel, s->recvPeer)] != i)
-                break;
-            if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
-                break;
-            uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
-            int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
-            if ((*err = execMessageMismatch(l, s, got, dev && rc->devSlots != NULL)) != loomSuccess)
-                return -1;
-            in = slotAt(rc, onDevice);
-        }
-        if (s->sendPeer >= 0) {
-            sc = &ch->send[s->sendPeer];
-            if (shared && l->comm->owner[ownerIndex(l->comm, 0, l->channel, s->sendPeer)] != i)
-                break;
-            if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
-                break;
-            out = slotAt(sc, dev);
-            if (s->op == LOOM_STEP_OFFER && sc->progress) { /* cmaOk needs every link on shm */
-                *err = loomSetError(loomInternalError, "a single-copy offer on a network link");
-                return -1;
-            }
-            if (dev && sc->devSlots)
-                sent |= LOOM_FIFO_DEVICE_DATA;
-        }
+        int ready = stepReady(l, i, shared, dev, s, &k, err);
+        if (ready < 0)
+            return -1;
+        if (ready == 0)
+            break;
         if (dev && (loomStepUses(s->op) &
                     LOOM_USES_SLOTLESS)) { /* the tuner never picks single copies there */
             *err = loomSetError(loomInternalError, "a single-copy step in a device plan");
             return -1;
         }
         if (dev) {
-            *err = cudaExecStep(gpu, l, s, in, out, rc, sc);
+            *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
         } else if (s->op == LOOM_STEP_PULL) {
             int gone;
-            if ((*err = stepPull(l, s, in, &gone)) != loomSuccess)
+            if ((*err = stepPull(l, s, k.in[0], &gone)) != loomSuccess)
                 return -1;
             if (gone)
                 break;
         } else {
-            stepCompute(l, s, in, out);
+            stepCompute(l, s, k.in, k.out);
         }
-        stepPublish(dev, rc, sc, sent);
+        stepPublish(dev, s, &k, s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes);
         laneNext(l);
         done++;
     }
@@ -518,23 +553,25 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
-    if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeer))
-        return s->recvPeer; /* its offer came, its memory went */
-    if (s->recvPeer >= 0) {
-        const struct loomConnector *rc = &ch->recv[s->recvPeer];
+    if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeers[0]))
+        return s->recvPeers[0]; /* its offer came, its memory went */
+    for (int j = 0; j < s->nrecv; j++) {
+        int p = s->recvPeers[j];
+        const struct loomConnector *rc = &ch->recv[p];
         if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos &&
-            peerGone(l->comm, s->recvPeer) &&
+            peerGone(l->comm, p) &&
             atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
-            return s->recvPeer;
+            return p;
     }
-    if (s->sendPeer >= 0) {
-        /* A send waits for a free slot, a DRAIN for every slot to be taken. */
-        uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
-        const struct loomConnector *sc = &ch->send[s->sendPeer];
+    /* A send waits for a free slot, a DRAIN for every slot to be taken. */
+    uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
+    for (int j = 0; j < s->nsend; j++) {
+        int p = s->sendPeers[j];
+        const struct loomConnector *sc = &ch->send[p];
         if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos &&
-            peerGone(l->comm, s->sendPeer) &&
+            peerGone(l->comm, p) &&
             atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos)
-            return s->sendPeer;
+            return p;
     }
     return -1;
 }
@@ -566,20 +603,31 @@ static void describeStopped(const struct loomComm *comm, char *buf, size_t len)
     }
 }
 
+/* "what rank 3" or "what ranks 3, 5, 6" into buf (empty for n 0). */
+static void peerList(char *buf, size_t len, const char *what, const int32_t *peers, int n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < n && used + 1 < len; j++) {
+        int k = j == 0 ? snprintf(buf, len, "%s rank%s %d", what, n > 1 ? "s" : "", peers[0])
+                       : snprintf(buf + used, len - used, ", %d", peers[j]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+}
+
 static loomResult_t timedOut(const struct loomLane *b)
 {
     const struct loomStep *s = &b->step;
-    char stopped[192], from[32] = "", to[32] = "";
+    char stopped[192], from[48] = "", to[48] = "";
     describeStopped(b->comm, stopped, sizeof(stopped));
-    if (s->recvPeer >= 0)
-        snprintf(from, sizeof(from), "receive from rank %d", s->recvPeer);
-    if (s->sendPeer >= 0)
-        snprintf(to, sizeof(to), "%s%s rank %d", from[0] ? ", " : "",
-                 s->op == LOOM_STEP_DRAIN ? "reads by" : "send to", s->sendPeer);
+    peerList(from, sizeof(from), "receive from", s->recvPeers, s->nrecv);
+    peerList(to, sizeof(to), s->op == LOOM_STEP_DRAIN ? "reads by" : "send to", s->sendPeers,
+             s->nsend);
     return loomSetError(loomTimeout,
                         "rank %d made no progress for %d s (LOOM_TIMEOUT) waiting on step %zu "
-                        "(%s%s)%s; a peer is stopped, hung or called a different operation",
-                        b->comm->rank, b->comm->timeoutSec, b->cur, from, to, stopped);
+                        "(%s%s%s)%s; a peer is stopped, hung or called a different operation",
+                        b->comm->rank, b->comm->timeoutSec, b->cur, from,
+                        from[0] && to[0] ? ", " : "", to, stopped);
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
@@ -710,15 +758,13 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
             continue;
         const struct loomStep *s = &l->step;
         struct loomChannel *ch = &l->comm->channels[l->channel];
-        struct loomConnector *rc = s->recvPeer >= 0 ? &ch->recv[s->recvPeer] : NULL;
-        struct loomConnector *sc = s->sendPeer >= 0 ? &ch->send[s->sendPeer] : NULL;
-        if (rc && rc->progress) {
-            rc->progress(rc->progressCtx);
-            any = 1;
-        }
-        if (sc && sc->progress) {
-            sc->progress(sc->progressCtx);
-            any = 1;
+        for (int j = 0; j < s->nrecv + s->nsend; j++) {
+            struct loomConnector *c =
+                j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
+            if (c->progress) {
+                c->progress(c->progressCtx);
+                any = 1;
+            }
         }
     }
     return any;

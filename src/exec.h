@@ -78,11 +78,11 @@ void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t err, int po
 loomResult_t execPrepare(struct loomLane *lanes, int nlanes);
 /*
  * loomSuccess when the size word `got` of the message lane l's step s takes
- * is the one s expects (device: the lane may take device data), else the
- * error that says how the ranks disagree, recorded.
+ * from peer `from` is the one s expects (device: the lane may take device
+ * data), else the error that says how the ranks disagree, recorded.
  */
-loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, uint64_t got,
-                                 int device);
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
+                                 uint64_t got, int device);
 
 /* Sleeps on the futex at addr while it holds val, ns at most; the syscall's result. */
 long execFutexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns);

@@ -115,7 +115,7 @@ struct kexecBlock {
     loomResult_t err;
     int heard;
     char why[512];
-    char stage[2 * LOOM_LL_BYTES];
+    char stage[LOOM_DEV_STAGE_BYTES];
 };
 
 struct kexecRunState {
@@ -558,7 +558,7 @@ static loomResult_t runError(int *post)
         const struct loomLane *l = &k->lanes[d->errLane];
         const struct loomStep *s = &d->lanes[d->errLane].step;
         if (d->status == LOOM_DEV_MISMATCH) {
-            loomResult_t res = execMessageMismatch(l, s, d->errGot, 0);
+            loomResult_t res = execMessageMismatch(l, s, d->errPeer, d->errGot, 0);
             if (res != loomSuccess)
                 return res;
         }

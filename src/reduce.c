@@ -668,6 +668,35 @@ void reduceApplyFinal(void *dst, const void *a, const void *b, size_t count, loo
 }
 
 /*
+ * Tiles of a fan-in: small enough that the partial result stays in the
+ * first-level cache between one input and the next (4 inputs and the
+ * result of one tile fit in 32 KiB).
+ */
+#define REDUCE_TILE_BYTES 4096
+
+void reduceApplyMany(void *dst, const void *b, const void *const *in, int nin, size_t count,
+                     loomDataType_t dt, loomRedOp_t op, int nranks, int final)
+{
+    if (count == 0 || nin < 1 || !typeValid(dt) || !opValid(op))
+        return;
+    int divide = final && op == loomAvg && nranks > 1;
+    size_t es = typeInfo[dt].size, tile = REDUCE_TILE_BYTES / es;
+    for (size_t at = 0; at < count; at += tile) {
+        size_t n = count - at < tile ? count - at : tile, off = at * es;
+        char *d = (char *)dst + off;
+        const char *acc = (const char *)b + off;
+        for (int k = 0; k < nin; k++) {
+            const char *x = (const char *)in[k] + off;
+            if (k == nin - 1 && divide)
+                kernelTable[dt].sumDiv(d, x, acc, n, nranks);
+            else
+                kernelTable[dt].op[op](d, x, acc, n, 1);
+            acc = d;
+        }
+    }
+}
+
+/*
  * glibc's memcpy already switches to non-temporal stores past a fraction of
  * the last-level cache, and executor chunks (one FIFO slot) are far below
  * that, so a hand-written streaming copy would gain nothing.

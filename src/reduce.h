@@ -37,6 +37,15 @@ void reducePostOp(void *buf, size_t count, loomDataType_t dt, loomRedOp_t op, in
  */
 void reduceApplyFinal(void *dst, const void *a, const void *b, size_t count, loomDataType_t dt,
                       loomRedOp_t op, int nranks);
+/*
+ * A fan-in: dst = (((b (+) in[0]) (+) in[1]) ... (+) in[nin - 1]), post-processed
+ * (reducePostOp) when `final`, for nin >= 1 inputs, in one pass over
+ * memory: the elements are combined a cache-sized tile at a time, so each
+ * input is read once and dst written once. Same bits as the chain of
+ * reduceApply calls in that order (each in[k] as `a`). dst may equal b.
+ */
+void reduceApplyMany(void *dst, const void *b, const void *const *in, int nin, size_t count,
+                     loomDataType_t dt, loomRedOp_t op, int nranks, int final);
 /* memcpy tuned for large chunks; src and dst do not overlap. */
 void reduceCopy(void *dst, const void *src, size_t bytes);
 /* The same, with non-temporal stores from REDUCE_STREAM_BYTES on (large copies to user buffers). */

@@ -809,9 +809,6 @@ static void tableFill(struct loomTunerState *st, loomColl_t coll, int device)
     struct loomTuneShape shape = st->shape;
     shape.cmaOk = shape.cmaOk && !device;
     uint32_t allowed = tunerDefaultAllowed(&shape, coll);
-    /* A device plan has no device scratch for a tree Reduce's partial sums. */
-    if (device && coll == LOOM_COLL_REDUCE)
-        allowed &= ~ALGO_BIT(LOOM_ALGO_TREE);
     if (allowed == 0)
         allowed = ALGO_BIT(LOOM_ALGO_RING);
     for (int k = 0; k < LOOM_TUNE_CLASSES; k++) {

@@ -172,7 +172,7 @@ struct loomComm {
     } memo;
     /* Lane ownership of connectors inside one plan (exec.c). */
     int *owner; /* [2 * nChannels * nranks] */
-    /* Per-plan scratch: in-place AlltoAll staging, tree Reduce partial sums. */
+    /* Per-plan scratch: in-place AlltoAll staging. */
     void *scratch;
     size_t scratchBytes;
     size_t scratchTaken;          /* bytes handed out to the plan being built */

@@ -58,14 +58,14 @@ void cudaKernelsPreload(void *ctx);
 /* 1 if no more steps can be issued until some finish. */
 int cudaExecFull(const struct cudaExec *ex);
 /*
- * Issues step s of lane l on the GPU: `in` is the received slot (NULL if
- * none), `out` the slot to send into (NULL if none). The connectors'
- * counters are published when the work has finished (cudaExecRetire), sc
- * for the sent slot and rc for the consumed one, either may be NULL.
+ * Issues step s of lane l on the GPU: in[0 .. s->nrecv) are the received
+ * slots, out[0 .. s->nsend) the slots to send into. The connectors'
+ * counters are published when the work has finished (cudaExecRetire):
+ * sc[j] for the slot sent into, rc[j] for the slot consumed.
  */
 loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,
-                          const char *in, char *out, struct loomConnector *rc,
-                          struct loomConnector *sc);
+                          const char *const *in, char *const *out, struct loomConnector *const *rc,
+                          struct loomConnector *const *sc);
 /* Publishes the counters of every step the GPU has finished; returns how many, -1 on error. */
 long cudaExecRetire(struct cudaExec *ex, loomResult_t *err);
 /* Steps issued and not yet retired. */

@@ -197,8 +197,9 @@ loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t 
 /* A step in flight: the counters to publish once its event has completed. */
 struct cudaRecord {
     cuEvent_t event;
-    struct loomConnector *sc, *rc;
-    uint64_t sendPos, recvPos;
+    int nsend, nrecv;
+    struct loomConnector *sc[LOOM_STEP_MAXPEERS], *rc[LOOM_STEP_MAXPEERS];
+    uint64_t sendPos[LOOM_STEP_MAXPEERS], recvPos[LOOM_STEP_MAXPEERS];
 };
 
 struct cudaExec {
@@ -547,27 +548,40 @@ static loomResult_t reduceAsync(struct cudaExec *ex, const struct loomLane *l, v
     return r == CUL_SUCCESS ? loomSuccess : cudaLibError(ex->lib, r, "launching a reduction");
 }
 
-/* The device work of one step, as the op table (schedule.h) declares it: stepCompute of exec.c. */
+/*
+ * The device work of one step, as the op table (schedule.h) declares it:
+ * stepCompute of exec.c. A fan-in is a chain of reductions into the step's
+ * output, in the host's order (the same bits); a fan-out copies the values
+ * to the slots the first kernel did not write.
+ */
 static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
-                              const struct loomStep *s, const char *in, char *out)
+                              const struct loomStep *s, const char *const *in, char *const *out)
 {
     size_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
-    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
     int final = (s->flags & LOOM_STEP_FINAL) != 0;
     unsigned uses = loomStepUses(s->op);
+    char *dst = (uses & LOOM_USES_DST) ? l->bufs[s->dstBuf] + s->dstOff * es : NULL;
+    int copied = 0; /* outgoing slots already written */
 
     if (uses == 0 || (uses & LOOM_USES_SLOTLESS))
         return loomSetError(loomInternalError, "step operation %d on the GPU", s->op);
     if (uses & LOOM_USES_REDUCE) {
-        if (uses & LOOM_USES_DST)
-            return reduceAsync(ex, l, dst, out, in, src, s->count, final);
-        return reduceAsync(ex, l, out, NULL, in, src, s->count, final);
+        char *to = dst ? dst : out[0];
+        const char *acc = src;
+        for (int k = 0; k + 1 < s->nrecv; k++, acc = to)
+            LOOMCHECK(reduceAsync(ex, l, to, NULL, in[k], acc, s->count, 0));
+        char *also = dst && s->nsend > 0 ? out[0] : NULL;
+        LOOMCHECK(reduceAsync(ex, l, to, also, in[s->nrecv - 1], acc, s->count, final));
+        copied = dst ? (also != NULL) : 1;
+        for (int k = copied; k < s->nsend; k++)
+            LOOMCHECK(copyAsync(ex, out[k], to, bytes));
+        return loomSuccess;
     }
-    const char *from = (uses & LOOM_USES_RECV) ? in : src;
-    if (out)
-        LOOMCHECK(copyAsync(ex, out, from, bytes));
-    if (!(uses & LOOM_USES_DST))
+    const char *from = (uses & LOOM_USES_RECV) ? in[0] : src;
+    for (int k = 0; k < s->nsend; k++)
+        LOOMCHECK(copyAsync(ex, out[k], from, bytes));
+    if (dst == NULL)
         return loomSuccess;
     if (final && l->op == loomAvg)
         return reduceAsync(ex, l, dst, NULL, from, NULL, s->count, 1);
@@ -575,20 +589,26 @@ static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
 }
 
 loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,
-                          const char *in, char *out, struct loomConnector *rc,
-                          struct loomConnector *sc)
+                          const char *const *in, char *const *out, struct loomConnector *const *rc,
+                          struct loomConnector *const *sc)
 {
     LOOMCHECK(stepIssue(ex, l, s, in, out));
-    if (rc == NULL && sc == NULL)
+    if (s->nrecv == 0 && s->nsend == 0)
         return loomSuccess; /* nothing to publish: cudaPlanEnd waits for it */
     struct cudaRecord *rec = &ex->rec[ex->tail % CUDA_EXEC_RING];
     cuResult_t r = ex->lib->eventRecord(rec->event, ex->stream);
     if (r != CUL_SUCCESS)
         return cudaLibError(ex->lib, r, "cuEventRecord after a chunk");
-    rec->sc = sc;
-    rec->sendPos = sc ? sc->pos + 1 : 0;
-    rec->rc = rc;
-    rec->recvPos = rc ? rc->pos + 1 : 0;
+    rec->nsend = s->nsend;
+    rec->nrecv = s->nrecv;
+    for (int j = 0; j < s->nsend; j++) {
+        rec->sc[j] = sc[j];
+        rec->sendPos[j] = sc[j]->pos + 1;
+    }
+    for (int j = 0; j < s->nrecv; j++) {
+        rec->rc[j] = rc[j];
+        rec->recvPos[j] = rc[j]->pos + 1;
+    }
     ex->tail++;
     return loomSuccess;
 }
@@ -605,13 +625,13 @@ long cudaExecRetire(struct cudaExec *ex, loomResult_t *err)
             *err = cudaLibError(ex->lib, r, "a chunk's work on the GPU");
             return -1;
         }
-        if (rec->sc) {
-            atomic_store_explicit(&rec->sc->fifo->tail, rec->sendPos, memory_order_release);
-            bellRing(rec->sc->peerBell);
+        for (int j = 0; j < rec->nsend; j++) {
+            atomic_store_explicit(&rec->sc[j]->fifo->tail, rec->sendPos[j], memory_order_release);
+            bellRing(rec->sc[j]->peerBell);
         }
-        if (rec->rc) {
-            atomic_store_explicit(&rec->rc->fifo->head, rec->recvPos, memory_order_release);
-            bellRing(rec->rc->peerBell);
+        for (int j = 0; j < rec->nrecv; j++) {
+            atomic_store_explicit(&rec->rc[j]->fifo->head, rec->recvPos[j], memory_order_release);
+            bellRing(rec->rc[j]->peerBell);
         }
         ex->head++;
         n++;

@@ -5,17 +5,25 @@
  * group: each lane is a plan (schedule.h) over the FIFOs of its channel. The
  * block's threads take each step together:
  *
- *   thread 0: pick a lane whose next step can run: its receive FIFO holds a
- *             message (Simple: tail > pos; LL: the first line carries the
- *             message's flag) and its send FIFO has a free slot
- *             (head + LOOM_STEPS > pos); spin and back off (portIdle) while
- *             none can, and stop when the abort flag is raised
+ *   thread 0: pick a lane whose next step can run: each of its receive
+ *             FIFOs holds a message (Simple: tail > pos; LL: the first line
+ *             carries the message's flag) and each of its send FIFOs has a
+ *             free slot (head + LOOM_STEPS > pos); spin and back off
+ *             (portIdle) while none can, and stop when the abort flag is
+ *             raised
  *   barrier
  *   all:      copy or reduce the step's elements, each thread its pieces
  *             (LL: lines read into, and written from, a staging area)
  *   barrier
- *   thread 0: publish: the size word, then tail (sender) / head (receiver),
- *             release, and tell the other end (portNotify)
+ *   thread 0: publish: the size words, then tail (sender) / head (receiver),
+ *             release, and tell the other ends (portNotify)
+ *
+ * A fan-in step (nrecv = k > 1, schedule.h) reduces its k messages and the
+ * local input in one pass, in the host executor's order (reduceApplyMany:
+ * ((src (+) m0) (+) m1) (+) m2, so the bits agree); a fan-out step (nsend =
+ * k) stores the same values to every outgoing slot in that pass. Over LL,
+ * each received message has a staging area of its own, and the one
+ * outgoing message is staged once and written as lines to each send peer.
  *
  * What a step reads, reduces, writes and sends comes from the op table
  * (loomStepUses), not from a case per op, so a new op costs a row there.
@@ -57,6 +65,11 @@ struct loomDevConn {
     void *bell;    /* the other end's doorbell (host), or NULL */
 };
 
+/* Outputs of one step at most: dst and every send peer. */
+#define LOOM_DEV_OUTS (LOOM_STEP_MAXPEERS + 1)
+/* The staging area of a block: one LL message per receive peer, then the one to send. */
+#define LOOM_DEV_STAGE_BYTES ((LOOM_STEP_MAXPEERS + 1) * LOOM_LL_BYTES)
+
 /* One lane: a plan on one operation's buffers. */
 struct loomDevLane {
     const struct loomPlanStep *steps;
@@ -88,59 +101,71 @@ struct loomDevBlock {
     int32_t *abort; /* raised (non-zero) by the watchdog: stop */
     uint64_t llMod; /* LL flag modulus: LOOM_LL_MOD, or smaller in tests */
     void *host;     /* the host executor's context for portIdle */
-    char *stage;    /* 2 x LOOM_LL_BYTES: an LL message received, an LL message to send */
+    char *stage;    /* LOOM_DEV_STAGE_BYTES: LL messages received, the LL message to send */
     /* Thread 0 writes these before a barrier; all read them after it. */
     int32_t sel; /* lane whose step runs, or -1: finished, -2: stopped (status) */
     int32_t status;
-    const char *in;
-    char *out;
+    const char *in[LOOM_STEP_MAXPEERS]; /* the step's messages, one per receive peer */
+    char *out[LOOM_STEP_MAXPEERS];      /* its outgoing slots, one per send peer (LL: one stage) */
     int32_t errLane;
+    int32_t errPeer; /* the peer whose message did not match (LOOM_DEV_MISMATCH) */
     uint64_t errGot;
 };
 
-/* ---- arithmetic: out0 = post(a (op) b), out1 = out0 too, over count elements ---- */
-
+/*
+ * ---- arithmetic ----
+ *
+ * Every output o[0 .. no) = post(a[na-1] (op) ... (op) (a[0] (op) b)) over
+ * count elements, in one pass: each input read once, each output written
+ * once. Without b, the chain starts from a[0]. The operands go in the
+ * order reduce.c takes them (the message first, the running value second).
+ */
 #define LOOM_DEV_KERNEL(fname, T, COMBINE, POST)                                                   \
-    static inline LOOM_HOSTDEV void fname(char *o0, char *o1, const char *a, const char *b,        \
-                                          uint64_t count, int post, int nranks)                    \
+    static inline LOOM_HOSTDEV void fname(char *const *o, int no, const char *const *a, int na,    \
+                                          const char *b, uint64_t count, int post, int nranks)     \
     {                                                                                              \
         enum { PER = 16 / sizeof(T) };                                                             \
         uint64_t i = 0;                                                                            \
+        uintptr_t at = (uintptr_t)b;                                                               \
+        const char *first = b ? b : a[0];                                                          \
+        int k0 = b ? 0 : 1;                                                                        \
         (void)nranks;                                                                              \
-        if ((((uintptr_t)o0 | (uintptr_t)o1 | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {           \
+        for (int k = 0; k < na; k++)                                                               \
+            at |= (uintptr_t)a[k];                                                                 \
+        for (int m = 0; m < no; m++)                                                               \
+            at |= (uintptr_t)o[m];                                                                 \
+        if ((at & 15) == 0) {                                                                      \
             for (; i + PER <= count; i += PER) {                                                   \
                 T x[PER];                                                                          \
-                struct loomPack v = portLoadPack(a + i * sizeof(T));                               \
+                struct loomPack v = portLoadPack(first + i * sizeof(T));                           \
                 memcpy(x, &v, sizeof(v));                                                          \
-                if (b) {                                                                           \
+                for (int k = k0; k < na; k++) {                                                    \
                     T y[PER];                                                                      \
-                    v = portLoadPack(b + i * sizeof(T));                                           \
+                    v = portLoadPack(a[k] + i * sizeof(T));                                        \
                     memcpy(y, &v, sizeof(v));                                                      \
                     for (int j = 0; j < PER; j++)                                                  \
-                        x[j] = COMBINE(x[j], y[j]);                                                \
+                        x[j] = COMBINE(y[j], x[j]);                                                \
                 }                                                                                  \
                 if (post)                                                                          \
                     for (int j = 0; j < PER; j++)                                                  \
                         x[j] = POST(x[j]);                                                         \
                 memcpy(&v, x, sizeof(v));                                                          \
-                portStorePack(o0 + i * sizeof(T), v);                                              \
-                if (o1)                                                                            \
-                    portStorePack(o1 + i * sizeof(T), v);                                          \
+                for (int m = 0; m < no; m++)                                                       \
+                    portStorePack(o[m] + i * sizeof(T), v);                                        \
             }                                                                                      \
         }                                                                                          \
         for (; i < count; i++) {                                                                   \
             T x;                                                                                   \
-            memcpy(&x, a + i * sizeof(T), sizeof(T));                                              \
-            if (b) {                                                                               \
+            memcpy(&x, first + i * sizeof(T), sizeof(T));                                          \
+            for (int k = k0; k < na; k++) {                                                        \
                 T y;                                                                               \
-                memcpy(&y, b + i * sizeof(T), sizeof(T));                                          \
-                x = COMBINE(x, y);                                                                 \
+                memcpy(&y, a[k] + i * sizeof(T), sizeof(T));                                       \
+                x = COMBINE(y, x);                                                                 \
             }                                                                                      \
             if (post)                                                                              \
                 x = POST(x);                                                                       \
-            memcpy(o0 + i * sizeof(T), &x, sizeof(T));                                             \
-            if (o1)                                                                                \
-                memcpy(o1 + i * sizeof(T), &x, sizeof(T));                                         \
+            for (int m = 0; m < no; m++)                                                           \
+                memcpy(o[m] + i * sizeof(T), &x, sizeof(T));                                       \
         }                                                                                          \
     }
 
@@ -204,21 +229,23 @@ LOOM_DEV_FLOAT(f64, double)
 LOOM_DEV_HALF(f16)
 LOOM_DEV_HALF(bf16)
 
-typedef void (*loomDevKernel_t)(char *o0, char *o1, const char *a, const char *b, uint64_t count,
-                                int post, int nranks);
+typedef void (*loomDevKernel_t)(char *const *o, int no, const char *const *a, int na, const char *b,
+                                uint64_t count, int post, int nranks);
 
 /*
- * out0 = post(a (op) b) for every datatype and operation (b NULL: post(a)); post
- * is the division of a finished Avg. loomAvg reduces as a sum.
+ * Every o[m] = post(a[na-1] (op) ... (op) (a[0] (op) b)) for every datatype
+ * and operation (b NULL: the chain starts from a[0]; na 1 and no b: post(a[0]));
+ * post is the division of a finished Avg. loomAvg reduces as a sum.
  */
-static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *o0, char *o1, const char *a,
-                                              const char *b, uint64_t count, int post, int nranks)
+static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *const *o, int no,
+                                              const char *const *a, int na, const char *b,
+                                              uint64_t count, int post, int nranks)
 {
     int k = op == loomProd ? 1 : op == loomMax ? 2 : op == loomMin ? 3 : 0;
 #define LOOM_DEV_CASE(E, name)                                                                     \
     case E: {                                                                                      \
         loomDevKernel_t f[4] = {name##Sum, name##Prod, name##Max, name##Min};                      \
-        f[k](o0, o1, a, b, count, post, nranks);                                                   \
+        f[k](o, no, a, na, b, count, post, nranks);                                                \
         break;                                                                                     \
     }
     switch (dt) {
@@ -239,24 +266,29 @@ static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *o0, char *o1
 }
 
 /*
- * This thread's share of out0 = post(a (op) b) (reduce) or out0 = post(a)
- * and out1 = out0 (copy), over count elements: pieces of LOOM_PORT_PIECE
- * bytes, thread t taking pieces t, t + T, ...
+ * This thread's share of loomDevReduce over count elements (a plain copy of
+ * a[0] to every output when there is nothing to combine or divide): pieces
+ * of LOOM_PORT_PIECE bytes, thread t taking pieces t, t + T, ...
  */
 static inline LOOM_HOSTDEV void loomDevApply(const struct loomPortThread *t,
-                                             const struct loomDevLane *l, char *o0, char *o1,
-                                             const char *a, const char *b, uint64_t count, int post)
+                                             const struct loomDevLane *l, char *const *o, int no,
+                                             const char *const *a, int na, const char *b,
+                                             uint64_t count, int post)
 {
     uint64_t es = l->elemSize, per = LOOM_PORT_PIECE / es;
     for (uint64_t e = (uint64_t)t->tid * per; e < count; e += (uint64_t)t->nthreads * per) {
         uint64_t n = count - e < per ? count - e : per, off = e * es;
-        if (b == NULL && !post) {
-            portCopy(o0 + off, a + off, n * es);
-            if (o1)
-                portCopy(o1 + off, a + off, n * es);
+        char *oo[LOOM_DEV_OUTS];
+        const char *aa[LOOM_STEP_MAXPEERS];
+        for (int m = 0; m < no; m++)
+            oo[m] = o[m] + off;
+        for (int k = 0; k < na; k++)
+            aa[k] = a[k] + off;
+        if (na == 1 && b == NULL && !post) {
+            for (int m = 0; m < no; m++)
+                portCopy(oo[m], aa[0], n * es);
         } else {
-            loomDevReduce(l->dt, l->op, o0 + off, o1 ? o1 + off : NULL, a + off, b ? b + off : NULL,
-                          n, post, l->nranks);
+            loomDevReduce(l->dt, l->op, oo, no, aa, na, b ? b + off : NULL, n, post, l->nranks);
         }
     }
 }
@@ -337,9 +369,13 @@ static inline LOOM_HOSTDEV void loomDevClearLines(const struct loomPortThread *t
 
 static inline LOOM_HOSTDEV int loomDevLaneUses(const struct loomDevLane *l, int dir, int peer)
 {
-    for (uint32_t k = 0; k < l->nsteps; k++)
-        if ((dir ? l->steps[k].recvPeer : l->steps[k].sendPeer) == peer)
-            return 1;
+    for (uint32_t k = 0; k < l->nsteps; k++) {
+        const struct loomPlanStep *s = &l->steps[k];
+        int n = dir ? s->nrecv : s->nsend;
+        for (int j = 0; j < n; j++)
+            if ((dir ? s->recvPeers[j] : s->sendPeers[j]) == peer)
+                return 1;
+    }
     return 0;
 }
 
@@ -352,10 +388,12 @@ static inline LOOM_HOSTDEV void loomDevOwnersClaim(struct loomDevBlock *b)
         const struct loomDevLane *l = &b->lanes[i];
         for (uint32_t k = 0; k < l->nsteps; k++) {
             const struct loomPlanStep *s = &l->steps[k];
-            if (s->sendPeer >= 0 && b->owner[s->sendPeer] < 0)
-                b->owner[s->sendPeer] = (int32_t)i;
-            if (s->recvPeer >= 0 && b->owner[n + s->recvPeer] < 0)
-                b->owner[n + s->recvPeer] = (int32_t)i;
+            for (int j = 0; j < s->nsend; j++)
+                if (b->owner[s->sendPeers[j]] < 0)
+                    b->owner[s->sendPeers[j]] = (int32_t)i;
+            for (int j = 0; j < s->nrecv; j++)
+                if (b->owner[n + s->recvPeers[j]] < 0)
+                    b->owner[n + s->recvPeers[j]] = (int32_t)i;
         }
     }
 }
@@ -379,15 +417,20 @@ static inline LOOM_HOSTDEV void loomDevOwnersRelease(struct loomDevBlock *b, uin
 /* ---- one step ---- */
 
 static inline LOOM_HOSTDEV int loomDevFail(struct loomDevBlock *b, int status, uint32_t lane,
-                                           uint64_t got)
+                                           int32_t peer, uint64_t got)
 {
     b->status = status;
     b->errLane = (int32_t)lane;
+    b->errPeer = peer;
     b->errGot = got;
     return -1;
 }
 
-/* Thread 0: 1 if lane i's next step can run now (b->in, b->out set), 0 if not yet, -1 on error. */
+/*
+ * Thread 0: 1 if lane i's next step can run now: every message it takes has
+ * come and every FIFO it sends to has a free slot (b->in, b->out set); 0 if
+ * not yet, -1 on error.
+ */
 static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
 {
     struct loomDevLane *l = &b->lanes[i];
@@ -395,14 +438,15 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
     uint64_t bytes = s->count * l->elemSize;
     int ll = l->proto == LOOM_PROTO_LL;
     if (loomStepUses(s->op) & LOOM_USES_SLOTLESS)
-        return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, 0);
-    if (s->recvPeer >= 0) {
-        struct loomDevConn *rc = &l->recv[s->recvPeer];
+        return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, -1, 0);
+    for (int j = 0; j < s->nrecv; j++) {
+        int32_t from = s->recvPeers[j];
+        struct loomDevConn *rc = &l->recv[from];
         uint64_t pos = *rc->pos;
-        if (b->owner && b->owner[b->nranks + s->recvPeer] != (int32_t)i)
+        if (b->owner && b->owner[b->nranks + from] != (int32_t)i)
             return 0;
         if (ll && (rc->ll == NULL || bytes > LOOM_LL_BYTES))
-            return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, 0);
+            return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, from, 0);
         if (ll) {
             const uint64_t *line = rc->ll + (pos % LOOM_STEPS) * LOOM_LL_LINES;
             if ((uint32_t)(portLoadLine(line) >> 32) != LOOM_LL_FLAG(pos, b->llMod))
@@ -412,19 +456,22 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
         }
         uint64_t got = portLoadAcquire(&rc->bytes[pos % LOOM_STEPS]);
         if (got != (bytes | (ll ? LOOM_FIFO_LL : 0)))
-            return loomDevFail(b, LOOM_DEV_MISMATCH, i, got);
-        b->in = ll ? b->stage : rc->slots + (pos % LOOM_STEPS) * rc->slotBytes;
+            return loomDevFail(b, LOOM_DEV_MISMATCH, i, from, got);
+        b->in[j] = ll ? b->stage + (uint64_t)j * LOOM_LL_BYTES
+                      : rc->slots + (pos % LOOM_STEPS) * rc->slotBytes;
     }
-    if (s->sendPeer >= 0) {
-        struct loomDevConn *sc = &l->send[s->sendPeer];
+    for (int j = 0; j < s->nsend; j++) {
+        int32_t to = s->sendPeers[j];
+        struct loomDevConn *sc = &l->send[to];
         uint64_t pos = *sc->pos;
-        if (b->owner && b->owner[s->sendPeer] != (int32_t)i)
+        if (b->owner && b->owner[to] != (int32_t)i)
             return 0;
         if (ll && (sc->ll == NULL || bytes > LOOM_LL_BYTES))
-            return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, 0);
+            return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, to, 0);
         if (portLoadAcquire(sc->head) + LOOM_STEPS <= pos)
             return 0;
-        b->out = ll ? b->stage + LOOM_LL_BYTES : sc->slots + (pos % LOOM_STEPS) * sc->slotBytes;
+        b->out[j] = ll ? b->stage + LOOM_STEP_MAXPEERS * LOOM_LL_BYTES
+                       : sc->slots + (pos % LOOM_STEPS) * sc->slotBytes;
     }
     return 1;
 }
@@ -470,47 +517,67 @@ static inline LOOM_HOSTDEV void loomDevCompute(struct loomDevBlock *b, struct lo
     uint64_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
     char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
-    const char *in = (uses & LOOM_USES_RECV) ? b->in : NULL;
-    char *out = (uses & LOOM_USES_SEND) ? b->out : NULL;
     int post = (s->flags & LOOM_STEP_FINAL) && l->op == loomAvg && l->nranks > 1;
     int ll = l->proto == LOOM_PROTO_LL;
-    const struct loomDevConn *rc = in ? &l->recv[s->recvPeer] : NULL;
+    int nin = (uses & LOOM_USES_RECV) ? s->nrecv : 0;
+    /* LL stages the one outgoing message once, for every send peer's lines. */
+    int nout = (uses & LOOM_USES_SEND) ? (ll ? s->nsend > 0 : s->nsend) : 0;
+    int toDst = (uses & LOOM_USES_DST) != 0, clear = 0, nto = 0;
+    char *to[LOOM_DEV_OUTS];
 
-    if (in && ll) {
-        loomDevReadLines(b, t, rc, bytes, b->stage);
+    if (nin && ll) {
+        for (int j = 0; j < nin; j++)
+            loomDevReadLines(b, t, &l->recv[s->recvPeers[j]], bytes, b->stage + j * LOOM_LL_BYTES);
         portBarrier(t);
     }
     if (uses & LOOM_USES_REDUCE) {
-        int toDst = (uses & LOOM_USES_DST) != 0;
-        loomDevApply(t, l, toDst ? dst : out, toDst ? out : NULL, in, src, s->count, post);
+        /* A fan-in folds every message into src in one pass, to dst and every slot alike. */
+        if (toDst)
+            to[nto++] = dst;
+        for (int j = 0; j < nout; j++)
+            to[nto++] = b->out[j];
+        loomDevApply(t, l, to, nto, b->in, nin, src, s->count, post);
     } else {
-        /* A message, or src, to dst (post-processed when final) and to the outgoing slot (as is).
+        /* A message, or src, to dst (post-processed when final) and to the outgoing slots (as is).
          */
-        const char *from = in ? in : src;
-        int toDst = (uses & LOOM_USES_DST) != 0;
-        int overlap = toDst && !in && dst != src && dst < src + bytes && src < dst + bytes;
-        int joint = toDst && out && !post && !overlap && from != dst; /* one pass writes both */
-        if (out && !joint)
-            loomDevApply(t, l, out, NULL, from, NULL, s->count, 0);
+        const char *from = nin ? b->in[0] : src;
+        int overlap = toDst && !nin && dst != src && dst < src + bytes && src < dst + bytes;
+        int joint = toDst && nout && !post && !overlap && from != dst; /* one pass writes all */
+        if (joint)
+            to[nto++] = dst;
+        for (int j = 0; j < nout; j++)
+            to[nto++] = b->out[j];
+        if (nto)
+            loomDevApply(t, l, to, nto, &from, 1, NULL, s->count, 0);
         if (overlap) { /* an in-place copy whose ends overlap: one thread, in a safe direction */
+            const char *moved = dst;
             portBarrier(t);
             if (t->tid == 0)
                 loomDevMove(dst, src, bytes);
             portBarrier(t);
             if (post)
-                loomDevApply(t, l, dst, NULL, dst, NULL, s->count, post);
-        } else if (toDst && (from != dst || post)) {
-            loomDevApply(t, l, dst, joint ? out : NULL, from, NULL, s->count, post);
+                loomDevApply(t, l, &dst, 1, &moved, 1, NULL, s->count, post);
+        } else if (toDst && !joint && (from != dst || post)) {
+            loomDevApply(t, l, &dst, 1, &from, 1, NULL, s->count, post);
         }
     }
-    if (out && ll) {
+    if (nout && ll) {
         portBarrier(t);
-        loomDevWriteLines(b, t, &l->send[s->sendPeer], bytes, b->out);
+        for (int j = 0; j < s->nsend; j++)
+            loomDevWriteLines(b, t, &l->send[s->sendPeers[j]], bytes, b->out[0]);
     }
-    if (rc && rc->ll && LOOM_LL_WRAPS(*rc->pos, b->llMod)) {
+    for (int j = 0; j < nin; j++) {
+        const struct loomDevConn *rc = &l->recv[s->recvPeers[j]];
+        clear |= rc->ll && LOOM_LL_WRAPS(*rc->pos, b->llMod);
+    }
+    if (clear) {
         if (ll)
             portBarrier(t); /* every thread has read its lines */
-        loomDevClearLines(t, rc);
+        for (int j = 0; j < nin; j++) {
+            const struct loomDevConn *rc = &l->recv[s->recvPeers[j]];
+            if (rc->ll && LOOM_LL_WRAPS(*rc->pos, b->llMod))
+                loomDevClearLines(t, rc);
+        }
     }
 }
 
@@ -522,8 +589,8 @@ static inline LOOM_HOSTDEV void loomDevPublish(struct loomDevBlock *b)
     uint64_t bytes = s->count * l->elemSize;
     if (portLoad32Acquire(b->abort))
         return; /* an LL read may have given up: publish nothing (loomDevSelect stops) */
-    if (s->sendPeer >= 0) {
-        struct loomDevConn *sc = &l->send[s->sendPeer];
+    for (int j = 0; j < s->nsend; j++) {
+        struct loomDevConn *sc = &l->send[s->sendPeers[j]];
         uint64_t pos = *sc->pos;
         if (l->proto != LOOM_PROTO_LL)
             sc->bytes[pos % LOOM_STEPS] = bytes;
@@ -531,8 +598,8 @@ static inline LOOM_HOSTDEV void loomDevPublish(struct loomDevBlock *b)
         portStoreRelease(sc->tail, pos + 1);
         portNotify(sc->bell);
     }
-    if (s->recvPeer >= 0) {
-        struct loomDevConn *rc = &l->recv[s->recvPeer];
+    for (int j = 0; j < s->nrecv; j++) {
+        struct loomDevConn *rc = &l->recv[s->recvPeers[j]];
         uint64_t pos = *rc->pos + 1;
         *rc->pos = pos;
         portStoreRelease(rc->head, pos);
@@ -568,10 +635,12 @@ static inline LOOM_HOSTDEV int loomDevRun(struct loomDevBlock *b, struct loomPor
             if (b->sel >= 0) {
                 const struct loomDevLane *l = &b->lanes[b->sel];
                 const struct loomStep *s = &l->step;
-                if (l->proto == LOOM_PROTO_LL && s->sendPeer >= 0) {
-                    /* The size word goes before the lines, which make it visible. */
-                    struct loomDevConn *sc = &l->send[s->sendPeer];
-                    sc->bytes[*sc->pos % LOOM_STEPS] = s->count * l->elemSize | LOOM_FIFO_LL;
+                if (l->proto == LOOM_PROTO_LL && s->nsend > 0) {
+                    /* The size words go before the lines, which make them visible. */
+                    for (int j = 0; j < s->nsend; j++) {
+                        struct loomDevConn *sc = &l->send[s->sendPeers[j]];
+                        sc->bytes[*sc->pos % LOOM_STEPS] = s->count * l->elemSize | LOOM_FIFO_LL;
+                    }
                     portFence();
                 }
             }

@@ -394,6 +394,64 @@ START_TEST(test_fake_ranks_host_staged)
 }
 END_TEST
 
+/*
+ * A rank on device buffers with LOOM_ALGO=tree: AllReduce, Reduce and
+ * Broadcast, whose steps fold or feed two children at once (fan-in and
+ * fan-out: chains of reductions and several slots written on the GPU's
+ * stream). A Reduce leaves recvbuff off the root untouched.
+ */
+static int deviceTreeRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d, e;
+    float in[N], out[N];
+    size_t fatbinBytes;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)) ||
+        lib->memAlloc(&e, sizeof(out)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0; /* built without CUDA: deviceRank checks the refusal */
+    static const char *const names[] = {"AllReduce", "Reduce", "Broadcast"};
+    for (int c = 0; c < 3; c++) {
+        int root = c == 1 ? 1 % n : 2 % n;
+        for (int i = 0; i < N; i++)
+            in[i] = (float)(i % 13 + rank), out[i] = -1;
+        if (lib->memcpyAsync(d, (cuDevPtr_t)(uintptr_t)in, sizeof(in), NULL) ||
+            lib->memcpyAsync(e, (cuDevPtr_t)(uintptr_t)out, sizeof(out), NULL) ||
+            lib->streamSynchronize(NULL))
+            return testRankFail(rank, 13, "copying the input to the device failed");
+        void *s = (void *)(uintptr_t)d, *r = (void *)(uintptr_t)e;
+        loomResult_t res = c == 0   ? loomAllReduce(s, r, N, loomFloat32, loomSum, comm, NULL)
+                           : c == 1 ? loomReduce(s, r, N, loomFloat32, loomSum, root, comm, NULL)
+                                    : loomBroadcast(s, r, N, loomFloat32, root, comm, NULL);
+        if (res != loomSuccess)
+            return testRankFail(rank, 14, "tree %s on device buffers failed: %s", names[c],
+                                loomGetLastError(comm));
+        if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, e, sizeof(out), NULL) ||
+            lib->streamSynchronize(NULL))
+            return testRankFail(rank, 15, "copying the result from the device failed");
+        for (int i = 0; i < N; i++) {
+            float want = c == 2                   ? (float)(i % 13 + root)
+                         : c == 1 && rank != root ? -1.0f
+                                                  : (float)(n * (i % 13) + n * (n - 1) / 2);
+            if (out[i] != want)
+                return testRankFail(rank, 16, "tree %s: element %d is %g, not %g", names[c], i,
+                                    (double)out[i], (double)want);
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_fake_ranks_tree)
+{
+    useFake("FAKECUDA_DELAY_US", "20");
+    setenv("LOOM_BUFFSIZE", "4096", 1);
+    setenv("LOOM_ALGO", "tree", 1);
+    fakeDriver(0);
+    runRanks(4, deviceTreeRank);
+}
+END_TEST
+
 /* ---- the constants against the toolkit's cuda.h ---- */
 
 #ifdef HAVE_CUDA
@@ -466,6 +524,7 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_preload_fails_once);
     tcase_add_test(fake, test_fake_ranks_p2p);
     tcase_add_test(fake, test_fake_ranks_host_staged);
+    tcase_add_test(fake, test_fake_ranks_tree);
     suite_add_tcase(s, fake);
 #ifdef HAVE_CUDA
     TCase *toolkit = tcase_create("toolkit");

@@ -11,6 +11,12 @@
  *     before the wrap could carry the flag a later message expects);
  *   - two blocks of 3 threads each (pthreads, a barrier) moving and reducing
  *     messages concurrently, Simple and LL;
+ *   - fan-in and fan-out (schedule.h): the arithmetic of k messages and the
+ *     local input in one pass against reduceApplyMany, bit for bit; and a
+ *     tree top of four blocks, three children sending their pieces to a
+ *     parent that folds the three into its own in one step and sends the
+ *     result back to all three in that step, Simple and LL (the LL flags
+ *     wrapping every 16 messages);
  *   - the kernel executor's worker threads (src/kexec.c), on 2 forked ranks
  *     with blocks of 2 threads on 2 channels: started by the first call,
  *     the same threads for the calls after it (no thread per call), and
@@ -94,13 +100,51 @@ START_TEST(arithmetic_matches_reduce)
                             memcpy(want, a + off, COUNT * es);
                         if (!withB && post)
                             reducePostOp(want, COUNT, (loomDataType_t)dt, (loomRedOp_t)op, NR);
-                        loomDevReduce(dt, op, got0 + off, got1 + off, a + off,
-                                      withB ? b + off : NULL, COUNT, post, NR);
+                        char *outs[2] = {got0 + off, got1 + off};
+                        const char *ins[1] = {a + off};
+                        loomDevReduce(dt, op, outs, 2, ins, 1, withB ? b + off : NULL, COUNT, post,
+                                      NR);
                         ck_assert_msg(memcmp(got0 + off, want, COUNT * es) == 0 &&
                                           memcmp(got1 + off, want, COUNT * es) == 0,
                                       "type %s op %s offset %d post %d b %d differs from reduce.c",
                                       reduceTypeName((loomDataType_t)dt),
                                       reduceOpName((loomRedOp_t)op), off, post, withB);
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+/* A fan-in: k messages folded into b in one pass, to three outputs, as reduceApplyMany does it. */
+START_TEST(fanin_arithmetic_matches_reduce)
+{
+    enum { COUNT = 301, NR = 4, K = LOOM_STEP_MAXPEERS };
+    static _Alignas(16) char in[K][COUNT * 8 + 32], b[COUNT * 8 + 32], want[COUNT * 8 + 32],
+        got[3][COUNT * 8 + 32];
+    for (int dt = 0; dt < loomNumTypes; dt++) {
+        size_t es = reduceTypeSize((loomDataType_t)dt);
+        for (int op = 0; op < loomNumOps; op++) {
+            for (int off = 0; off <= 16; off += 16 - (int)es) {
+                for (int post = 0; post <= (op == loomAvg); post++) {
+                    for (int k = 1; k <= K; k++) {
+                        const char *ins[K];
+                        char *outs[3] = {got[0] + off, got[1] + off, got[2] + off};
+                        for (int j = 0; j < k; j++) {
+                            fill(in[j] + off, COUNT, (loomDataType_t)dt);
+                            ins[j] = in[j] + off;
+                        }
+                        fill(b + off, COUNT, (loomDataType_t)dt);
+                        reduceApplyMany(want, b + off, (const void *const *)ins, k, COUNT,
+                                        (loomDataType_t)dt, (loomRedOp_t)op, NR, post);
+                        loomDevReduce(dt, op, outs, 3, ins, k, b + off, COUNT, post, NR);
+                        for (int m = 0; m < 3; m++)
+                            ck_assert_msg(memcmp(outs[m], want, COUNT * es) == 0,
+                                          "type %s op %s offset %d post %d: %d messages folded, "
+                                          "output %d differs from reduceApplyMany",
+                                          reduceTypeName((loomDataType_t)dt),
+                                          reduceOpName((loomRedOp_t)op), off, post, k, m);
                     }
                 }
             }
@@ -127,22 +171,36 @@ static void fifoEnds(struct fakeFifo *f, struct loomDevConn *send, struct loomDe
     recv->pos = &f->recvPos;
 }
 
-/* Appends one step of op over [off, off + len) to p, its own loop of one iteration. */
-static void planStep(struct loomPlan *p, int op, int peer, uint64_t off, uint64_t len, int final)
+/*
+ * Appends one step of op over [off, off + len) to p, its own loop of one
+ * iteration, receiving from and sending to the first `npeers` of peers (as
+ * the op uses them).
+ */
+static void planStepFan(struct loomPlan *p, int op, const int *peers, int npeers, uint64_t off,
+                        uint64_t len, int final)
 {
     unsigned uses = loomStepUses((unsigned)op);
     struct loomPlanStep t = {.op = (uint8_t)op,
                              .srcBuf = LOOM_BUF_SEND,
                              .dstBuf = LOOM_BUF_RECV,
                              .flags = final ? LOOM_STEP_FINAL : 0,
-                             .sendPeer = (uses & LOOM_USES_SEND) ? peer : -1,
-                             .recvPeer = (uses & LOOM_USES_RECV) ? peer : -1,
+                             .nrecv = (uses & LOOM_USES_RECV) ? (uint8_t)npeers : 0,
+                             .nsend = (uses & LOOM_USES_SEND) ? (uint8_t)npeers : 0,
                              .nblocks = 1,
                              .len = len,
                              .srcBase = off,
                              .dstBase = off};
+    for (int j = 0; j < npeers; j++) {
+        t.recvPeers[j] = t.nrecv ? peers[j] : -1;
+        t.sendPeers[j] = t.nsend ? peers[j] : -1;
+    }
     planLoop(p);
     ck_assert_int_eq(planAppend(p, &t), loomSuccess);
+}
+
+static void planStep(struct loomPlan *p, int op, int peer, uint64_t off, uint64_t len, int final)
+{
+    planStepFan(p, op, &peer, 1, off, len, final);
 }
 
 struct side {
@@ -150,7 +208,7 @@ struct side {
     struct loomDevLane lane;
     struct loomDevBlock block;
     struct loomPortBarrier bar;
-    char stage[2 * LOOM_LL_BYTES];
+    char stage[LOOM_DEV_STAGE_BYTES];
     int32_t abort;
 };
 
@@ -319,6 +377,125 @@ START_TEST(threads_ll)
 }
 END_TEST
 
+/* ---- a tree top: fan-in and fan-out across four blocks ---- */
+
+enum { FAN_RANKS = 4, FAN_THREADS = 2, FAN_N = 9000 };
+
+struct fanRank {
+    struct loomDevConn conns[2 * FAN_RANKS]; /* send[0..3], recv[0..3] */
+    struct loomDevLane lane;
+    struct loomDevBlock block;
+    struct loomPortBarrier bar;
+    char stage[LOOM_DEV_STAGE_BYTES];
+    int32_t abort;
+    struct loomPlan plan;
+};
+
+struct fanWorker {
+    struct fanRank *rank;
+    uint32_t tid;
+    int status;
+};
+
+static void *fanWorkerRun(void *arg)
+{
+    struct fanWorker *w = arg;
+    struct loomPortThread t = {w->tid, FAN_THREADS, &w->rank->bar, 0};
+    w->status = loomDevRun(&w->rank->block, &t);
+    return NULL;
+}
+
+/*
+ * Rank 0 is the parent of ranks 1-3. Each child sends each piece of its
+ * vector up and receives the average back; the parent, per piece, takes the
+ * three messages, adds them to its own piece and divides (one
+ * RECV_REDUCE_COPY_SEND with nrecv = nsend = 3), and sends the result to all
+ * three children. Every rank's output must equal reduceApplyMany's.
+ */
+static void fanTree(int proto)
+{
+    static struct fakeFifo fifo[FAN_RANKS][FAN_RANKS]; /* [from][to] */
+    static float src[FAN_RANKS][FAN_N], dst[FAN_RANKS][FAN_N], want[FAN_N];
+    static struct fanRank r[FAN_RANKS];
+    int children[3] = {1, 2, 3}, parent = 0;
+    uint64_t chunk = proto == LOOM_PROTO_LL ? LOOM_LL_BYTES / sizeof(float) : SLOT_BYTES / 4;
+    memset(fifo, 0, sizeof(fifo));
+    memset(dst, 0, sizeof(dst));
+    for (int q = 0; q < FAN_RANKS; q++)
+        for (int i = 0; i < FAN_N; i++)
+            src[q][i] = (float)((i * (q + 3)) % 101) * 0.25f;
+    const void *ins[3] = {src[1], src[2], src[3]};
+    reduceApplyMany(want, src[0], ins, 3, FAN_N, loomFloat32, loomAvg, FAN_RANKS, 1);
+    for (int q = 0; q < FAN_RANKS; q++) {
+        struct fanRank *x = &r[q];
+        memset(x, 0, sizeof(*x));
+        for (int p = 0; p < FAN_RANKS; p++) {
+            struct loomDevConn tx, rx;
+            fifoEnds(&fifo[q][p], &tx, &rx);
+            x->conns[p] = tx; /* send to p */
+            fifoEnds(&fifo[p][q], &tx, &rx);
+            x->conns[FAN_RANKS + p] = rx; /* receive from p */
+        }
+        for (uint64_t off = 0; off < FAN_N; off += chunk) {
+            uint64_t len = FAN_N - off < chunk ? FAN_N - off : chunk;
+            if (q == 0) {
+                planStepFan(&x->plan, LOOM_STEP_RECV_REDUCE_COPY_SEND, children, 3, off, len, 1);
+            } else {
+                planStep(&x->plan, LOOM_STEP_SEND, parent, off, len, 0);
+                planStep(&x->plan, LOOM_STEP_RECV, parent, off, len, 0);
+            }
+        }
+        x->lane = (struct loomDevLane){.steps = x->plan.steps,
+                                       .nsteps = x->plan.nsteps,
+                                       .elemSize = sizeof(float),
+                                       .dt = loomFloat32,
+                                       .op = loomAvg,
+                                       .nranks = FAN_RANKS,
+                                       .proto = proto,
+                                       .bufs = {(char *)src[q], (char *)dst[q]},
+                                       .send = x->conns,
+                                       .recv = x->conns + FAN_RANKS};
+        x->block = (struct loomDevBlock){.lanes = &x->lane,
+                                         .nlanes = 1,
+                                         .nranks = FAN_RANKS,
+                                         .abort = &x->abort,
+                                         .llMod = 16,
+                                         .stage = x->stage};
+    }
+    struct fanWorker w[FAN_RANKS * FAN_THREADS];
+    pthread_t th[FAN_RANKS * FAN_THREADS];
+    for (int i = 0; i < FAN_RANKS * FAN_THREADS; i++) {
+        w[i] = (struct fanWorker){&r[i / FAN_THREADS], (uint32_t)(i % FAN_THREADS), -1};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, fanWorkerRun, &w[i]), 0);
+    }
+    for (int i = 0; i < FAN_RANKS * FAN_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].status, LOOM_DEV_OK);
+    }
+    for (int q = 0; q < FAN_RANKS; q++) {
+        for (int i = 0; i < FAN_N; i++)
+            ck_assert_msg(memcmp(&dst[q][i], &want[i], sizeof(float)) == 0,
+                          "rank %d element %d: %g, want %g", q, i, (double)dst[q][i],
+                          (double)want[i]);
+        planFree(&r[q].plan);
+    }
+    for (int q = 0; q < FAN_RANKS; q++)
+        for (int p = 0; p < FAN_RANKS; p++)
+            ck_assert_uint_eq(fifo[q][p].head, fifo[q][p].tail);
+}
+
+START_TEST(fan_in_out_simple)
+{
+    fanTree(LOOM_PROTO_SIMPLE);
+}
+END_TEST
+
+START_TEST(fan_in_out_ll)
+{
+    fanTree(LOOM_PROTO_LL);
+}
+END_TEST
+
 /*
  * The watchdog's part: a block of three threads waits for a message that
  * never comes; another thread raises the abort flag, and every thread of
@@ -464,6 +641,7 @@ static Suite *interpSuite(void)
     Suite *s = suite_create("interp");
     TCase *tc = tcase_create("arithmetic");
     tcase_add_test(tc, arithmetic_matches_reduce);
+    tcase_add_test(tc, fanin_arithmetic_matches_reduce);
     suite_add_tcase(s, tc);
     tc = tcase_create("ll");
     tcase_add_test(tc, ll_flag_wraps_mod8);
@@ -473,6 +651,8 @@ static Suite *interpSuite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, threads_simple);
     tcase_add_test(tc, threads_ll);
+    tcase_add_test(tc, fan_in_out_simple);
+    tcase_add_test(tc, fan_in_out_ll);
     tcase_add_test(tc, abort_stops_a_waiting_block);
     suite_add_tcase(s, tc);
     tc = tcase_create("workers");

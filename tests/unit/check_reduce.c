@@ -423,6 +423,55 @@ START_TEST(test_final_equals_unfused)
 }
 END_TEST
 
+/*
+ * A fan-in (reduceApplyMany) gives the bits of the chain of reduceApply
+ * calls it stands for, b first, then each input, the last one fused with
+ * the post-processing when final: for every operation, 1 to 3 inputs,
+ * lengths across tile boundaries, misaligned pointers, dst apart from b or
+ * equal to it (in place).
+ */
+START_TEST(test_many_equals_chain)
+{
+    loomDataType_t dt = (loomDataType_t)_i;
+    size_t es = refSize(dt), most = 4099;
+    unsigned char *in[3], *b = malloc(most * es + 1), *chain = malloc(most * es);
+    unsigned char *many = malloc(most * es + 1);
+    ck_assert(b && chain && many);
+    for (int k = 0; k < 3; k++)
+        ck_assert((in[k] = malloc(most * es + 1)) != NULL);
+    static const size_t counts[] = {1, 7, 1000, 2048, 4099};
+    for (int op = 0; op < loomNumOps; op++) {
+        for (int nin = 1; nin <= 3; nin++) {
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                size_t count = counts[c];
+                int final = (int)((c + (size_t)nin) % 2), inPlace = (int)(c % 2);
+                const void *ins[3] = {in[0] + 1, in[1], in[2] + 1};
+                for (int k = 0; k < nin; k++)
+                    fillRandom(dt, (unsigned char *)ins[k], count);
+                fillRandom(dt, b + 1, count);
+                reduceApply(chain, ins[0], b + 1, count, dt, (loomRedOp_t)op);
+                for (int k = 1; k < nin; k++)
+                    reduceApply(chain, ins[k], chain, count, dt, (loomRedOp_t)op);
+                if (final)
+                    reducePostOp(chain, count, dt, (loomRedOp_t)op, 3);
+                unsigned char *dst = inPlace ? b + 1 : many + 1;
+                reduceApplyMany(dst, b + 1, ins, nin, count, dt, (loomRedOp_t)op, 3, final);
+                for (size_t i = 0; i < count; i++)
+                    if (!refSame(dt, chain + i * es, dst + i * es))
+                        ck_abort_msg("%s %s, %d inputs, %zu elements%s%s: element %zu differs",
+                                     reduceTypeName(dt), reduceOpName((loomRedOp_t)op), nin, count,
+                                     final ? ", final" : "", inPlace ? ", in place" : "", i);
+            }
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        free(in[k]);
+    free(b);
+    free(chain);
+    free(many);
+}
+END_TEST
+
 /* ---- integers ---------------------------------------------------------------------------------
  */
 
@@ -879,6 +928,7 @@ static Suite *reduceSuite(void)
         {"postop_other_ops_untouched", test_postop_other_ops_untouched, 1},
         {"final_matrix", test_final_matrix, 1},
         {"final_equals_unfused", test_final_equals_unfused, 1},
+        {"many_equals_chain", test_many_equals_chain, 1},
         {"integer_wraparound", test_integer_wraparound, 0},
         {"integer_max_min_signedness", test_integer_max_min_signedness, 0},
         {"integer_avg", test_integer_avg, 0},

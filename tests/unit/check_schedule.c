@@ -20,6 +20,11 @@
  * still be poison. Messages carry their element count, which must equal the
  * count of the receiving step.
  *
+ * A fan-in step takes one message from each of its receive peers and
+ * reduces them all with its input; a fan-out step puts the same message in
+ * each of its send peers' FIFOs; it runs only when every message is there
+ * and every FIFO has a free slot.
+ *
  * Single copies (the cma schedules): an OFFER puts a reference to the
  * sender's elements in the FIFO, not the elements; the PULL that takes it
  * reads them from the sender's buffer as it is at that moment; a DRAIN
@@ -165,7 +170,7 @@ struct sim {
     struct simFifo *fifos; /* [from * n + to] */
     struct sym *tmp;
     char *err;
-    /* Tree reductions keep partial sums in recvbuff, so an element may be
+    /* Recursive doubling keeps partial sums in recvbuff, so an element may be
      * written more than once; never again once it holds a finished value. */
     int multiWrite;
 };
@@ -203,6 +208,27 @@ static void simFree(struct sim *s)
     free(s->tmp);
 }
 
+/*
+ * Whether a step's n peers fit its op: none without `use`, exactly one
+ * without `many`, 1..LOOM_STEP_MAXPEERS with it; each a rank, none twice,
+ * the unused entries -1.
+ */
+static int simPeersOk(const struct sim *s, unsigned uses, unsigned use, unsigned many, unsigned n,
+                      const int32_t *peers)
+{
+    unsigned most = !(uses & use) ? 0 : (uses & many) ? LOOM_STEP_MAXPEERS : 1;
+    if (n > most || ((uses & use) && n == 0))
+        return 0;
+    for (unsigned k = 0; k < LOOM_STEP_MAXPEERS; k++) {
+        if (k >= n ? peers[k] != -1 : peers[k] < 0 || peers[k] >= s->n)
+            return 0;
+        for (unsigned j = 0; j < k && k < n; j++)
+            if (peers[j] == peers[k])
+                return 0;
+    }
+    return 1;
+}
+
 /* Checks the fields of step pc of rank r that do not depend on the run. */
 static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *st)
 {
@@ -221,13 +247,14 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
                        st->flags);
     if (st->srcBuf > LOOM_BUF_RECV || st->dstBuf > LOOM_BUF_RECV)
         return simFail(s, "rank %d step %zu: bad buffer", r, pc);
-    int okSend =
-        (uses & LOOM_USES_SEND) ? st->sendPeer >= 0 && st->sendPeer < s->n : st->sendPeer == -1;
-    int okRecv =
-        (uses & LOOM_USES_RECV) ? st->recvPeer >= 0 && st->recvPeer < s->n : st->recvPeer == -1;
-    if (!okSend || !okRecv)
-        return simFail(s, "rank %d step %zu (%s): peers send %d recv %d", r, pc,
-                       loomStepName(st->op), st->sendPeer, st->recvPeer);
+    if (!simPeersOk(s, uses, LOOM_USES_SEND, LOOM_USES_FANOUT, st->nsend, st->sendPeers) ||
+        !simPeersOk(s, uses, LOOM_USES_RECV, LOOM_USES_FANIN, st->nrecv, st->recvPeers))
+        return simFail(s,
+                       "rank %d step %zu (%s): %u send peers (%d %d %d), %u receive peers "
+                       "(%d %d %d)",
+                       r, pc, loomStepName(st->op), st->nsend, st->sendPeers[0], st->sendPeers[1],
+                       st->sendPeers[2], st->nrecv, st->recvPeers[0], st->recvPeers[1],
+                       st->recvPeers[2]);
     return 0;
 }
 
@@ -248,8 +275,9 @@ static int simReduce(struct sim *s, int r, const struct sym *a, const struct sym
     return 0;
 }
 
-/* Computes the step's output values into s->tmp. */
-static int simCompute(struct sim *s, int r, const struct loomStep *st, const struct sym *msg)
+/* Computes the step's output values into s->tmp: src, then each of the nmsg messages folded in. */
+static int simCompute(struct sim *s, int r, const struct loomStep *st,
+                      const struct sym *const *msgs, int nmsg)
 {
     struct simRank *rk = &s->ranks[r];
     const struct sym *src = NULL;
@@ -259,16 +287,20 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st, const str
                            rk->pc, st->srcOff, st->count, rk->len[st->srcBuf]);
         src = rk->buf[st->srcBuf] + st->srcOff;
     }
+    if (nmsg > 1 && !opReduces(st->op))
+        return simFail(s, "rank %d step %zu (%s): %d messages and no reduction", r, rk->pc,
+                       loomStepName(st->op), nmsg);
     for (size_t i = 0; i < st->count; i++) {
-        if ((src && !src[i].valid) || (msg && !msg[i].valid))
+        int bad = src && !src[i].valid;
+        for (int k = 0; k < nmsg; k++)
+            bad |= !msgs[k][i].valid;
+        if (bad)
             return simFail(s, "rank %d step %zu (%s): reads an unwritten element", r, rk->pc,
                            loomStepName(st->op));
-        if (src && msg) {
-            if (simReduce(s, r, &msg[i], &src[i], &s->tmp[i]) < 0)
+        s->tmp[i] = src ? src[i] : msgs[0][i];
+        for (int k = src ? 0 : 1; k < nmsg; k++)
+            if (simReduce(s, r, &msgs[k][i], &s->tmp[i], &s->tmp[i]) < 0)
                 return -1;
-        } else {
-            s->tmp[i] = src ? src[i] : msg[i];
-        }
         if (st->flags & LOOM_STEP_FINAL) {
             if (s->tmp[i].final)
                 return simFail(s, "rank %d step %zu: FINAL applied twice to element %u", r, rk->pc,
@@ -332,54 +364,62 @@ static int simStep(struct sim *s, int r)
 {
     struct simRank *rk = &s->ranks[r];
     const struct loomStep *st = &rk->steps[rk->pc];
-    uint8_t uses = loomStepUses(st->op);
-    struct simFifo *in = (uses & LOOM_USES_RECV) ? &s->fifos[st->recvPeer * s->n + r] : NULL;
-    struct simFifo *out = (uses & LOOM_USES_SEND) ? &s->fifos[r * s->n + st->sendPeer] : NULL;
-    if ((in && in->head == in->tail) || (out && out->tail - out->head == LOOM_STEPS))
-        return 0;
+    struct simFifo *in[LOOM_STEP_MAXPEERS], *out[LOOM_STEP_MAXPEERS];
+    const struct sym *msgs[LOOM_STEP_MAXPEERS];
+    for (int k = 0; k < st->nrecv; k++) {
+        in[k] = &s->fifos[st->recvPeers[k] * s->n + r];
+        if (in[k]->head == in[k]->tail)
+            return 0;
+    }
+    for (int k = 0; k < st->nsend; k++) {
+        out[k] = &s->fifos[r * s->n + st->sendPeers[k]];
+        if (out[k]->tail - out[k]->head == LOOM_STEPS)
+            return 0;
+    }
     if (st->op == LOOM_STEP_DRAIN) {
-        if (out->head != out->tail)
+        if (out[0]->head != out[0]->tail)
             return 0;
         rk->pc++;
         return simFinished(s, r);
     }
-    const struct sym *msg = NULL;
-    if (in) {
-        size_t slot = in->head % LOOM_STEPS;
-        if (in->count[slot] != st->count)
+    for (int k = 0; k < st->nrecv; k++) {
+        size_t slot = in[k]->head % LOOM_STEPS;
+        int from = st->recvPeers[k];
+        if (in[k]->count[slot] != st->count)
             return simFail(s,
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
-                           r, rk->pc, loomStepName(st->op), st->count, st->recvPeer,
-                           in->count[slot]);
-        if (in->offer[slot] != (st->op == LOOM_STEP_PULL))
+                           r, rk->pc, loomStepName(st->op), st->count, from, in[k]->count[slot]);
+        if (in[k]->offer[slot] != (st->op == LOOM_STEP_PULL))
             return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
-                           loomStepName(st->op), in->offer[slot] ? "an offer" : "elements",
-                           st->recvPeer);
-        msg = in->slots + slot * s->chunk;
-        if (in->offer[slot]) { /* read the sender's buffer now */
-            const struct simRank *from = &s->ranks[st->recvPeer];
-            size_t off = in->offerOff[slot], b = in->offerBuf[slot];
-            if (off > from->len[b] || st->count > from->len[b] - off)
-                return simFail(s, "rank %d step %zu: pulls past rank %d's buffer", r, rk->pc,
-                               st->recvPeer);
-            msg = from->buf[b] + off;
+                           loomStepName(st->op), in[k]->offer[slot] ? "an offer" : "elements",
+                           from);
+        msgs[k] = in[k]->slots + slot * s->chunk;
+        if (in[k]->offer[slot]) { /* read the sender's buffer now */
+            const struct simRank *sender = &s->ranks[from];
+            size_t off = in[k]->offerOff[slot], b = in[k]->offerBuf[slot];
+            if (off > sender->len[b] || st->count > sender->len[b] - off)
+                return simFail(s, "rank %d step %zu: pulls past rank %d's buffer", r, rk->pc, from);
+            msgs[k] = sender->buf[b] + off;
         }
     }
-    if (simCompute(s, r, st, msg) < 0)
+    if (simCompute(s, r, st, msgs, st->nrecv) < 0)
         return -1;
-    if ((uses & LOOM_USES_DST) && simStore(s, r, st) < 0)
+    if ((loomStepUses(st->op) & LOOM_USES_DST) && simStore(s, r, st) < 0)
         return -1;
-    if (in)
-        in->head++;
-    if (out && st->op == LOOM_STEP_OFFER) {
-        size_t slot = out->tail % LOOM_STEPS;
-        out->count[slot] = st->count;
-        out->offer[slot] = 1, out->offerBuf[slot] = st->srcBuf, out->offerOff[slot] = st->srcOff;
-        out->tail++;
-    } else if (out) {
-        out->offer[out->tail % LOOM_STEPS] = 0;
-        simPush(s, out, st->count);
+    for (int k = 0; k < st->nrecv; k++)
+        in[k]->head++;
+    for (int k = 0; k < st->nsend; k++) {
+        if (st->op == LOOM_STEP_OFFER) {
+            size_t slot = out[k]->tail % LOOM_STEPS;
+            out[k]->count[slot] = st->count;
+            out[k]->offer[slot] = 1, out[k]->offerBuf[slot] = st->srcBuf;
+            out[k]->offerOff[slot] = st->srcOff;
+            out[k]->tail++;
+        } else {
+            out[k]->offer[out[k]->tail % LOOM_STEPS] = 0;
+            simPush(s, out[k], st->count);
+        }
     }
     rk->pc++;
     return simFinished(s, r);
@@ -468,12 +508,6 @@ struct coll {
     const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
 };
 
-/* A tree Reduce keeps partial sums off the root in a scratch recvbuff of 2 chunks. */
-static int collScratch(const struct coll *c, int r)
-{
-    return c->tree && c->coll == LOOM_COLL_REDUCE && r != c->root;
-}
-
 static void collLens(const struct coll *c, int r, size_t len[2])
 {
     size_t n = (size_t)c->n, k = c->count;
@@ -493,8 +527,6 @@ static void collLens(const struct coll *c, int r, size_t len[2])
     default:
         len[0] = k, len[1] = k;
     }
-    if (collScratch(c, r) && len[1] < 2 * c->chunk)
-        len[1] = 2 * c->chunk;
 }
 
 static int collIsReduction(loomColl_t coll)
@@ -589,7 +621,7 @@ static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j,
         return i < cov;
     case LOOM_COLL_REDUCE:
         *e = reducedAt(c->n, i);
-        return collScratch(c, r) ? 2 : r == c->root && i < cov;
+        return r == c->root && i < cov; /* off the root recvbuff is never touched */
     case LOOM_COLL_REDUCESCATTER:
         *e = reducedAt(c->n, (size_t)r * k + i);
         return i < cov;
@@ -645,7 +677,8 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 }
                 continue;
             }
-            int writesOk = v->writes == 1 || ((c->tree || c->doubling) && reduced && v->writes > 1);
+            /* Trees fold every child in one step, so only doubling rewrites its partial sums. */
+            int writesOk = v->writes == 1 || (c->doubling && reduced && v->writes > 1);
             if (!writesOk || !symEqual(v, &e, reduced)) {
                 snprintf(
                     err, ERR_LEN,
@@ -698,7 +731,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     }
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
-    s.multiWrite = (c->tree || c->doubling) && collIsReduction(c->coll);
+    s.multiWrite = c->doubling && collIsReduction(c->coll);
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
@@ -830,7 +863,7 @@ START_TEST(test_array_grows_and_keeps_order)
 {
     struct loomSchedule s = {0};
     for (size_t i = 0; i < 1000; i++) {
-        struct loomStep st = {.op = LOOM_STEP_COPY, .count = i + 1, .sendPeer = -1};
+        struct loomStep st = {.op = LOOM_STEP_COPY, .count = i + 1};
         ck_assert_int_eq(scheduleAppend(&s, &st), loomSuccess);
     }
     ck_assert_uint_eq(s.nsteps, 1000);
@@ -884,8 +917,10 @@ START_TEST(test_allreduce_shape)
         ck_assert_uint_eq(st->count, 10);
         ck_assert_int_eq(st->flags,
                          ops[i] == LOOM_STEP_RECV_REDUCE_COPY_SEND ? LOOM_STEP_FINAL : 0);
-        ck_assert_int_eq(st->sendPeer, (loomStepUses(st->op) & LOOM_USES_SEND) ? 2 : -1);
-        ck_assert_int_eq(st->recvPeer, (loomStepUses(st->op) & LOOM_USES_RECV) ? 0 : -1);
+        ck_assert_int_eq(st->nsend, (loomStepUses(st->op) & LOOM_USES_SEND) ? 1 : 0);
+        ck_assert_int_eq(st->nrecv, (loomStepUses(st->op) & LOOM_USES_RECV) ? 1 : 0);
+        ck_assert_int_eq(st->sendPeers[0], st->nsend ? 2 : -1);
+        ck_assert_int_eq(st->recvPeers[0], st->nrecv ? 0 : -1);
         size_t off = (loomStepUses(st->op) & LOOM_USES_SRC) ? st->srcOff : st->dstOff;
         ck_assert_uint_eq(off, blocks[i] * 10);
     }
@@ -1050,8 +1085,9 @@ static int runHandmade(int n, struct loomStep *const *steps, const size_t *nstep
 
 #define STEP(o, sp, rp, so, do_, cnt)                                                              \
     {                                                                                              \
-        .op = (o), .srcBuf = LOOM_BUF_SEND, .dstBuf = LOOM_BUF_RECV, .sendPeer = (sp),             \
-        .recvPeer = (rp), .srcOff = (so), .dstOff = (do_), .count = (cnt)                          \
+        .op = (o), .srcBuf = LOOM_BUF_SEND, .dstBuf = LOOM_BUF_RECV, .nsend = (sp) >= 0,           \
+        .nrecv = (rp) >= 0, .sendPeers = {(sp), -1, -1}, .recvPeers = {(rp), -1, -1},              \
+        .srcOff = (so), .dstOff = (do_), .count = (cnt)                                            \
     }
 
 START_TEST(test_sim_detects_deadlock)
@@ -1387,9 +1423,9 @@ START_TEST(test_doubling_shape)
     ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2); /* one hop: send mine, add the peer's */
     ck_assert_int_eq(s.steps[0].op, LOOM_STEP_SEND);
-    ck_assert_int_eq(s.steps[0].sendPeer, 0);
+    ck_assert_int_eq(s.steps[0].sendPeers[0], 0);
     ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV_REDUCE_COPY);
-    ck_assert_int_eq(s.steps[1].recvPeer, 0);
+    ck_assert_int_eq(s.steps[1].recvPeers[0], 0);
     ck_assert_int_eq(s.steps[1].srcBuf, LOOM_BUF_SEND);
     ck_assert_int_eq(s.steps[1].flags, LOOM_STEP_FINAL);
     /* 8 ranks: rank 5 meets 4, 7 and 1, one round each. */
@@ -1399,8 +1435,8 @@ START_TEST(test_doubling_shape)
     ck_assert_uint_eq(s.nsteps, 6);
     int want8[] = {4, 7, 1};
     for (int k = 0; k < 3; k++) {
-        ck_assert_int_eq(s.steps[2 * k].sendPeer, want8[k]);
-        ck_assert_int_eq(s.steps[2 * k + 1].recvPeer, want8[k]);
+        ck_assert_int_eq(s.steps[2 * k].sendPeers[0], want8[k]);
+        ck_assert_int_eq(s.steps[2 * k + 1].recvPeers[0], want8[k]);
         ck_assert_int_eq(s.steps[2 * k + 1].srcBuf, k == 0 ? LOOM_BUF_SEND : LOOM_BUF_RECV);
         ck_assert_int_eq(s.steps[2 * k + 1].flags, k == 2 ? LOOM_STEP_FINAL : 0);
     }
@@ -1410,17 +1446,17 @@ START_TEST(test_doubling_shape)
     a.nranks = 6, a.rank = 0;
     ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 2);
-    ck_assert_int_eq(s.steps[0].sendPeer, 1);
+    ck_assert_int_eq(s.steps[0].sendPeers[0], 1);
     ck_assert_int_eq(s.steps[1].op, LOOM_STEP_RECV);
-    ck_assert_int_eq(s.steps[1].recvPeer, 1);
+    ck_assert_int_eq(s.steps[1].recvPeers[0], 1);
     scheduleReset(&s);
     a.rank = 1;
     ck_assert_int_eq(viaPlan(doublingAllReducePlan, &a, &s), loomSuccess);
     ck_assert_uint_eq(s.nsteps, 6);
-    ck_assert_int_eq(s.steps[0].recvPeer, 0);
-    ck_assert_int_eq(s.steps[1].sendPeer, 3);
-    ck_assert_int_eq(s.steps[3].sendPeer, 4);
-    ck_assert_int_eq(s.steps[5].sendPeer, 0);
+    ck_assert_int_eq(s.steps[0].recvPeers[0], 0);
+    ck_assert_int_eq(s.steps[1].sendPeers[0], 3);
+    ck_assert_int_eq(s.steps[3].sendPeers[0], 4);
+    ck_assert_int_eq(s.steps[5].sendPeers[0], 0);
     ck_assert_int_eq(s.steps[5].srcBuf, LOOM_BUF_RECV);
     /* A rank outside the communicator or a zero chunk is a core bug: refused. */
     a.rank = 6;
@@ -1557,7 +1593,8 @@ START_TEST(test_tree_halves)
             size_t got[2] = {0, 0};
             for (size_t i = 0; i < s.nsteps; i++)
                 for (int t = 0; t < 2; t++)
-                    if (s.steps[i].recvPeer == nd[t].up && nd[0].up != nd[1].up)
+                    if (s.steps[i].nrecv && s.steps[i].recvPeers[0] == nd[t].up &&
+                        nd[0].up != nd[1].up)
                         got[t] += s.steps[i].count;
             if (nd[0].up != nd[1].up) {
                 ck_assert_uint_eq(got[0], trees == 1 ? 101 : 51);
