@@ -262,10 +262,6 @@ static void netWireConnector(struct loomConnector *c, char *region, size_t slotB
 }
 
 /*
- * Carves peer p's connections: for every channel a send and a recv one,
- * their FIFOs in one page-aligned block. Not yet seen by the proxy.
- */
-/*
  * The FIFOs of the links to peer p: one per channel to itself, a send and a receive one per
  * channel to any other rank. Fresh anonymous pages, zero and not yet touched: a FIFO's pages
  * are faulted in as far as messages reach into its slots, so the first AlltoAll of a job
@@ -289,6 +285,10 @@ static loomResult_t netMemMap(struct netState *st, int p)
     return loomSuccess;
 }
 
+/*
+ * Carves peer p's connections: for every channel a send and a recv one,
+ * their FIFOs in one page-aligned block. Not yet seen by the proxy.
+ */
 static loomResult_t netCarve(struct netState *st, int p)
 {
     struct loomComm *comm = st->comm;
