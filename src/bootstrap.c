@@ -1256,28 +1256,6 @@ static struct bootMsg *inboxTake(struct loomBootstrap *b, int from, uint32_t tag
     return NULL;
 }
 
-static int inboxHas(const struct loomBootstrap *b, int from, uint32_t tag)
-{
-    for (const struct bootMsg *m = b->inbox; m != NULL; m = m->next)
-        if (m->from == from && m->tag == tag)
-            return 1;
-    return 0;
-}
-
-/*
- * Whether a message from a peer seen gone is here after all: one it sent before it left
- * waits in this rank's listen queue or socket, which a few rounds without waiting read in.
- */
-static int p2pSentBeforeLeaving(struct loomBootstrap *b, int peer, uint32_t tag)
-{
-    for (int pass = 0; pass < 4; pass++) {
-        gatherRound(b->gather, 0);
-        if (inboxHas(b, peer, tag))
-            return 1;
-    }
-    return 0;
-}
-
 loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void *data,
                            size_t bytes, const struct bootstrapWait *w)
 {
@@ -1289,6 +1267,7 @@ loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void
             return loomSetError(loomSystemError, "bootstrap: out of memory");
     }
     peerLabel(b, peer, label, sizeof(label));
+    int drained = 0;
     for (;;) {
         struct bootMsg *m = inboxTake(b, peer, tag);
         if (m != NULL) {
@@ -1305,7 +1284,15 @@ loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void
         if (socketAborted(b->abortFlag))
             return loomSetError(loomRemoteError, "bootstrap: rank %d aborted while waiting for %s",
                                 b->rank, label);
-        if (w->gone != NULL && w->gone(w->ctx, peer) && !p2pSentBeforeLeaving(b, peer, tag)) {
+        if (w->gone != NULL && w->gone(w->ctx, peer)) {
+            /* What it sent before it left may wait in the listen queue or a socket: read
+             * that in, without waiting, once before giving up on it. */
+            if (!drained) {
+                drained = 1;
+                for (int pass = 0; pass < 4; pass++)
+                    gatherRound(b->gather, 0);
+                continue;
+            }
             return loomSetError(loomRemoteError,
                                 "bootstrap: %s failed while rank %d waited for it (%s)", label,
                                 b->rank, w->what);
