@@ -137,6 +137,20 @@ loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId,
 loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t *config);
 /*
+ * Creates, in this one process, a communicator of `ndev` ranks and its ndev
+ * handles: comms[i] is rank i. Each handle is used as a communicator of its
+ * own: one thread per rank calling collectives, or one thread calling them
+ * on every handle between loomGroupStart and loomGroupEnd. Rank i is bound
+ * to CUDA device devlist[i] (its primary context; ranks given the same
+ * device share it), or to no device where devlist[i] is -1. devlist NULL:
+ * devices 0..ndev-1 as in NCCL when CUDA and a device are present, else
+ * host-only ranks. Returns loomInvalidArgument for ndev < 1, comms NULL, a
+ * device that does not exist, or a device named where CUDA is not usable.
+ * Returns when every rank is ready; on failure no communicator is left and
+ * comms is untouched.
+ */
+loomResult_t loomCommInitAll(loomComm_t *comms, int ndev, const int *devlist);
+/*
  * Creates a communicator from the launcher's environment: LOOM_UNIQUE_ID,
  * LOOM_RANK and LOOM_NRANKS as set by loomrun(1); or, under mpirun, srun or
  * another launcher, LOOM_ROOT_ADDR=host:port (where rank 0 runs and

@@ -34,7 +34,12 @@
  * naming the peer), or as soon as the peer is known to have failed (its
  * process on this host is gone, a network link to it ended) or a failure
  * notice reached this rank's doorbell (loomRemoteError naming who failed).
- * One thread at a time connects a communicator (connectLock).
+ * One thread at a time connects a communicator (connectLock). One thread
+ * may connect several communicators together: the ranks of one process
+ * that loomCommInitAll made, driven by one thread in a group, are each
+ * other's peers, so each step is taken by all of them before the next
+ * (connectMany); connecting them one after the other would wait for a
+ * record the same thread has yet to send.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -147,72 +152,172 @@ static loomResult_t connectBlame(struct loomComm *comm, loomResult_t res, int he
     return res;
 }
 
-/* Connects the peers in list[0..n) (none connected yet, no duplicates). */
-static loomResult_t connectList(struct loomComm *comm, const int *list, int n, const char *why)
+/*
+ * Connecting one communicator's list of peers (none connected yet, no
+ * duplicates), in the four steps above. The steps are separate so that one
+ * thread can connect several communicators whose ranks are each other's
+ * peers (ranks of one process driven by one thread in a group,
+ * loomCommInitAll): every communicator takes step 1-2 before any waits in
+ * step 3, and step 4's word before any waits for a word.
+ */
+struct connectJob {
+    struct loomComm *comm;
+    int *list;
+    int n;
+    uint8_t *recs;
+    struct connectWait cw;
+    struct bootstrapWait w;
+};
+
+static loomResult_t jobStart(struct connectJob *j, struct loomComm *comm, int *list, int n,
+                             const char *why)
 {
-    uint8_t *recs = calloc((size_t)n + 1, LOOM_CONNECT_RECORD_BYTES);
-    if (recs == NULL)
+    *j = (struct connectJob){.comm = comm, .list = list, .n = n};
+    j->recs = calloc((size_t)n + 1, LOOM_CONNECT_RECORD_BYTES);
+    if (j->recs == NULL)
         return loomSetError(loomSystemError, "out of memory connecting %d peers", n);
-    loomResult_t res = loomSuccess;
-    for (int i = 0; i < n && res == loomSuccess; i++)
-        res = linkOf(comm, list[i])->setup(comm, list[i], recs + i * LOOM_CONNECT_RECORD_BYTES);
-    struct connectWait cw = {comm, 0, loomClockNs()};
-    struct bootstrapWait w = {socketDeadline(comm->timeoutSec), connectPeerGone, &cw, why};
-    for (int i = 0; i < n && res == loomSuccess; i++)
-        if (list[i] != comm->rank)
-            res =
-                bootstrapSend(comm->bootstrap, list[i], CONNECT_TAG,
-                              recs + i * LOOM_CONNECT_RECORD_BYTES, LOOM_CONNECT_RECORD_BYTES, &w);
-    for (int i = 0; i < n && res == loomSuccess; i++) {
-        uint8_t *rec = recs + i * LOOM_CONNECT_RECORD_BYTES;
-        if (list[i] != comm->rank)
-            res = bootstrapRecv(comm->bootstrap, list[i], CONNECT_TAG, rec,
-                                LOOM_CONNECT_RECORD_BYTES, &w);
-        if (res == loomSuccess)
-            res = linkOf(comm, list[i])->connect(comm, list[i], rec);
-        if (res == loomSuccess) {
-            p2pPeerConnected(comm, list[i]);
-            comm->linkUp[list[i]] = 1;
-            comm->nLinksUp++;
-        }
-    }
-    uint32_t word = CONNECTED_TAG;
-    for (int i = 0; i < n && res == loomSuccess; i++)
-        if (list[i] != comm->rank)
-            res = bootstrapSend(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
-    for (int i = 0; i < n && res == loomSuccess; i++)
-        if (list[i] != comm->rank)
-            res = bootstrapRecv(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
-    free(recs);
-    return res == loomSuccess ? res : connectBlame(comm, res, cw.heard);
+    j->cw = (struct connectWait){comm, 0, loomClockNs()};
+    j->w = (struct bootstrapWait){socketDeadline(comm->timeoutSec), connectPeerGone, &j->cw, why};
+    return loomSuccess;
 }
 
-loomResult_t connectPeers(struct loomComm *comm, const int *peers, int n, const char *why)
+/* Steps 1 and 2: this end's records, sent. */
+static loomResult_t jobSetup(struct connectJob *j)
 {
-    int *list = malloc(((size_t)n + 1) * sizeof(*list));
-    if (list == NULL)
-        return loomSetError(loomSystemError, "out of memory connecting %d peers", n);
-    pthread_mutex_lock(&comm->connectLock);
+    struct loomComm *comm = j->comm;
+    for (int i = 0; i < j->n; i++)
+        LOOMCHECK(linkOf(comm, j->list[i])
+                      ->setup(comm, j->list[i], j->recs + i * LOOM_CONNECT_RECORD_BYTES));
+    for (int i = 0; i < j->n; i++)
+        if (j->list[i] != comm->rank)
+            LOOMCHECK(bootstrapSend(comm->bootstrap, j->list[i], CONNECT_TAG,
+                                    j->recs + i * LOOM_CONNECT_RECORD_BYTES,
+                                    LOOM_CONNECT_RECORD_BYTES, &j->w));
+    return loomSuccess;
+}
+
+/* Step 3: each peer's record, and connect. */
+static loomResult_t jobConnect(struct connectJob *j)
+{
+    struct loomComm *comm = j->comm;
+    for (int i = 0; i < j->n; i++) {
+        uint8_t *rec = j->recs + i * LOOM_CONNECT_RECORD_BYTES;
+        if (j->list[i] != comm->rank)
+            LOOMCHECK(bootstrapRecv(comm->bootstrap, j->list[i], CONNECT_TAG, rec,
+                                    LOOM_CONNECT_RECORD_BYTES, &j->w));
+        LOOMCHECK(linkOf(comm, j->list[i])->connect(comm, j->list[i], rec));
+        p2pPeerConnected(comm, j->list[i]);
+        comm->linkUp[j->list[i]] = 1;
+        comm->nLinksUp++;
+    }
+    return loomSuccess;
+}
+
+/* Step 4: the word that this end is connected (recv 0), or each peer's (recv 1). */
+static loomResult_t jobWord(struct connectJob *j, int recv)
+{
+    struct loomComm *comm = j->comm;
+    uint32_t word = CONNECTED_TAG;
+    for (int i = 0; i < j->n; i++) {
+        if (j->list[i] == comm->rank)
+            continue;
+        if (recv)
+            LOOMCHECK(bootstrapRecv(comm->bootstrap, j->list[i], CONNECTED_TAG, &word, sizeof(word),
+                                    &j->w));
+        else
+            LOOMCHECK(bootstrapSend(comm->bootstrap, j->list[i], CONNECTED_TAG, &word, sizeof(word),
+                                    &j->w));
+    }
+    return loomSuccess;
+}
+
+/* Runs every job's step, one step at a time over all jobs; stops at the first failure. */
+static loomResult_t jobsRun(struct connectJob *jobs, int njobs)
+{
+    loomResult_t res = loomSuccess;
+    int step, i = 0;
+    for (step = 0; step < 4 && res == loomSuccess; step++)
+        for (i = 0; i < njobs && res == loomSuccess; i++)
+            res = step == 0   ? jobSetup(&jobs[i])
+                  : step == 1 ? jobConnect(&jobs[i])
+                              : jobWord(&jobs[i], step == 3);
+    if (res != loomSuccess)
+        res = connectBlame(jobs[i - 1].comm, res, jobs[i - 1].cw.heard);
+    return res;
+}
+
+/* Communicators by address: the order their connect locks are taken in, so that two threads
+ * that take overlapping sets never wait on each other. */
+static int commAddrCompare(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (struct loomComm *const *)a;
+    uintptr_t y = (uintptr_t) * (struct loomComm *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The peers of list[0..n) still to connect, without duplicates, into out; their count. */
+static int connectMissing(const struct loomComm *comm, const int *peers, int n, int *out)
+{
     int m = 0;
     for (int i = 0; i < n; i++) {
         int p = peers[i], dup = 0;
         for (int j = 0; j < m && !dup; j++)
-            dup = list[j] == p;
+            dup = out[j] == p;
         if (!dup && p >= 0 && p < comm->nranks && !comm->linkUp[p])
-            list[m++] = p;
+            out[m++] = p;
     }
+    return m;
+}
+
+/*
+ * Connects, for each communicator comms[k], the peers lists[k][0..counts[k]) not connected
+ * yet (each such peer must connect to it too, at about the same time).
+ */
+static loomResult_t connectMany(struct loomComm **comms, int **lists, const int *counts, int ncomms,
+                                const char *why)
+{
+    struct connectJob *jobs = calloc((size_t)ncomms, sizeof(*jobs));
+    struct loomComm **locked = calloc((size_t)ncomms, sizeof(*locked));
+    int *missing = NULL, total = 0;
+    for (int k = 0; k < ncomms; k++)
+        total += comms[k]->nranks;
+    missing = malloc(((size_t)total + 1) * sizeof(*missing));
+    if (jobs == NULL || locked == NULL || missing == NULL) {
+        free(jobs), free(locked), free(missing);
+        return loomSetError(loomSystemError, "out of memory connecting peers");
+    }
+    memcpy(locked, comms, (size_t)ncomms * sizeof(*locked));
+    qsort(locked, (size_t)ncomms, sizeof(*locked), commAddrCompare);
+    for (int k = 0; k < ncomms; k++)
+        pthread_mutex_lock(&locked[k]->connectLock);
     loomResult_t res = loomSuccess;
-    if (m > 0) {
-        uint64_t t0 = loomClockNs();
-        res = connectList(comm, list, m, why);
+    int njobs = 0, used = 0;
+    uint64_t t0 = loomClockNs();
+    for (int k = 0; k < ncomms && res == loomSuccess; k++) {
+        int m = connectMissing(comms[k], lists[k], counts[k], missing + used);
+        if (m > 0)
+            res = jobStart(&jobs[njobs++], comms[k], missing + used, m, why);
+        used += m;
+    }
+    if (res == loomSuccess)
+        res = jobsRun(jobs, njobs);
+    for (int k = 0; k < njobs; k++) {
         if (res == loomSuccess)
             INFO(LOOM_INIT, "rank %d connected %d peer(s) for %s in %.1f ms (%d of %d now)",
-                 comm->rank, m, why, (double)(loomClockNs() - t0) / 1e6, comm->nLinksUp,
-                 comm->nranks);
+                 jobs[k].comm->rank, jobs[k].n, why, (double)(loomClockNs() - t0) / 1e6,
+                 jobs[k].comm->nLinksUp, jobs[k].comm->nranks);
+        free(jobs[k].recs);
     }
-    pthread_mutex_unlock(&comm->connectLock);
-    free(list);
+    for (int k = ncomms - 1; k >= 0; k--)
+        pthread_mutex_unlock(&locked[k]->connectLock);
+    free(jobs), free(locked), free(missing);
     return res;
+}
+
+loomResult_t connectPeers(struct loomComm *comm, const int *peers, int n, const char *why)
+{
+    int *list = (int *)peers;
+    return connectMany(&comm, &list, &n, 1, why);
 }
 
 /* Adds the peers lane's plan talks to and that are not connected yet. */
@@ -235,31 +340,71 @@ static void lanePeers(const struct loomLane *lane, int *list, int *n)
     }
 }
 
+/*
+ * Every communicator of the lanes that is not fully connected looks for peers its plans
+ * name that are not connected yet; all of them are connected together (connectMany), since
+ * the lanes of a group may be ranks of one process that are each other's peers.
+ */
 loomResult_t connectLanes(struct loomLane *lanes, int nlanes)
 {
-    for (int i = 0; i < nlanes; i++) {
+    struct loomComm *small[CONNECT_SMALL];
+    int *smallLists[CONNECT_SMALL], smallCounts[CONNECT_SMALL];
+    struct loomComm **comms = small;
+    int **lists = smallLists, *counts = smallCounts, ncomms = 0;
+    loomResult_t res = loomSuccess;
+    for (int i = 0; i < nlanes && res == loomSuccess; i++) {
         struct loomComm *comm = lanes[i].comm;
         int first = 1;
         for (int j = 0; j < i; j++)
             first &= lanes[j].comm != comm;
+        /* Every call of a communicator not fully connected looks. */
         if (!first || comm->nLinksUp == comm->nranks)
             continue;
-        /* Every call of a communicator not fully connected looks: no allocation for small ones. */
-        int small[CONNECT_SMALL], n = 0;
+        if (ncomms == CONNECT_SMALL && comms == small) {
+            comms = malloc((size_t)nlanes * sizeof(*comms));
+            lists = malloc((size_t)nlanes * sizeof(*lists));
+            counts = malloc((size_t)nlanes * sizeof(*counts));
+            if (comms == NULL || lists == NULL || counts == NULL) {
+                res = loomSetError(loomSystemError, "out of memory connecting peers");
+                break;
+            }
+            memcpy(comms, small, sizeof(small));
+            memcpy(lists, smallLists, sizeof(smallLists));
+            memcpy(counts, smallCounts, sizeof(smallCounts));
+        }
+        /* No allocation unless a peer is missing (for communicators of up to CONNECT_SMALL). */
+        int scan[CONNECT_SMALL], n = 0;
         int *list =
-            comm->nranks <= CONNECT_SMALL ? small : malloc((size_t)comm->nranks * sizeof(int));
-        if (list == NULL)
-            return loomSetError(loomSystemError, "out of memory connecting peers");
+            comm->nranks <= CONNECT_SMALL ? scan : malloc((size_t)comm->nranks * sizeof(int));
+        if (list == NULL) {
+            res = loomSetError(loomSystemError, "out of memory connecting peers");
+            break;
+        }
         for (int j = i; j < nlanes; j++)
             if (lanes[j].comm == comm)
                 lanePeers(&lanes[j], list, &n);
-        loomResult_t res =
-            n > 0 ? connectPeers(comm, list, n, "a plan's first use of them") : loomSuccess;
-        if (list != small)
-            free(list);
-        LOOMCHECK(res);
+        if (n > 0 && list == scan && (list = malloc((size_t)n * sizeof(int))) != NULL)
+            memcpy(list, scan, (size_t)n * sizeof(int));
+        if (n > 0 && list == NULL) {
+            res = loomSetError(loomSystemError, "out of memory connecting peers");
+            break;
+        }
+        if (n == 0) {
+            if (list != scan)
+                free(list);
+            continue;
+        }
+        comms[ncomms] = comm, lists[ncomms] = list, counts[ncomms] = n;
+        ncomms++;
     }
-    return loomSuccess;
+    if (res == loomSuccess && ncomms > 0)
+        res = connectMany(comms, lists, counts, ncomms, "a plan's first use of them");
+    for (int k = 0; k < ncomms; k++)
+        free(lists[k]);
+    if (comms != small) {
+        free(comms), free(lists), free(counts);
+    }
+    return res;
 }
 
 /* ---- init ---- */

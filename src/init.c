@@ -626,15 +626,12 @@ static loomResult_t initStartAsync(struct loomComm *comm, const loomUniqueId *id
     return loomSuccess;
 }
 
-loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueId commId, int rank,
-                                    loomConfig_t *config)
+/* A communicator record for `rank` of `nranks`, before anything is built; NULL: out of memory. */
+static struct loomComm *commNew(int nranks, int rank, const loomConfig_t *config)
 {
-    const char *fn = "loomCommInitRank";
-    debugInit();
-    LOOMCHECK(commCheckInitArgs(newcomm, nranks, rank, config, fn));
     struct loomComm *comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
-        return loomSetError(loomSystemError, "%s: out of memory", fn);
+        return NULL;
     loomConfig_t defaults = LOOM_CONFIG_INITIALIZER;
     comm->config = config ? *config : defaults;
     comm->rank = rank;
@@ -643,6 +640,34 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
     comm->bell = &comm->localBell;
     pthread_mutex_init(&comm->errLock, NULL);
     comm->blocking = comm->config.blocking != 0;
+    return comm;
+}
+
+/* Releases a communicator that was never handed out (what commBuild built of it, and it). */
+static void commDiscard(struct loomComm *comm)
+{
+    commFree(comm);
+    pthread_mutex_destroy(&comm->errLock);
+    free(comm);
+}
+
+/* Hands out a communicator commBuild built: registered, live. */
+static loomResult_t commPublish(struct loomComm *comm)
+{
+    LOOMCHECK(registryAdd(comm));
+    comm->magic = LOOM_COMM_MAGIC;
+    return loomSuccess;
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t *config)
+{
+    const char *fn = "loomCommInitRank";
+    debugInit();
+    LOOMCHECK(commCheckInitArgs(newcomm, nranks, rank, config, fn));
+    struct loomComm *comm = commNew(nranks, rank, config);
+    if (comm == NULL)
+        return loomSetError(loomSystemError, "%s: out of memory", fn);
     if (!comm->blocking) {
         loomResult_t started = initStartAsync(comm, &commId);
         if (started != loomSuccess) {
@@ -658,14 +683,11 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 
     loomResult_t res = commBuild(comm, &commId);
     if (res == loomSuccess)
-        res = registryAdd(comm);
+        res = commPublish(comm);
     if (res != loomSuccess) {
-        commFree(comm);
-        pthread_mutex_destroy(&comm->errLock);
-        free(comm);
+        commDiscard(comm);
         return res;
     }
-    comm->magic = LOOM_COMM_MAGIC;
     debugSetRank(rank);
     INFO(LOOM_INIT, "comm %p rank %d of %d ready (%d local, %zu KiB per FIFO)", (void *)comm, rank,
          nranks, comm->localSize, comm->buffBytes >> 10);
@@ -676,6 +698,173 @@ loomResult_t loomCommInitRankConfig(loomComm_t *newcomm, int nranks, loomUniqueI
 loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
 {
     return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+/* ---- several ranks in this process: loomCommInitAll ---- */
+
+static loomResult_t commRelease(struct loomComm *comm);
+
+/*
+ * One thread per rank builds its communicator, since init is collective and
+ * each rank waits for the others in the bootstrap; the caller waits for all.
+ * A rank whose build fails raises the abort flag of every other, so that
+ * their waits end within 100 ms instead of at the timeout, and the first
+ * failure is the one reported. Rank i makes device devs[i]'s primary
+ * context current on its thread first (-1: none), so that it binds to it
+ * as a process that called cudaSetDevice would (src/cuda/p2p.c); ranks
+ * given the same device share that context, which stays retained for the
+ * life of the process, as the CUDA runtime keeps a device's primary context.
+ */
+struct initAllRank {
+    struct loomComm *comm;
+    struct initAllJob *job;
+    int dev;
+    loomResult_t res;
+    char why[512];
+    pthread_t thread;
+    int started;
+};
+
+struct initAllJob {
+    struct initAllRank *ranks;
+    int n;
+    loomUniqueId id;
+    atomic_int firstFailed; /* rank whose failure is reported, -1 none */
+};
+
+static void initAllFail(struct initAllRank *r)
+{
+    struct initAllJob *job = r->job;
+    snprintf(r->why, sizeof(r->why), "%s", debugLastError(NULL));
+    int none = -1;
+    atomic_compare_exchange_strong(&job->firstFailed, &none, r->comm->rank);
+    for (int i = 0; i < job->n; i++)
+        if (job->ranks[i].comm != r->comm)
+            atomic_store_explicit(&job->ranks[i].comm->abortFlag, 1, memory_order_release);
+}
+
+static void *initAllMain(void *arg)
+{
+    struct initAllRank *r = arg;
+    r->res = r->dev >= 0 ? p2pDeviceEnter(r->dev) : loomSuccess;
+    if (r->res != loomSuccess) {
+        initAllFail(r);
+        return NULL;
+    }
+    r->res = commBuild(r->comm, &r->job->id);
+    if (r->res != loomSuccess)
+        initAllFail(r);
+    return NULL;
+}
+
+/* The device of each rank (-1: none), from devlist or, when it is NULL, as NCCL: 0..ndev-1. */
+static loomResult_t initAllDevices(int ndev, const int *devlist, int *devs, const char *fn)
+{
+    int count = 0;
+    if (devlist == NULL) {
+        /* With no CUDA, or no device, the ranks are host-only: what host buffers need. */
+        if (p2pDeviceCount(&count) != loomSuccess || count == 0) {
+            for (int i = 0; i < ndev; i++)
+                devs[i] = -1;
+            return loomSuccess;
+        }
+        if (count < ndev)
+            return loomSetError(loomInvalidArgument,
+                                "%s: devlist is NULL, so rank i takes CUDA device i, but %d "
+                                "rank(s) were asked for and %d device(s) are visible; pass a "
+                                "devlist (it may repeat a device, or give -1 for a host-only rank)",
+                                fn, ndev, count);
+        for (int i = 0; i < ndev; i++)
+            devs[i] = i;
+        return loomSuccess;
+    }
+    for (int i = 0; i < ndev; i++) {
+        devs[i] = devlist[i];
+        if (devlist[i] < -1)
+            return loomSetError(loomInvalidArgument,
+                                "%s: devlist[%d] is %d: a CUDA device ordinal, or -1 for a "
+                                "host-only rank",
+                                fn, i, devlist[i]);
+        if (devlist[i] >= 0)
+            LOOMCHECK(p2pDeviceCheck(devlist[i], i, fn));
+    }
+    return loomSuccess;
+}
+
+/* Starts every rank's thread and waits for them all; the first failure is returned. */
+static loomResult_t initAllRun(struct initAllJob *job, const char *fn)
+{
+    loomResult_t res = loomSuccess;
+    for (int i = 0; i < job->n; i++) {
+        struct initAllRank *r = &job->ranks[i];
+        int e = pthread_create(&r->thread, NULL, initAllMain, r);
+        if (e != 0) {
+            res = loomSetError(loomSystemError, "%s: cannot start a thread for rank %d: %s", fn, i,
+                               strerror(e));
+            for (int j = 0; j < job->n; j++)
+                atomic_store_explicit(&job->ranks[j].comm->abortFlag, 1, memory_order_release);
+            break;
+        }
+        r->started = 1;
+    }
+    for (int i = 0; i < job->n; i++)
+        if (job->ranks[i].started)
+            pthread_join(job->ranks[i].thread, NULL);
+    int first = atomic_load(&job->firstFailed);
+    if (res == loomSuccess && first >= 0) {
+        struct initAllRank *r = &job->ranks[first];
+        res = loomSetError(r->res, "%s: rank %d (device %d): %s", fn, first, r->dev, r->why);
+    }
+    return res;
+}
+
+loomResult_t loomCommInitAll(loomComm_t *comms, int ndev, const int *devlist)
+{
+    const char *fn = "loomCommInitAll";
+    debugInit();
+    if (comms == NULL)
+        return loomSetError(loomInvalidArgument, "%s: comms is NULL", fn);
+    if (ndev < 1)
+        return loomSetError(loomInvalidArgument, "%s: ndev %d must be at least 1", fn, ndev);
+    struct initAllJob job = {.n = ndev, .firstFailed = -1};
+    int *devs = calloc((size_t)ndev, sizeof(*devs));
+    job.ranks = calloc((size_t)ndev, sizeof(*job.ranks));
+    loomResult_t res =
+        devs && job.ranks ? loomSuccess : loomSetError(loomSystemError, "%s: out of memory", fn);
+    if (res == loomSuccess)
+        res = initAllDevices(ndev, devlist, devs, fn);
+    for (int i = 0; i < ndev && res == loomSuccess; i++) {
+        job.ranks[i] =
+            (struct initAllRank){.comm = commNew(ndev, i, NULL), .job = &job, .dev = devs[i]};
+        if (job.ranks[i].comm == NULL)
+            res = loomSetError(loomSystemError, "%s: out of memory", fn);
+    }
+    if (res == loomSuccess)
+        res = loomGetUniqueId(&job.id);
+    /* The process's own probes once, before the ranks' threads would race to them (hwloc
+     * loads its plugins while another thread's scan for the CUDA driver walks the loader's
+     * list, under a lock of the loader that race detectors do not see). */
+    (void)topoNumaNode();
+    if (res == loomSuccess)
+        res = initAllRun(&job, fn);
+    for (int i = 0; i < ndev && res == loomSuccess; i++)
+        res = commPublish(job.ranks[i].comm);
+    for (int i = 0; res != loomSuccess && job.ranks && i < ndev; i++) {
+        struct initAllRank *r = &job.ranks[i];
+        if (r->comm && r->comm->magic != LOOM_COMM_MAGIC)
+            commDiscard(r->comm);
+        else if (r->comm)
+            commRelease(r->comm); /* published before a later one failed */
+    }
+    if (res == loomSuccess) {
+        for (int i = 0; i < ndev; i++)
+            comms[i] = job.ranks[i].comm;
+        INFO(LOOM_INIT, "%d ranks of one communicator ready in this process (%zu KiB per FIFO)",
+             ndev, comms[0]->buffBytes >> 10);
+    }
+    free(job.ranks);
+    free(devs);
+    return res;
 }
 
 /* ---- split ---- */

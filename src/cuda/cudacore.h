@@ -118,4 +118,14 @@ void p2pPeerConnected(struct loomComm *comm, int p);
 /* Releases p2p slots and host registrations; runs before the transports tear down. */
 void p2pFree(struct loomComm *comm);
 
+/* ---- loomCommInitAll's devices (src/cuda/p2p.c) ---- */
+
+/* CUDA devices visible; an error (with its line) when the driver does not load. */
+loomResult_t p2pDeviceCount(int *count);
+/* loomInvalidArgument naming fn and devlist[index] unless CUDA loads and has device dev. */
+loomResult_t p2pDeviceCheck(int dev, int index, const char *fn);
+/* Makes device dev's primary context current on this thread (retained for good, as the
+ * CUDA runtime does), so that a communicator built on this thread binds to dev. */
+loomResult_t p2pDeviceEnter(int dev);
+
 #endif /* LOOM_CUDACORE_H_ */

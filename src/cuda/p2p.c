@@ -27,7 +27,12 @@
  * Several ranks may share ONE GPU: each is a process with its own context,
  * IPC maps memory of the same device across processes, and since no kernel
  * of Loom ever waits for another process, ranks that share a GPU only share
- * its time. (NCCL refuses this; Loom allows it, which is how the multi-rank
+ * its time. Ranks may also be threads of one process (loomCommInitAll): a
+ * rank's thread makes its device's primary context current before it
+ * builds the communicator, so ranks of one device share that context and
+ * use each other's slots by address (the driver opens no IPC handle in the
+ * process that made it); ranks of one process on different devices keep
+ * the host slots. (NCCL refuses this; Loom allows it, which is how the multi-rank
  * GPU paths are tested on a one-GPU machine.)
  *
  * The GPU of each rank travels with the peer information exchanged at init
@@ -54,6 +59,7 @@ struct p2pEntry {
     cuIpcHandle_t handle;
     int32_t valid;
     int32_t pad;
+    uint64_t slots; /* the device address itself, for ranks of the same process */
 };
 
 struct cudaComm {
@@ -139,6 +145,7 @@ static loomResult_t p2pAllocate(struct loomComm *comm, struct p2pEntry *mine)
         cc->recvSlots = 0;
         return cudaLibError(cc->lib, r, "allocating the p2p receive slots in GPU memory");
     }
+    mine->slots = (uint64_t)cc->recvSlots;
     r = cc->lib->ipcGetMemHandle(&mine->handle, cc->recvSlots);
     if (r != CUL_SUCCESS)
         return cudaLibError(cc->lib, r, "cuIpcGetMemHandle of the p2p receive slots");
@@ -154,6 +161,17 @@ static cuDevPtr_t p2pOpen(struct loomComm *comm, int p, const struct p2pEntry *e
         return cc->recvSlots;
     if (!e->valid || !p2pReachable(cc, comm->peers[p].gpuUuid))
         return 0;
+    if (comm->peers[p].pid == comm->peers[comm->rank].pid) {
+        /* A rank of this process (loomCommInitAll): the driver refuses to open a handle in the
+         * process that made it, and needs none. On the same device the ranks share the primary
+         * context, so the address is good as it is; across devices it would need peer access
+         * between the two contexts, which Loom does not enable: host slots then. */
+        if (memcmp(comm->peers[p].gpuUuid, comm->peers[comm->rank].gpuUuid,
+                   sizeof(comm->peers[p].gpuUuid)) == 0)
+            return (cuDevPtr_t)e->slots;
+        INFO(LOOM_INIT, "p2p: rank %d is in this process on another GPU: host slots", p);
+        return 0;
+    }
     cuResult_t r =
         cc->lib->ipcOpenMemHandle(&cc->opened[p], e->handle, CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (r != CUL_SUCCESS) {
@@ -253,6 +271,50 @@ loomResult_t p2pSetup(struct loomComm *comm)
     if (res == loomSuccess && comm->cuda && comm->cuda->ctx && p2pMapHostSlots(comm) != loomSuccess)
         INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
     return res;
+}
+
+/* ---- loomCommInitAll's devices ---- */
+
+loomResult_t p2pDeviceCount(int *count)
+{
+    const struct cudaLib *lib;
+    *count = 0;
+    LOOMCHECK(cudaLibGet(&lib));
+    return lib->deviceGetCount(count) == CUL_SUCCESS ? loomSuccess : loomSystemError;
+}
+
+loomResult_t p2pDeviceCheck(int dev, int index, const char *fn)
+{
+    const struct cudaLib *lib;
+    int count = 0;
+    if (cudaLibGet(&lib) != loomSuccess)
+        return loomSetError(loomInvalidArgument,
+                            "%s: devlist[%d] is CUDA device %d, but CUDA is not usable here (%s); "
+                            "pass NULL or -1 for host-only ranks",
+                            fn, index, dev, debugLastError(NULL));
+    if (lib->deviceGetCount(&count) != CUL_SUCCESS)
+        count = 0;
+    if (dev >= count)
+        return loomSetError(loomInvalidArgument,
+                            "%s: devlist[%d] is CUDA device %d, but %d device(s) are visible "
+                            "(CUDA_VISIBLE_DEVICES)",
+                            fn, index, dev, count);
+    return loomSuccess;
+}
+
+loomResult_t p2pDeviceEnter(int dev)
+{
+    const struct cudaLib *lib;
+    cuDevice_t d;
+    cuContext_t ctx;
+    LOOMCHECK(cudaLibGet(&lib));
+    cuResult_t r = lib->deviceGet(&d, dev);
+    if (r == CUL_SUCCESS)
+        r = lib->devicePrimaryCtxRetain(&ctx, d);
+    if (r == CUL_SUCCESS)
+        r = lib->ctxSetCurrent(ctx);
+    return r == CUL_SUCCESS ? loomSuccess
+                            : cudaLibError(lib, r, "making the device's primary context current");
 }
 
 void *p2pContext(const struct loomComm *comm, int *device)
