@@ -296,7 +296,9 @@ START_TEST(test_allocation_failures)
         if (took > slowest)
             slowest = took, slowestK = k;
         spent += took;
-        if (took > 2.0) /* a wait until LIFE_TIMEOUT_SEC is not a failure, but worth a look */
+        /* Near LIFE_TIMEOUT_SEC: a failure that made something wait for the timeout (not an
+         * error here, since the life still ends cleanly, but worth a look). */
+        if (took > LIFE_TIMEOUT_SEC / 2)
             printf("allocations: failing allocation %ld: the life took %.2f s (status %d)\n", k,
                    took, status);
         clear += status == LIFE_CLEAR;
