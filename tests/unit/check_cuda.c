@@ -665,7 +665,7 @@ static int timeoutRank(int rank, int n, loomComm_t comm)
         lib->streamCreateWithPriority(&cs, 0, 0))
         return testRankFail(rank, 10, "no driver, stream or device memory from it");
     if (cudaFatbin(&fatbinBytes) == NULL || rank == 1) {
-        sleep(4); /* never calls; leaves after rank 0 gave up */
+        sleep(6); /* never calls; leaves well after rank 0 gave up */
         return 0;
     }
     if (loomStreamCreateCuda(&s, cs) != loomSuccess)
