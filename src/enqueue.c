@@ -458,13 +458,15 @@ static size_t alignUp(size_t x)
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
  * before they are sent.
  */
-static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
     tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
-    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on. */
-    p->proto = dev ? LOOM_PROTO_SIMPLE
+    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
+     * Device plans take LL only when launched (the host-driven executor has no lines). */
+    p->proto = dev && !launched
+                   ? LOOM_PROTO_SIMPLE
                    : kexecProto(comm, op->coll == LOOM_COLL_ALLTOALLV ? SIZE_MAX : opBytes(op));
     if (p->proto == LOOM_PROTO_LL && p->tune.chunkBytes > LOOM_LL_BYTES)
         p->tune.chunkBytes = LOOM_LL_BYTES; /* a step is at most one LL slot */
@@ -564,7 +566,8 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
-static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int *nlanes)
+static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int launched,
+                              int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
@@ -574,7 +577,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i], dev);
+        planTune(&ops[i], &tlPlan[i], dev, launched);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
@@ -639,12 +642,32 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     return loomSuccess;
 }
 
+/* A device plan as one launch of the plan interpreter (src/cuda/devexec.c). */
+static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *dev)
+{
+    int nlanes = 0;
+    struct loomStream *s = ops[0].stream && streamIsCuda(ops[0].stream) ? ops[0].stream : NULL;
+    cudaPlanUseStream(dev, s ? streamCudaHandle(s) : NULL);
+    loomResult_t res = planLanes(ops, nops, dev, 1, &nlanes);
+    if (res == loomSuccess && nlanes > 0) {
+        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
+              nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
+        res = devexecRun(dev, tlLanes, nlanes, s);
+    }
+    cudaPlanEnd(dev, res);
+    return res;
+}
+
 loomResult_t planExecute(struct loomOp *ops, int nops)
 {
     int nlanes = 0;
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    if (dev && devexecWanted(ops, nops))
+        return planLaunch(ops, nops, dev);
+    for (int i = 0; i < nops; i++)
+        devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
     /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c).
      * Before the memo: every rank must ask, whatever its previous call was. */
     int cma = dev == NULL && nops == 1 ? cmaEligible(&ops[0]) : CMA_NO;
@@ -659,7 +682,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, dev, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, 0, &nlanes);
     if (dev == NULL && nops == 1)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {
