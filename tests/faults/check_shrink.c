@@ -159,26 +159,28 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     config.timeoutSec = TIMEOUT_SEC;
     snprintf(host, sizeof(host), "shrink-host-%d", rank / 2 + 1);
     if (job->kase == CASE_TCP && setenv("LOOM_HOSTID", host, 1) != 0)
-        return 15;
+        return testRankFail(rank, 15, "setenv LOOM_HOSTID failed");
     if (loomCommInitRankConfig(&comm, nranks, *id, rank, &config) != loomSuccess)
-        return 10;
+        return testRankFail(rank, 10, "loomCommInitRankConfig failed: %s", loomGetLastError(NULL));
     float *buf = malloc(COUNT * sizeof(*buf));
     if (buf == NULL)
-        return 11;
+        return testRankFail(rank, 11, "out of memory for %u floats", COUNT);
     for (size_t i = 0; i < COUNT; i++)
         buf[i] = (float)(i % 3);
     loomResult_t res = loomSuccess;
     for (int it = 0; res == loomSuccess; it++) {
         res = loomAllReduce(buf, buf, COUNT, loomFloat32, loomMax, comm, NULL);
         if (res == loomSuccess && it == 0 && write(job->readyFd[1], "r", 1) != 1)
-            return 13;
+            return testRankFail(rank, 13, "cannot tell the test it started looping");
     }
     rep.errorAt = testNowSec();
     rep.loopResult = res;
     afterFailure(job, comm, rank, &rep);
     loomCommDestroy(comm);
     free(buf);
-    return write(job->reportFd[1], &rep, sizeof(rep)) == sizeof(rep) ? 0 : 14;
+    if (write(job->reportFd[1], &rep, sizeof(rep)) != sizeof(rep))
+        return testRankFail(rank, 14, "cannot write its report to the test");
+    return 0;
 }
 
 /* ---- the parent ---- */

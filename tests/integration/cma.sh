@@ -76,14 +76,16 @@ on)
     # check_api's zero-copy test counts the mappings.
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096"
     perf_case 2 $ALL $SIZES -R 1
-    # Where ranks share cores, AllGather weighs its single copies unasked: the tuner says so.
+    # Where ranks share cores, AllGather weighs its single copies unasked (check_tuner asserts
+    # that they are weighed there and not with a core per rank). Whether they win at a given
+    # size is the model's answer, which bench/tuning-check measures, not make check: the run
+    # is checked (-c 1) whatever the tuner chose, and its choice is shown.
     if [ "$(nproc)" -lt 4 ]; then
         _log=$TEST_TMPDIR/allgather.log
         run_logged "$_log" env LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNING "$LOOMRUN" -n 4 \
             --timeout 120 "$LOOM_PERF" -G 0 -C allgather -b 1M -e 1M -n 1 -w 0 -c 1 >&2 ||
             { show_log "$_log"; record_failure "loom-perf failed (AllGather, 4 ranks)"; }
-        grep -q "loomAllGather 1048576 B .*: cma" "$_log" ||
-            { show_log "$_log"; record_failure "AllGather, 4 ranks, $(nproc) CPUs: no single copies"; }
+        note "AllGather, 4 ranks, $(nproc) CPUs, unasked: $(grep -o 'loomAllGather 1048576 B [^,]*' "$_log" | head -n 1)"
     fi
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096 LOOM_ALGO=ring,tree,cma"
     perf_case 3 $ALL $SIZES -R 1 -O 3

@@ -111,7 +111,9 @@ static int gatherChecked(struct loomBootstrap *b, int rank, int nranks, size_t b
     for (int r = 0; code == 0 && r < nranks; r++) {
         for (size_t i = 0; i < bytes; i++) {
             if (data[(size_t)r * bytes + i] != pattern(r, i, salt)) {
-                code = EXIT_BAD_DATA;
+                code = testRankFail(rank, EXIT_BAD_DATA,
+                                    "allgather of %zu bytes: rank %d's byte %zu is %u, not %u",
+                                    bytes, r, i, data[(size_t)r * bytes + i], pattern(r, i, salt));
                 break;
             }
         }

@@ -1875,14 +1875,16 @@ static int diffRank(int rank, int nranks, loomComm_t comm)
     for (int b = 0; b < 2; b++)
         buf[b] = malloc((sim->len[b] + 1) * sizeof(uint64_t));
     if (buf[0] == NULL || buf[1] == NULL)
-        return 2;
+        return testRankFail(rank, 2, "out of memory for %zu + %zu elements", sim->len[0],
+                            sim->len[1]);
     for (size_t j = 0; j < sim->len[0]; j++)
         buf[0][j] = diffInput(rank, j);
     for (size_t i = 0; i < sim->len[1]; i++)
         buf[1][i] = DIFF_POISON;
     loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
     if (gen == NULL || gen(&a, &plan) != loomSuccess)
-        return 3;
+        return testRankFail(rank, 3, "no plan from the generator of collective %d, algorithm %d",
+                            (int)c->coll, (int)collAlgo(c));
     struct loomLane lane = {.comm = comm,
                             .channel = 0,
                             .plan = &plan,
@@ -1891,21 +1893,17 @@ static int diffRank(int rank, int nranks, loomComm_t comm)
                             .op = loomSum,
                             .elemSize = sizeof(uint64_t)};
     loomResult_t res = execRun(&lane, 1, NULL);
-    if (res != loomSuccess) {
-        fprintf(stderr, "rank %d: execRun: %s\n", rank, loomGetLastError(comm));
-        return 4;
-    }
+    if (res != loomSuccess)
+        return testRankFail(rank, 4, "execRun: %s", loomGetLastError(comm));
     for (int b = 0; b < 2; b++) {
         for (size_t i = 0; i < sim->len[b]; i++) {
-            if (!diffMatches(&sim->buf[b][i], buf[b][i])) {
-                fprintf(stderr,
-                        "rank %d: buffer %d element %zu is %#llx, the simulator has {mask %#llx "
-                        "idx %u valid %d}\n",
-                        rank, b, i, (unsigned long long)buf[b][i],
-                        (unsigned long long)sim->buf[b][i].mask, sim->buf[b][i].idx,
-                        sim->buf[b][i].valid);
-                return 5;
-            }
+            if (!diffMatches(&sim->buf[b][i], buf[b][i]))
+                return testRankFail(rank, 5,
+                                    "buffer %d element %zu is %#llx, the simulator has {mask "
+                                    "%#llx idx %u valid %d}",
+                                    b, i, (unsigned long long)buf[b][i],
+                                    (unsigned long long)sim->buf[b][i].mask, sim->buf[b][i].idx,
+                                    sim->buf[b][i].valid);
         }
     }
     planFree(&plan);
