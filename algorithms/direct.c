@@ -17,8 +17,23 @@
  *
  * Send and Recv are one stream of pieces to or from args->root.
  *
- * AlltoAll and AllGather also have single-copy schedules (LOOM_ALGO_CMA,
- * below).
+ * Every collective but AlltoAllv also has a single-copy schedule
+ * (LOOM_ALGO_CMA, below): ranks of one host offer each other the addresses
+ * of their buffers and read (PULL) straight from the peers' memory. The
+ * reductions split the work: rank p reduces slice p (1/n of the range),
+ * folding every peer's offer of that slice into its own in fan-in steps:
+ *
+ *   AllReduce on rank r:  OFFER send slice p -> p (each p)
+ *                         PULL_REDUCE_COPY slice r <- peers (+) send slice r, FINAL
+ *                         OFFER recv slice r -> p (each p)
+ *                         PULL recv slice p <- p (each p)
+ *                         DRAIN p (each p)
+ *
+ * Each FIFO carries at most two offers a call, and every rank makes its
+ * first offers before it waits for anything, so nothing can deadlock. In
+ * place, no rank writes what a peer has still to read: rank p overwrites
+ * slice r of its buffer only by pulling r's reduced slice, which r offers
+ * after it has read p's.
  *
  * As plans (schedule.h): each round is one loop over pieces whose body is a
  * SEND and a RECV template, each with its own length, so a plan holds O(n)
@@ -53,6 +68,33 @@ static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPe
         .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
         .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
     };
+    return planAppend(out, &t);
+}
+
+/* One template reading and writing the buffers named, with the peers given (n of each). */
+static loomResult_t directTemplate(struct loomPlan *out, loomStepOp_t op, uint8_t flags,
+                                   uint8_t srcBuf, size_t srcOff, uint8_t dstBuf, size_t dstOff,
+                                   size_t len, size_t piece, int nrecv, const int *recv, int sendTo)
+{
+    unsigned uses = loomStepUses(op);
+    struct loomPlanStep t = {
+        .op = (uint8_t)op,
+        .srcBuf = srcBuf,
+        .dstBuf = dstBuf,
+        .flags = flags,
+        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
+                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
+        .nrecv = (uint8_t)nrecv,
+        .nsend = sendTo >= 0,
+        .sendPeers = {sendTo},
+        .nblocks = 1,
+        .len = len,
+        .piece = piece,
+        .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
+        .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
+    };
+    for (int k = 0; k < nrecv; k++)
+        t.recvPeers[k] = recv[k];
     return planAppend(out, &t);
 }
 
@@ -184,4 +226,163 @@ loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out)
         return loomInternalError;
     planLoop(out);
     return directStep(out, LOOM_STEP_RECV, -1, a->root, 0, a->lo, a->hi - a->lo, a->chunkElems);
+}
+
+/* Slice p of the lane's range [lo, hi) on n ranks: its offset and length. */
+static void cmaSlice(const struct loomSchedArgs *a, int p, size_t *off, size_t *len)
+{
+    size_t total = a->hi - a->lo, n = (size_t)a->nranks;
+    size_t s = total / n * (size_t)p + total % n * (size_t)p / n;
+    size_t e = total / n * (size_t)(p + 1) + total % n * (size_t)(p + 1) / n;
+    *off = a->lo + s;
+    *len = e - s;
+}
+
+size_t directCmaSliceMax(size_t len, int nranks)
+{
+    return nranks > 0 ? len / (size_t)nranks + (len % (size_t)nranks != 0) : len;
+}
+
+/* Offers off[p], len[p] of buffer buf (offset base + p x stride) to every peer p. */
+static loomResult_t cmaOfferAll(const struct loomSchedArgs *a, struct loomPlan *out, uint8_t buf,
+                                size_t stride, int slices)
+{
+    int n = a->nranks, r = a->rank;
+    loomResult_t res = loomSuccess;
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        int p = (r + k) % n;
+        size_t off = a->lo, len = a->hi - a->lo;
+        if (slices)
+            cmaSlice(a, p, &off, &len);
+        if (len > 0)
+            res = directTemplate(out, LOOM_STEP_OFFER, 0, buf, (size_t)p * stride + off,
+                                 LOOM_BUF_RECV, 0, len, 0, 0, NULL, p);
+    }
+    return res;
+}
+
+/*
+ * dst[dstOff, +len) = src[srcOff, +len) (+) every peer's offer of the same
+ * elements, in fan-in steps of up to LOOM_STEP_MAXPEERS peers (r - 1, r - 2,
+ * ... in that order; later steps fold into dst), the last one FINAL.
+ */
+static loomResult_t cmaFold(const struct loomSchedArgs *a, struct loomPlan *out, size_t srcOff,
+                            uint8_t dstBuf, size_t dstOff, size_t len)
+{
+    int n = a->nranks, r = a->rank, k = 1;
+    loomResult_t res = loomSuccess;
+    if (len == 0)
+        return loomSuccess;
+    if (n == 1)
+        return directTemplate(out, LOOM_STEP_COPY, LOOM_STEP_FINAL, LOOM_BUF_SEND, srcOff, dstBuf,
+                              dstOff, len, a->chunkElems, 0, NULL, -1);
+    while (k < n && res == loomSuccess) {
+        int peers[LOOM_STEP_MAXPEERS], m = 0, first = k == 1;
+        for (; m < LOOM_STEP_MAXPEERS && k < n; m++, k++)
+            peers[m] = (r - k + n) % n;
+        res = directTemplate(out, LOOM_STEP_PULL_REDUCE_COPY, k == n ? LOOM_STEP_FINAL : 0,
+                             first ? LOOM_BUF_SEND : dstBuf, first ? srcOff : dstOff, dstBuf,
+                             dstOff, len, 0, m, peers, -1);
+    }
+    return res;
+}
+
+/* Pulls from every peer p (r - 1, r - 2, ...) the offer of slice p into buffer dst at its offset.
+ */
+static loomResult_t cmaPullAll(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    int n = a->nranks, r = a->rank;
+    loomResult_t res = loomSuccess;
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        int p = (r - k + n) % n;
+        size_t off, len;
+        cmaSlice(a, p, &off, &len);
+        if (len > 0)
+            res = directTemplate(out, LOOM_STEP_PULL, 0, LOOM_BUF_SEND, 0, LOOM_BUF_RECV, off, len,
+                                 0, 1, &p, -1);
+    }
+    return res;
+}
+
+/* Waits until every peer has taken everything offered to it: a loop of its own, at the end. */
+static loomResult_t cmaDrainAll(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = loomSuccess;
+    planLoop(out);
+    for (int k = 1; k < a->nranks && res == loomSuccess; k++)
+        res = directTemplate(out, LOOM_STEP_DRAIN, 0, LOOM_BUF_SEND, 0, LOOM_BUF_RECV, 0, 0, 0, 0,
+                             NULL, (a->rank + k) % a->nranks);
+    return res;
+}
+
+loomResult_t directAllReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = directCheck(a);
+    size_t off, len;
+    if (res != loomSuccess || a->hi == a->lo)
+        return res;
+    cmaSlice(a, a->rank, &off, &len);
+    planLoop(out);
+    if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, 0, 1)) != loomSuccess ||
+        (res = cmaFold(a, out, off, LOOM_BUF_RECV, off, len)) != loomSuccess)
+        return res;
+    for (int k = 1; k < a->nranks && len > 0 && res == loomSuccess; k++)
+        res = directTemplate(out, LOOM_STEP_OFFER, 0, LOOM_BUF_RECV, off, LOOM_BUF_RECV, 0, len, 0,
+                             0, NULL, (a->rank + k) % a->nranks);
+    if (res == loomSuccess)
+        res = cmaPullAll(a, out);
+    return res == loomSuccess ? cmaDrainAll(a, out) : res;
+}
+
+loomResult_t directReduceScatterCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = directCheck(a);
+    if (res != loomSuccess || a->hi == a->lo)
+        return res;
+    planLoop(out);
+    if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, a->count, 0)) != loomSuccess ||
+        (res = cmaFold(a, out, (size_t)a->rank * a->count + a->lo, LOOM_BUF_RECV, a->lo,
+                       a->hi - a->lo)) != loomSuccess)
+        return res;
+    return cmaDrainAll(a, out);
+}
+
+loomResult_t directReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = directCheck(a);
+    int root = a->root, r = a->rank;
+    size_t off, len;
+    if (res != loomSuccess || root < 0 || root >= a->nranks)
+        return res != loomSuccess ? res : loomInternalError;
+    if (a->hi == a->lo)
+        return loomSuccess;
+    cmaSlice(a, r, &off, &len);
+    planLoop(out);
+    if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, 0, 1)) != loomSuccess ||
+        (res = cmaFold(a, out, off, LOOM_BUF_RECV, r == root ? off : 0, len)) != loomSuccess)
+        return res;
+    if (r != root && len > 0)
+        res = directTemplate(out, LOOM_STEP_OFFER, 0, LOOM_BUF_RECV, 0, LOOM_BUF_RECV, 0, len, 0, 0,
+                             NULL, root);
+    if (r == root && res == loomSuccess)
+        res = cmaPullAll(a, out);
+    return res == loomSuccess ? cmaDrainAll(a, out) : res;
+}
+
+loomResult_t directBroadcastCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = directCheck(a);
+    int root = a->root;
+    if (res != loomSuccess || root < 0 || root >= a->nranks)
+        return res != loomSuccess ? res : loomInternalError;
+    if (a->hi == a->lo)
+        return loomSuccess;
+    planLoop(out);
+    if (a->rank != root)
+        return directTemplate(out, LOOM_STEP_PULL, 0, LOOM_BUF_SEND, 0, LOOM_BUF_RECV, a->lo,
+                              a->hi - a->lo, 0, 1, &root, -1);
+    if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, 0, 0)) != loomSuccess ||
+        (res = directCopyPieces(out, a->lo, a->lo, a->hi - a->lo, a->chunkElems)) != loomSuccess)
+        return res;
+    return cmaDrainAll(a, out);
 }

@@ -40,11 +40,13 @@
  *                           from its memory (process_vm_readv) -----> dst[dstOff..]
  *   DRAIN                   waits until sendPeer has taken every message sent
  *                           to it (so has finished reading what was offered)
+ *   PULL_REDUCE_COPY        recvPeers' offered elements (fan-in), read from
+ *                           their memory (+) src[srcOff..] -----> dst[dstOff..]
  *
  * A rank must DRAIN every peer it offered to before its schedule ends: that
- * is what keeps its buffers valid until the peers have read them. OFFER and
- * PULL may move more than chunkElems (nothing goes through a slot); DRAIN
- * has count 0.
+ * is what keeps its buffers valid until the peers have read them. OFFER,
+ * PULL and PULL_REDUCE_COPY may move more than chunkElems (nothing goes
+ * through a slot); DRAIN has count 0.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -93,6 +95,7 @@ typedef enum {
     LOOM_STEP_OFFER,
     LOOM_STEP_PULL,
     LOOM_STEP_DRAIN,
+    LOOM_STEP_PULL_REDUCE_COPY,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -163,6 +166,9 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
         return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SLOTLESS;
     case LOOM_STEP_DRAIN:
         return LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_PULL_REDUCE_COPY:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST |
+               LOOM_USES_SLOTLESS | LOOM_USES_FANIN;
     default:
         return 0;
     }
@@ -470,6 +476,28 @@ loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan 
 loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 /* AllGather the same way: every peer is offered this rank's send buffer. */
 loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+/*
+ * Broadcast by single copies: the root offers its send buffer, every other
+ * rank pulls it.
+ */
+loomResult_t directBroadcastCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+/*
+ * The reductions by single copies, each rank reducing a share: rank p owns
+ * slice p of [lo, hi) (1/n of it). Every rank offers each peer that peer's
+ * slice of its send buffer, and folds the peers' offers of its own slice
+ * into it (PULL_REDUCE_COPY, fan-in of up to LOOM_STEP_MAXPEERS peers a
+ * step). ReduceScatter: the slices are the per-rank blocks, and that is all.
+ * AllReduce: each rank then offers its reduced slice, and pulls every
+ * other. Reduce: the root pulls them; a rank other than the root reduces
+ * its slice into LOOM_BUF_RECV, which must be a scratch area of
+ * directCmaSliceMax() elements private to the lane (offered to the root, so
+ * the faster when the peers can map it: loomMemAlloc memory).
+ */
+loomResult_t directAllReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t directReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t directReduceScatterCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+/* The most elements of a slice of a single-copy Reduce over `len` elements on n ranks. */
+size_t directCmaSliceMax(size_t len, int nranks);
 loomResult_t directSendPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
@@ -485,9 +513,8 @@ loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPla
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
  * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
- * host. AlltoAll and AllGather have schedules for it (OFFER, PULL, DRAIN steps); the other
- * collectives run it without one, in src/cma.c, where LOOM_ALGO names it
- * and the call can (tunerAllows).
+ * host: schedules of OFFER, PULL, PULL_REDUCE_COPY and DRAIN steps for
+ * AlltoAll, AllGather, AllReduce, Reduce, ReduceScatter and Broadcast.
  */
 typedef enum {
     LOOM_ALGO_RING = 0,
@@ -503,7 +530,7 @@ typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct lo
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
  * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce), direct
- * (AlltoAll(v), Send, Recv) or cma (AlltoAll, AllGather).
+ * (AlltoAll(v), Send, Recv) or cma (all the collectives but AlltoAllv).
  * NULL when coll has no such schedule (a tree AllGather) or either is out
  * of range.
  */

@@ -224,47 +224,107 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
 
 static int peerGone(const struct loomComm *comm, int p);
 
+/* One peer's offer, as a PULL reads it. */
+struct pullSource {
+    int peer;
+    _Atomic uint64_t *slot;
+    uint64_t at;      /* the offered address; 0 once withdrawn */
+    const char *view; /* the peer's memory mapped here (mem.c), or NULL: process_vm_readv */
+};
+
 /*
- * A PULL: the peer's offered elements, read from its memory into dst.
+ * A PULL_REDUCE_COPY's work: dst = src (+) every peer's offered elements.
+ * Mapped peers are read in place, in one pass; otherwise a piece at a time
+ * through cma.c's scratch (a piece per peer). 0, or the errno of a failed
+ * read with *bad the index of its peer.
+ */
+static int pullReduce(struct loomLane *l, const struct loomStep *s, const struct pullSource *ps,
+                      char *dst, int *bad)
+{
+    size_t es = l->elemSize, each = 0, step = s->count;
+    const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
+    int final = (s->flags & LOOM_STEP_FINAL) != 0;
+    const void *ins[LOOM_STEP_MAXPEERS];
+    char *scratch = NULL;
+    for (int j = 0; j < s->nrecv; j++)
+        if (ps[j].view == NULL && scratch == NULL)
+            scratch = cmaScratch(l->comm, &each), step = each / es;
+    if (step == 0)
+        return *bad = 0, ENOMEM;
+    for (size_t at = 0; at < s->count; at += step) {
+        size_t m = s->count - at < step ? s->count - at : step, off = at * es;
+        for (int j = 0; j < s->nrecv; j++) {
+            if (ps[j].view) {
+                ins[j] = ps[j].view + off;
+                continue;
+            }
+            int err = cmaRead(l->comm->peers[ps[j].peer].pid, scratch + (size_t)j * each,
+                              ps[j].at + off, m * es);
+            if (err)
+                return *bad = j, err;
+            ins[j] = scratch + (size_t)j * each;
+        }
+        reduceApplyMany(dst + off, src + off, ins, s->nrecv, m, l->dt, l->op, l->comm->nranks,
+                        final);
+    }
+    return 0;
+}
+
+/*
+ * A PULL: the peer's offered elements, read from its memory into dst; a
+ * PULL_REDUCE_COPY: those of each of its peers, reduced with src into dst.
  *
  * A rank that leaves a call on an error does not wait for its peers to
  * have read what it offered (they may never): it withdraws its offers
  * first (withdrawOffers zeroes the address in every slot not yet taken),
  * and its caller may reuse the buffer as soon as it returns. So the reader
- * reads the address again after its copy: if it still stands, the copy was
+ * reads each address again after its copy: if it still stands, the copy was
  * made while the buffer still held the call's data; if it was withdrawn, the
  * copy may hold anything and the call fails. A peer that is gone sets
  * *gone and leaves the step to be reported as a wait on a dead peer
  * (waitFailure, which prefers a failure the peer had heard of).
  */
-static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *in,
+static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *const *in,
                              int *gone)
 {
-    _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in;
-    uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
+    struct pullSource ps[LOOM_STEP_MAXPEERS];
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
-    int from = s->recvPeers[0];
-    const struct loomPeerInfo *peer = &l->comm->peers[from];
     size_t bytes = s->count * l->elemSize;
-    int err = 0, withdrawn = at == 0;
+    int err = 0, withdrawn = 0, bad = 0;
     *gone = 0;
-    if (!withdrawn) {
+    for (int j = 0; j < s->nrecv && !withdrawn; j++) {
+        ps[j].peer = s->recvPeers[j];
+        ps[j].slot = (_Atomic uint64_t *)(uintptr_t)in[j];
+        ps[j].at = atomic_load_explicit(ps[j].slot, memory_order_acquire);
+        ps[j].view = NULL;
+        if (ps[j].at == 0) {
+            withdrawn = 1, bad = j;
+            break;
+        }
         struct loomOffer o;
         /* Not the address: withdrawOffers may be writing it (it was read above). */
-        memcpy((char *)&o + sizeof(o.addr), in + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
-        o.addr = at;
-        memPeerSeen(l->comm, from, o.memGen);
-        const char *view = memPeerView(l->comm, from, &o, bytes, 0);
-        if (view)
-            reduceCopyStream(dst, view, bytes);
+        memcpy((char *)&o + sizeof(o.addr), in[j] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
+        o.addr = ps[j].at;
+        memPeerSeen(l->comm, ps[j].peer, o.memGen);
+        ps[j].view = memPeerView(l->comm, ps[j].peer, &o, bytes, 0);
+    }
+    if (!withdrawn) {
+        if (s->op != LOOM_STEP_PULL)
+            err = pullReduce(l, s, ps, dst, &bad);
+        else if (ps[0].view)
+            reduceCopyStream(dst, ps[0].view, bytes);
         else
-            err = cmaRead(peer->pid, dst, at, bytes);
+            err = cmaRead(l->comm->peers[ps[0].peer].pid, dst, ps[0].at, bytes);
         /* A read-modify-write (adding 0) orders the check after the copy as a full fence
          * would (fences are refused under -fsanitize=thread). */
-        withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
+        for (int j = 0; j < s->nrecv && !withdrawn; j++)
+            if (atomic_fetch_add_explicit(ps[j].slot, 0, memory_order_seq_cst) != ps[j].at)
+                withdrawn = 1, bad = j;
         if (err == 0 && !withdrawn)
             return loomSuccess;
     }
+    int from = s->recvPeers[bad];
+    const struct loomPeerInfo *peer = &l->comm->peers[from];
     loomResult_t heard = execPeerFailure(l->comm); /* what made the peer leave, if posted */
     if (heard != loomSuccess)
         return heard;
@@ -294,14 +354,14 @@ static inline void connectorPublished(struct loomConnector *c)
 
 static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s, int from)
 {
+    int pull = (loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0; /* it expected an offer */
     return loomSetError(loomInvalidUsage,
                         "rank %d received %s from rank %d where it expected %s: the ranks chose "
                         "different algorithms for one call, or called different operations "
                         "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
                         "kind of memory, and calls must match in order, count and datatype)",
-                        lane->comm->rank,
-                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)", from,
-                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
+                        lane->comm->rank, pull ? "data" : "a buffer address (single copy)", from,
+                        pull ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(struct loomLane *lane, int from)
@@ -379,7 +439,7 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
         uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
         int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
         /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-        if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL))
+        if (((got & LOOM_FIFO_OFFER) != 0) != ((loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0))
             *err = pathMismatch(l, s, from);
         else if ((got & ~LOOM_FIFO_FLAGS) != bytes)
             *err = sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, bytes);
@@ -451,9 +511,9 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
-        } else if (s->op == LOOM_STEP_PULL) {
+        } else if (s->op == LOOM_STEP_PULL || s->op == LOOM_STEP_PULL_REDUCE_COPY) {
             int gone;
-            if ((*err = stepPull(l, s, k.in[0], &gone)) != loomSuccess)
+            if ((*err = stepPull(l, s, k.in, &gone)) != loomSuccess)
                 return -1;
             if (gone)
                 break;
@@ -540,8 +600,9 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
-    if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeers[0]))
-        return s->recvPeers[0]; /* its offer came, its memory went */
+    for (int j = 0; (loomStepUses(s->op) & LOOM_USES_SLOTLESS) && j < s->nrecv; j++)
+        if (peerGone(l->comm, s->recvPeers[j]))
+            return s->recvPeers[j]; /* its offer came, its memory went */
     for (int j = 0; j < s->nrecv; j++) {
         int p = s->recvPeers[j];
         const struct loomConnector *rc = &ch->recv[p];

@@ -78,11 +78,7 @@ static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_DOUBLING] = "doubling",
                                                      [LOOM_ALGO_CMA] = "cma"};
 
-/*
- * The algorithms coll has a schedule for (algorithms/schedule.c): cma only
- * for AlltoAll and AllGather; the other collectives run it without a
- * schedule where LOOM_ALGO names it (tunerAllows, src/cma.c).
- */
+/* The algorithms coll has a schedule for (algorithms/schedule.c). */
 static uint32_t collAlgos(loomColl_t coll)
 {
     uint32_t m = 0;

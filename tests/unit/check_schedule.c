@@ -26,8 +26,9 @@
  * and every FIFO has a free slot.
  *
  * Single copies (the cma schedules): an OFFER puts a reference to the
- * sender's elements in the FIFO, not the elements; the PULL that takes it
- * reads them from the sender's buffer as it is at that moment; a DRAIN
+ * sender's elements in the FIFO, not the elements; the PULL (or the
+ * PULL_REDUCE_COPY, for each of its peers) that takes it reads them from the
+ * sender's buffer as it is at that moment; a DRAIN
  * waits until its FIFO is empty; and a rank that finishes while a peer has
  * not yet pulled what it offered fails the run (its buffers would be reused
  * under the reader).
@@ -502,7 +503,7 @@ struct coll {
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
     int tree;           /* 1: the double binary tree instead of the ring */
     int doubling;       /* 1: recursive doubling (AllReduce) instead of the ring */
-    int cma;            /* 1: single copies (AlltoAll, AllGather) */
+    int cma;            /* 1: single copies */
     int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
     const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
@@ -621,7 +622,9 @@ static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j,
         return i < cov;
     case LOOM_COLL_REDUCE:
         *e = reducedAt(c->n, i);
-        return r == c->root && i < cov; /* off the root recvbuff is never touched */
+        if (r != c->root) /* the tree leaves it alone; single copies keep a slice there */
+            return c->cma ? 2 : 0;
+        return i < cov;
     case LOOM_COLL_REDUCESCATTER:
         *e = reducedAt(c->n, (size_t)r * k + i);
         return i < cov;
@@ -677,8 +680,9 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 }
                 continue;
             }
-            /* Trees fold every child in one step, so only doubling rewrites its partial sums. */
-            int writesOk = v->writes == 1 || (c->doubling && reduced && v->writes > 1);
+            /* Trees fold every child in one step; doubling rewrites its partial sums, and so do
+             * single copies folding more peers than one step takes. */
+            int writesOk = v->writes == 1 || ((c->doubling || c->cma) && reduced && v->writes > 1);
             if (!writesOk || !symEqual(v, &e, reduced)) {
                 snprintf(
                     err, ERR_LEN,
@@ -731,7 +735,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     }
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
-    s.multiWrite = c->doubling && collIsReduction(c->coll);
+    s.multiWrite = (c->doubling || c->cma) && collIsReduction(c->coll);
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
@@ -1297,6 +1301,15 @@ START_TEST(test_cma)
 {
     sweep(LOOM_COLL_ALLTOALL, 0, 3);
     sweep(LOOM_COLL_ALLGATHER, 0, 3);
+}
+END_TEST
+
+START_TEST(test_cma_reductions)
+{
+    sweep(LOOM_COLL_ALLREDUCE, 0, 3);
+    sweep(LOOM_COLL_REDUCESCATTER, 0, 3);
+    sweep(LOOM_COLL_REDUCE, 1, 3);
+    sweep(LOOM_COLL_BROADCAST, 1, 3);
 }
 END_TEST
 
@@ -1988,6 +2001,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("alltoall", test_alltoall));
     suite_add_tcase(s, tcase("alltoallv", test_alltoallv));
     suite_add_tcase(s, tcase("cma alltoall allgather", test_cma));
+    suite_add_tcase(s, tcase("cma reductions broadcast", test_cma_reductions));
     suite_add_tcase(s, tcase("sendrecv", test_sendrecv));
     suite_add_tcase(s, tcase("lanes", test_lanes_cover_everything));
     suite_add_tcase(s, tcase("ring order", test_random_ring_order));
