@@ -45,33 +45,11 @@
 #include "schedule.h"
 
 /*
- * Appends one template: op over len elements in pieces of `piece` (0: one
- * step of all of them), src and dst offsets moving from srcOff and dstOff.
+ * Appends one template: op over len elements of buffer srcBuf (from srcOff)
+ * and dstBuf (from dstOff) in pieces of `piece` (0: one step of all of
+ * them), the offsets moving with the pieces; receiving from the nrecv peers
+ * of recv (fan-in) and sending to sendTo (-1: none).
  */
-static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPeer, int recvPeer,
-                               size_t srcOff, size_t dstOff, size_t len, size_t piece)
-{
-    unsigned uses = loomStepUses(op);
-    struct loomPlanStep t = {
-        .op = (uint8_t)op,
-        .srcBuf = LOOM_BUF_SEND,
-        .dstBuf = LOOM_BUF_RECV,
-        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
-                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
-        .nrecv = recvPeer >= 0,
-        .nsend = sendPeer >= 0,
-        .recvPeers = {recvPeer},
-        .sendPeers = {sendPeer},
-        .nblocks = 1,
-        .len = len,
-        .piece = piece,
-        .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
-        .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
-    };
-    return planAppend(out, &t);
-}
-
-/* One template reading and writing the buffers named, with the peers given (n of each). */
 static loomResult_t directTemplate(struct loomPlan *out, loomStepOp_t op, uint8_t flags,
                                    uint8_t srcBuf, size_t srcOff, uint8_t dstBuf, size_t dstOff,
                                    size_t len, size_t piece, int nrecv, const int *recv, int sendTo)
@@ -95,7 +73,17 @@ static loomResult_t directTemplate(struct loomPlan *out, loomStepOp_t op, uint8_
     };
     for (int k = 0; k < nrecv; k++)
         t.recvPeers[k] = recv[k];
+    if (nrecv == 0)
+        t.recvPeers[0] = -1;
     return planAppend(out, &t);
+}
+
+/* The same from the send buffer to the receive buffer, with at most one peer each way. */
+static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPeer, int recvPeer,
+                               size_t srcOff, size_t dstOff, size_t len, size_t piece)
+{
+    return directTemplate(out, op, 0, LOOM_BUF_SEND, srcOff, LOOM_BUF_RECV, dstOff, len, piece,
+                          recvPeer >= 0, &recvPeer, sendPeer);
 }
 
 /* Copies count elements from srcOff to dstOff in pieces of chunk: a loop of its own. */
@@ -190,6 +178,25 @@ loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPla
 loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
     return directCma(a, out, 1);
+}
+
+loomResult_t directAllGatherSmallPlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    loomResult_t res = directCheck(a);
+    int n = a->nranks, r = a->rank;
+    size_t len = a->hi - a->lo;
+    if (res != loomSuccess || len > a->chunkElems)
+        return res != loomSuccess ? res : loomInternalError;
+    if ((res = directCopyPieces(out, a->lo, (size_t)r * a->count + a->lo, len, len)) != loomSuccess)
+        return res;
+    planLoop(out);
+    for (int k = 1; k < n && res == loomSuccess; k++)
+        res = directStep(out, LOOM_STEP_SEND, (r + k) % n, -1, a->lo, 0, len, 0);
+    for (int k = 1; k < n && res == loomSuccess; k++) {
+        int p = (r - k + n) % n;
+        res = directStep(out, LOOM_STEP_RECV, -1, p, 0, (size_t)p * a->count + a->lo, len, 0);
+    }
+    return res;
 }
 
 loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan *out)

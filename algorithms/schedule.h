@@ -477,6 +477,13 @@ loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPla
 /* AllGather the same way: every peer is offered this rank's send buffer. */
 loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 /*
+ * AllGather of a block that fits one slot (hi - lo <= chunkElems), as a
+ * barrier that carries data: every Send first (each to its own FIFO), then
+ * every Recv, nothing forwarded, so it ends as soon as the last rank has
+ * arrived and sent. cma.c's exchange of buffer descriptors.
+ */
+loomResult_t directAllGatherSmallPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+/*
  * Broadcast by single copies: the root offers its send buffer, every other
  * rank pulls it.
  */

@@ -228,6 +228,7 @@ typedef struct {
     int host;              /* the peer's host */
     const char *hostname;  /* its hostname */
     const char *transport; /* this rank's link to it: "shm", "net/socket", "net/ib", "net/self" */
+    int connected;         /* 1 once that link is connected (at init or on first use) */
 } loomPeerInfo_t;
 #define LOOM_TREE_MAX_DOWN 3
 /* Where `peer` is and how this rank reaches it. */

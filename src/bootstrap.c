@@ -66,6 +66,18 @@ struct loomBootstrap {
     uint8_t secret[BOOTSTRAP_SECRET_BYTES];
     char nextLabel[LABEL_LEN];
     char prevLabel[LABEL_LEN];
+    struct bootMsg *inbox;      /* point-to-point messages taken but not yet asked for */
+    struct helloGather *gather; /* point-to-point connections still saying hello */
+    char owner[32];
+};
+
+/* A point-to-point message that arrived before bootstrapRecv asked for it. */
+struct bootMsg {
+    struct bootMsg *next;
+    int from;
+    uint32_t tag;
+    size_t bytes;
+    uint8_t data[];
 };
 
 /* ---- resource trouble of the root threads of this process ---- */
@@ -1103,7 +1115,195 @@ void bootstrapClose(struct loomBootstrap *b)
     socketClose(b->prevFd);
     socketClose(b->listenFd);
     free(b->peers);
+    if (b->gather != NULL) {
+        gatherCloseAll(b->gather);
+        free(b->gather);
+    }
+    while (b->inbox != NULL) {
+        struct bootMsg *m = b->inbox;
+        b->inbox = m->next;
+        free(m);
+    }
     free(b);
+}
+
+/* ---- point-to-point messages (bootstrapSend, bootstrapRecv) ---- */
+
+/*
+ * A message travels on a connection of its own to the receiver's listening
+ * socket: the hello (secret, rank, nranks, listen address, as at init), then
+ *
+ *   "LMBP"(4) tag(4) length(4) data(length)
+ *
+ * and the sender closes it. The kernel holds it until the receiver accepts,
+ * so a send never waits for the receiver to be ready (only for its
+ * kernel to accept the connection); the receiver keeps
+ * what it accepted for a later call (b->inbox).
+ */
+#define P2P_MAGIC 0x4c4d4250u /* "LMBP" */
+#define P2P_HEADER 12
+#define P2P_POLL_MS 50
+
+static const char *p2pTake(void *ctx, const struct bootstrapHello *h, int fd,
+                           const union socketAddress *peer)
+{
+    struct loomBootstrap *b = ctx;
+    uint8_t hdr[P2P_HEADER];
+    (void)peer;
+    if (h->nranks != b->nranks || h->rank < 0 || h->rank >= b->nranks)
+        return "not a rank of this communicator";
+    if (!bootwireAddrSame(&h->addr, &b->peers[h->rank]))
+        return "its listen address differs from the root's table";
+    uint64_t deadline = socketDeadline(HELLO_TIMEOUT_SEC);
+    if (socketRecvAll(fd, hdr, sizeof(hdr), deadline, b->abortFlag, NULL) != loomSuccess ||
+        wireGet32(hdr) != P2P_MAGIC)
+        return "no message after the hello";
+    uint32_t bytes = wireGet32(hdr + 8);
+    if (bytes > BOOTSTRAP_MSG_MAX_BYTES)
+        return "a message larger than any the bootstrap sends";
+    struct bootMsg *m = malloc(sizeof(*m) + bytes);
+    if (m == NULL)
+        return "out of memory for its message";
+    if (socketRecvAll(fd, m->data, bytes, deadline, b->abortFlag, NULL) != loomSuccess) {
+        free(m);
+        return "the message ended early";
+    }
+    m->from = h->rank;
+    m->tag = wireGet32(hdr + 4);
+    m->bytes = bytes;
+    m->next = NULL;
+    struct bootMsg **at = &b->inbox;
+    while (*at != NULL)
+        at = &(*at)->next;
+    *at = m;
+    socketClose(fd);
+    return NULL;
+}
+
+loomResult_t bootstrapSend(struct loomBootstrap *b, int peer, uint32_t tag, const void *data,
+                           size_t bytes, const struct bootstrapWait *w)
+{
+    union socketAddress addr;
+    uint8_t hello[BOOTSTRAP_HELLO_BYTES], hdr[P2P_HEADER];
+    char label[LABEL_LEN], who[LABEL_LEN + 64];
+    int fd = -1;
+    if (peer < 0 || peer >= b->nranks || bytes > BOOTSTRAP_MSG_MAX_BYTES)
+        return loomSetError(loomInternalError, "bootstrap: no message of %zu bytes to rank %d",
+                            bytes, peer);
+    peerLabel(b, peer, label, sizeof(label));
+    snprintf(who, sizeof(who), "bootstrap: rank %d sending to %s", b->rank, label);
+    uint64_t deadline = w->deadline;
+    LOOMCHECK(helloMake(b, hello));
+    wirePut32(hdr, P2P_MAGIC);
+    wirePut32(hdr + 4, tag);
+    wirePut32(hdr + 8, (uint32_t)bytes);
+    socketAddrFromBootstrap(&b->peers[peer], &addr);
+    /*
+     * Every rank listens from init until it destroys the communicator, and a full listen
+     * queue drops connections rather than refuse them: a refusal means the peer has left.
+     */
+    loomResult_t res = loomSuccess;
+    char where[SOCKET_ADDR_STRLEN];
+    socketAddrFormat(&addr, where, sizeof(where));
+    for (int backoffMs = 10;; backoffMs = backoffMs < 100 ? 2 * backoffMs : 100) {
+        /* Attempts of at most 0.5 s, so that a peer known to have failed ends the wait. */
+        uint64_t soon = socketDeadline(0.5);
+        int err = socketConnectOnce(&addr, soon < deadline ? soon : deadline, b->abortFlag, &fd);
+        if (err == 0)
+            break;
+        if (err == ECONNREFUSED && w->gone != NULL && w->gone(w->ctx, peer))
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s failed while rank %d was sending to it (%s)", label,
+                                b->rank, w->what);
+        if (err == ECONNREFUSED)
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s refused rank %d's connection: it has exited or "
+                                "left the communicator (%s)",
+                                label, b->rank, w->what);
+        if (err == ECANCELED || socketAborted(b->abortFlag))
+            return loomSetError(loomRemoteError, "bootstrap: rank %d aborted while sending to %s",
+                                b->rank, label);
+        if (w->gone != NULL && w->gone(w->ctx, peer))
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s failed while rank %d was sending to it (%s)", label,
+                                b->rank, w->what);
+        if (socketClockNs() >= deadline)
+            return loomSetError(loomTimeout,
+                                "bootstrap: rank %d could not connect to %s at %s within %d s: %s "
+                                "(%s)",
+                                b->rank, label, where, b->timeoutSec, debugErrnoText(err), w->what);
+        int ms = socketPollMs(deadline);
+        poll(NULL, 0, ms < backoffMs ? ms : backoffMs);
+    }
+    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    if (res == loomSuccess)
+        res = socketSendAll(fd, hdr, sizeof(hdr), deadline, b->abortFlag, who);
+    if (res == loomSuccess && bytes > 0)
+        res = socketSendAll(fd, data, bytes, deadline, b->abortFlag, who);
+    socketClose(fd);
+    return res;
+}
+
+static struct bootMsg *inboxTake(struct loomBootstrap *b, int from, uint32_t tag)
+{
+    for (struct bootMsg **at = &b->inbox; *at != NULL; at = &(*at)->next) {
+        if ((*at)->from == from && (*at)->tag == tag) {
+            struct bootMsg *m = *at;
+            *at = m->next;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void *data,
+                           size_t bytes, const struct bootstrapWait *w)
+{
+    char label[LABEL_LEN];
+    if (b->gather == NULL) {
+        snprintf(b->owner, sizeof(b->owner), "rank %d", b->rank);
+        b->gather = gatherOpen(b, b->owner, p2pTake, b);
+        if (b->gather == NULL)
+            return loomSetError(loomSystemError, "bootstrap: out of memory");
+    }
+    peerLabel(b, peer, label, sizeof(label));
+    int drained = 0;
+    for (;;) {
+        struct bootMsg *m = inboxTake(b, peer, tag);
+        if (m != NULL) {
+            loomResult_t res = loomSuccess;
+            if (m->bytes != bytes)
+                res = loomSetError(loomInternalError,
+                                   "bootstrap: rank %d got %zu bytes from %s, expected %zu",
+                                   b->rank, m->bytes, label, bytes);
+            else
+                memcpy(data, m->data, bytes);
+            free(m);
+            return res;
+        }
+        if (socketAborted(b->abortFlag))
+            return loomSetError(loomRemoteError, "bootstrap: rank %d aborted while waiting for %s",
+                                b->rank, label);
+        if (w->gone != NULL && w->gone(w->ctx, peer)) {
+            /* What it sent before it left may wait in the listen queue or a socket: read
+             * that in, without waiting, once before giving up on it. */
+            if (!drained) {
+                drained = 1;
+                for (int pass = 0; pass < 4; pass++)
+                    gatherRound(b->gather, 0);
+                continue;
+            }
+            return loomSetError(loomRemoteError,
+                                "bootstrap: %s failed while rank %d waited for it (%s)", label,
+                                b->rank, w->what);
+        }
+        if (socketClockNs() >= w->deadline)
+            return loomSetError(loomTimeout,
+                                "bootstrap: %s did not answer rank %d within %d s (%s)", label,
+                                b->rank, b->timeoutSec, w->what);
+        int ms = socketPollMs(w->deadline);
+        gatherRound(b->gather, ms < P2P_POLL_MS ? ms : P2P_POLL_MS);
+    }
 }
 
 /* ---- shrink: the ranks kept meet without the dead (bootstrapShrink) ---- */

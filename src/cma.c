@@ -315,33 +315,21 @@ int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
 
 /*
  * The plan of the descriptor exchange (cmaExchange), the same for every
- * call: every Send first (each to its own FIFO; one message a call, so a
- * free slot is never far), then every Recv, in rank order. Each message is
- * one slot (cmaSetup checks that a descriptor fits).
+ * call: an AllGather of one descriptor a rank, every Send first, then every
+ * Recv (algorithms/direct.c). Each message is one slot (cmaSetup checks that
+ * a descriptor fits).
  */
 static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan *out)
 {
-    int n = comm->nranks, me = comm->rank;
-    loomResult_t res = loomSuccess;
-    planLoop(out);
-    for (int dir = 0; dir < 2; dir++) {
-        for (int p = 0; p < n && res == loomSuccess; p++) {
-            if (p == me)
-                continue;
-            struct loomPlanStep t = {.op = dir == 0 ? LOOM_STEP_SEND : LOOM_STEP_RECV,
-                                     .srcBuf = LOOM_BUF_SEND,
-                                     .dstBuf = LOOM_BUF_RECV,
-                                     .nrecv = dir == 1,
-                                     .nsend = dir == 0,
-                                     .recvPeers = {p},
-                                     .sendPeers = {p},
-                                     .nblocks = 1,
-                                     .len = sizeof(struct cmaDesc),
-                                     .dstBase = dir == 0 ? 0 : (size_t)p * sizeof(struct cmaDesc)};
-            res = planAppend(out, &t);
-        }
-    }
-    return res;
+    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLGATHER,
+                              .nranks = comm->nranks,
+                              .rank = comm->rank,
+                              .root = -1,
+                              .count = sizeof(struct cmaDesc),
+                              .lo = 0,
+                              .hi = sizeof(struct cmaDesc),
+                              .chunkElems = sizeof(struct cmaDesc)};
+    return directAllGatherSmallPlan(&a, out);
 }
 
 /*
@@ -355,7 +343,6 @@ static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan
 static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
 {
     struct cmaState *st = comm->cma;
-    st->all[comm->rank] = *mine;
     /* Run as a lane of its own, not through the planner, so the exchange neither touches
      * the schedule cache nor spoils the memo of the call's schedule when the ranks decline. */
     struct loomLane lane = {.comm = comm,

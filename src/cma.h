@@ -1,6 +1,7 @@
 /*
- * cma.h — single-copy collectives between the processes of one host, with
- * cross-memory attach (process_vm_readv / process_vm_writev). See cma.c.
+ * cma.h — single copies between the processes of one host: whether they are
+ * possible, whether a call takes them, and the reads of PULL steps
+ * (process_vm_readv). The schedules are algorithms/direct.c's. See cma.c.
  */
 #ifndef LOOM_CMA_H_
 #define LOOM_CMA_H_

@@ -23,6 +23,8 @@
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
+#include "interp.h"
+#include "kexec.h"
 #include "param.h"
 #include "reduce.h"
 #include "topo.h"
@@ -312,6 +314,7 @@ struct planOp {
     int lanes;
     const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
     size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
+    int proto;                                       /* LOOM_PROTO_* (kexec.c) */
     size_t scratchOff;                               /* where it starts in comm->scratch */
     size_t sliceBytes; /* single-copy Reduce off the root: each lane's slice (comm->cmaScratch) */
     size_t sliceOff;   /* where the first starts there */
@@ -324,6 +327,7 @@ static __thread int tlPlanCap;
 
 void enqueueThreadCleanup(void)
 {
+    kexecThreadCleanup();
     free(tlLanes);
     free(tlPlan);
     tlLanes = NULL;
@@ -331,8 +335,7 @@ void enqueueThreadCleanup(void)
     tlLaneCap = tlPlanCap = 0;
 }
 
-/* Grows a per-thread array to hold n elements of elemSize. */
-static loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
+loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
 {
     if (n <= *cap)
         return loomSuccess;
@@ -466,6 +469,11 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
     tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
     if (cma)
         p->tune.algo = LOOM_ALGO_CMA;
+    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on. */
+    p->proto = dev ? LOOM_PROTO_SIMPLE
+                   : kexecProto(comm, op->coll == LOOM_COLL_ALLTOALLV ? SIZE_MAX : opBytes(op));
+    if (p->proto == LOOM_PROTO_LL && p->tune.chunkBytes > LOOM_LL_BYTES)
+        p->tune.chunkBytes = LOOM_LL_BYTES; /* a step is at most one LL slot */
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
     size_t want = op->count / p->chunkElems;
     int n = p->tune.nChannels;
@@ -564,7 +572,8 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
                                                  .bufs = {(char *)send, recv},
                                                  .dt = op->dt,
                                                  .op = op->op,
-                                                 .elemSize = es};
+                                                 .elemSize = es,
+                                                 .proto = p->proto};
     }
     return loomSuccess;
 }
@@ -631,6 +640,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, loomResult_t res
     comm->memo.root = op->root, comm->memo.count = op->count;
     comm->memo.send = op->sendbuff, comm->memo.recv = op->recvbuff;
     comm->memo.nlanes = p->lanes;
+    comm->memo.proto = p->proto;
     memcpy(comm->memo.sched, p->sched, (size_t)p->lanes * sizeof(p->sched[0]));
     comm->memo.gen = comm->schedGen;
     comm->memo.valid = 1;
@@ -650,7 +660,8 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
                                        .bufs = {(char *)op->sendbuff, op->recvbuff},
                                        .dt = op->dt,
                                        .op = op->op,
-                                       .elemSize = es};
+                                       .elemSize = es,
+                                       .proto = comm->memo.proto};
     }
     *nlanes = comm->memo.nlanes;
     return loomSuccess;

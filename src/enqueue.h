@@ -35,6 +35,9 @@ loomResult_t planExecute(struct loomOp *ops, int nops);
 void opRelease(struct loomOp *op);
 /* Frees this thread's plan scratch (called when a stream thread ends). */
 void enqueueThreadCleanup(void);
+/* Grows a per-thread array *array of *cap elements of elemSize to hold n; loomSystemError if out of
+ * memory. */
+loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize);
 
 /* group.c */
 int groupActive(void);

@@ -59,14 +59,15 @@
 #include <unistd.h>
 
 #include "cma.h"
+#include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
+#include "interp.h"
+#include "kexec.h"
 #include "mem.h"
 #include "reduce.h"
 
-#define EXEC_SLEEP_NS (100 * 1000 * 1000ULL)
-#define EXEC_YIELD_NS (1000 * 1000ULL) /* yield this long before sleeping */
 /*
  * A peer found dead with no notice is reported only after this: a rank that
  * heard of a failure and exited leaves its peers a notice that may still be
@@ -86,7 +87,7 @@ static inline void cpuRelax(void)
 #endif
 }
 
-static long futexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
+long execFutexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
                           .tv_nsec = (long)(ns % 1000000000ULL)};
@@ -162,7 +163,7 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 
 /* ---- one step ---- */
 
-static loomResult_t sizeMismatch(struct loomLane *lane, int from, uint64_t got, size_t want)
+static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t got, size_t want)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received %llu bytes from rank %d where it expected %zu: the "
@@ -352,7 +353,7 @@ static inline void connectorPublished(struct loomConnector *c)
         bellRing(c->peerBell);
 }
 
-static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s, int from)
+static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
 {
     int pull = (loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0; /* it expected an offer */
     return loomSetError(loomInvalidUsage,
@@ -364,12 +365,38 @@ static loomResult_t pathMismatch(struct loomLane *lane, const struct loomStep *s
                         pull ? "a buffer address (single copy)" : "data");
 }
 
-static loomResult_t kindMismatch(struct loomLane *lane, int from)
+static loomResult_t kindMismatch(const struct loomLane *lane, int from)
 {
     return loomSetError(loomInvalidUsage,
                         "rank %d received CUDA device memory from rank %d where it passed host "
                         "buffers: every rank must pass the same kind of memory to one call",
                         lane->comm->rank, from);
+}
+
+static loomResult_t protoMismatch(const struct loomLane *lane, int from, uint64_t got)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %s message from rank %d where it expected %s one: the "
+                        "ranks chose different protocols (LOOM_PROTO and LOOM_EXECUTOR must be "
+                        "equal on every rank)",
+                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", from,
+                        (got & LOOM_FIFO_LL) ? "a Simple" : "an LL");
+}
+
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
+                                 uint64_t got, int device)
+{
+    size_t want = s->count * l->elemSize;
+    /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
+    if (((got & LOOM_FIFO_OFFER) != 0) != ((loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0))
+        return pathMismatch(l, s, from);
+    if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
+        return protoMismatch(l, from, got);
+    if ((got & ~LOOM_FIFO_FLAGS) != want)
+        return sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, want);
+    if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
+        return kindMismatch(l, from);
+    return loomSuccess;
 }
 
 /* A slot of c: in its device slots for a device lane when the FIFO has them. */
@@ -406,6 +433,9 @@ static void stepPublish(int dev, const struct loomStep *s, const struct stepLink
     }
     for (int j = 0; j < s->nrecv; j++) {
         struct loomConnector *rc = k->rc[j];
+        if (rc->ll && LOOM_LL_WRAPS(rc->pos, LOOM_LL_MOD)) /* see fifo.h */
+            memset(rc->ll + (rc->pos % LOOM_STEPS) * LOOM_LL_LINES, 0,
+                   LOOM_LL_LINES * sizeof(uint64_t));
         rc->pos++;
         if (!dev) {
             atomic_store_explicit(&rc->fifo->head, rc->pos, memory_order_release);
@@ -429,7 +459,6 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
                      struct stepLinks *k, loomResult_t *err)
 {
     struct loomChannel *ch = &l->comm->channels[l->channel];
-    size_t bytes = s->count * l->elemSize;
     for (int j = 0; j < s->nrecv; j++) {
         int from = s->recvPeers[j];
         struct loomConnector *rc = &ch->recv[from];
@@ -438,13 +467,7 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
             return 0;
         uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
         int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
-        /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-        if (((got & LOOM_FIFO_OFFER) != 0) != ((loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0))
-            *err = pathMismatch(l, s, from);
-        else if ((got & ~LOOM_FIFO_FLAGS) != bytes)
-            *err = sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, bytes);
-        else if (onDevice && (!dev || rc->devSlots == NULL))
-            *err = kindMismatch(l, from);
+        *err = execMessageMismatch(l, s, from, got, dev && rc->devSlots != NULL);
         if (*err != loomSuccess)
             return -1;
         k->rc[j] = rc;
@@ -533,16 +556,6 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 }
 
 /* ---- waiting ---- */
-
-struct execWait {
-    int spins;
-    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
-    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
-    int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
-    uint64_t idleSince;
-    uint64_t lastLiveCheck;
-    uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
-};
 
 /* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie, ...), '?' if unknown. */
 static char procState(pid_t pid)
@@ -679,7 +692,7 @@ static loomResult_t timedOut(const struct loomLane *b)
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */
-static loomResult_t heardFailure(struct loomLane *lanes, int nlanes)
+loomResult_t execHeardFailure(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
@@ -707,17 +720,17 @@ static const struct loomDoorbell *deadPeerNotice(const struct loomComm *comm, in
     if (ch->send == NULL)
         return NULL;
     const struct loomConnector *c = &ch->send[dead];
-    /* A network connector's bell is this process's own, not the peer's. */
-    if (!c->connected || c->progress != NULL || c->peerBell == NULL ||
+    /* A network connector's bell is this process's own, not the peer's. A local peer's bell
+     * is there before the link is connected (transports/shm.c). */
+    if (c->progress != NULL || c->peerBell == NULL ||
         atomic_load_explicit(&c->peerBell->noticeState, memory_order_acquire) != 2)
         return NULL;
     return c->peerBell;
 }
 
-static loomResult_t waitFailure(struct loomLane *lanes, int nlanes, uint64_t now,
-                                struct execWait *w)
+loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, struct execWait *w)
 {
-    loomResult_t heard = heardFailure(lanes, nlanes);
+    loomResult_t heard = execHeardFailure(lanes, nlanes);
     if (heard != loomSuccess) {
         w->heard = 1;
         return heard;
@@ -846,7 +859,7 @@ static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, l
     atomic_store_explicit(&bell->sleeping, 1, memory_order_seq_cst);
     *left = sweep(lanes, nlanes, dev, progress, err);
     if (*left > 0 && *progress == 0 && !failurePending(lanes, nlanes))
-        capped = futexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS) != 0 &&
+        capped = execFutexWait(&bell->seq, seq, multi ? 1000000ULL : EXEC_SLEEP_NS) != 0 &&
                  errno == ETIMEDOUT && !multi;
     atomic_store_explicit(&bell->sleeping, 0, memory_order_relaxed);
     return capped;
@@ -859,10 +872,12 @@ void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason
     const struct loomChannel *ch = &comm->channels[0];
     for (int p = 0; ch->send && p < comm->nranks; p++) {
         const struct loomConnector *c = &ch->send[p];
-        if (p == comm->rank || !c->connected)
+        /* Peers on this host are told whether connected or not (their bells are mapped from
+         * init); a network peer only once connected. */
+        if (p == comm->rank || (!c->connected && c->peerBell == NULL))
             continue;
         /* A network connector's bell is a local one: the transport carries the notice over. */
-        if (comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
+        if (c->connected && comm->notifyPeer && comm->notifyPeer(comm, p, res, reason))
             continue;
         /* Not on a dead peer's bell: what is there is what that peer heard (deadPeerNotice). */
         if (c->peerBell && !peerGone(comm, p))
@@ -912,7 +927,22 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
     }
 }
 
-static void markBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes)
+{
+    /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
+    loomResult_t err = execHeardFailure(lanes, nlanes);
+    if (err != loomSuccess) {
+        execMarkBroken(lanes, nlanes, err, 0);
+        return err;
+    }
+    /* Peers the plans talk to for the first time (connect.c). */
+    err = connectLanes(lanes, nlanes);
+    if (err != loomSuccess)
+        execMarkBroken(lanes, nlanes, err, 1);
+    return err;
+}
+
+void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int post)
 {
     const char *reason = debugLastError(NULL);
     for (int i = 0; i < nlanes; i++) {
@@ -936,12 +966,23 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
 
-    /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
-    err = heardFailure(lanes, nlanes);
-    if (err != loomSuccess) {
-        markBroken(lanes, nlanes, err, 0);
-        return err;
+    if (dev == NULL) {
+        int kernel = 1, ll = 0;
+        for (int i = 0; i < nlanes; i++) {
+            kernel &= kexecUsable(lanes[i].comm);
+            ll |= lanes[i].proto == LOOM_PROTO_LL;
+        }
+        if (kernel)
+            return kexecRun(lanes, nlanes);
+        if (ll) /* a group mixing communicators the kernel executor runs and others */
+            return loomSetError(loomInvalidUsage,
+                                "rank %d: this group mixes communicators the kernel executor "
+                                "runs with others, and some of its calls chose LL, which only the "
+                                "kernel executor speaks; set LOOM_PROTO=Simple",
+                                lanes[0].comm->rank);
     }
+    if ((err = execPrepare(lanes, nlanes)) != loomSuccess)
+        return err;
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
         l->it = (struct loomPlanIter){0, 0};
@@ -982,7 +1023,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
                 pollNetwork(lanes, nlanes);
             sched_yield();
             if (gpuBusy && (w.spins & 63) == 0 &&
-                (err = waitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
+                (err = execWaitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
                 break;
             continue;
         }
@@ -993,14 +1034,14 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
             w.spins = 0;
             continue;
         }
-        err = waitFailure(lanes, nlanes, loomClockNs(), &w);
+        err = execWaitFailure(lanes, nlanes, loomClockNs(), &w);
         if (err != loomSuccess)
             break;
     }
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
     if (err != loomSuccess) {
-        markBroken(lanes, nlanes, err, !w.heard); /* posted first: a reader finds the reason */
+        execMarkBroken(lanes, nlanes, err, !w.heard); /* posted first: a reader finds the reason */
         withdrawOffers(lanes, nlanes);
     }
     return err;

@@ -23,6 +23,7 @@ struct loomLane {
     loomDataType_t dt;
     loomRedOp_t op;
     size_t elemSize;
+    int proto; /* LOOM_PROTO_* (src/device/interp.h): LL only in the kernel executor */
     /* Set by execRun: */
     struct loomPlanIter it;
     struct loomStep step; /* the step to run next, while `more` */
@@ -41,6 +42,50 @@ struct cudaExec;
  * else the CUDA executor that computes the steps (src/cuda/cudacore.h).
  */
 loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
+
+/*
+ * The failure machinery, shared with the kernel executor (kexec.c), whose
+ * blocks watch their own lanes with it while they wait. `struct execWait`
+ * is one waiter's state: zero it, then set idleSince when a wait begins.
+ */
+#define EXEC_SLEEP_NS (100 * 1000 * 1000ULL) /* the longest sleep on the doorbell */
+#define EXEC_YIELD_NS (1000 * 1000ULL)       /* a wait yields this long before it sleeps */
+struct execWait {
+    int spins;
+    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
+    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
+    int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
+    uint64_t idleSince;
+    uint64_t lastLiveCheck;
+    uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
+};
+/* An abort of a lane's comm, or a failure a peer posted: the error, recorded; else loomSuccess. */
+loomResult_t execHeardFailure(struct loomLane *lanes, int nlanes);
+/*
+ * What ends a wait that made no progress since w->idleSince: a failure heard
+ * of (w->heard set), a dead peer the blocked step waits for, or LOOM_TIMEOUT;
+ * the error is recorded. loomSuccess while the wait may go on. Reads each
+ * lane's step, cur, more and done, and its connectors' positions.
+ */
+loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, struct execWait *w);
+/* Marks the lanes' communicators broken with err (the recorded line); post: tell the peers. */
+void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t err, int post);
+/*
+ * What both executors do before a plan's first step: fail at once on a comm
+ * that heard of a failure, and connect the peers the lanes name for the first
+ * time (connect.c); on an error the comms are marked broken.
+ */
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes);
+/*
+ * loomSuccess when the size word `got` of the message lane l's step s takes
+ * from peer `from` is the one s expects (device: the lane may take device
+ * data), else the error that says how the ranks disagree, recorded.
+ */
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
+                                 uint64_t got, int device);
+
+/* Sleeps on the futex at addr while it holds val, ns at most; the syscall's result. */
+long execFutexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns);
 
 /* Wakes a thread of this process blocked in execRun on comm (used by abort). */
 void execWake(struct loomComm *comm);

@@ -6,7 +6,9 @@
  * host identity, pid, NUMA node, GPU and usable transports -> hosts, ring
  * order and trees (topo.c) -> a transport for every peer pair (the first
  * usable on both ends that accepts the pair: shm inside a host, net across
- * hosts) -> those transports connect the connectors -> p2p slots in GPU
+ * hosts) -> the transports connect this rank to itself and its ring and
+ * tree neighbours (connect.c; other peers when a plan first needs them) ->
+ * single copies (cma.c) -> p2p slots in GPU
  * memory for ranks bound to a GPU (src/cuda/p2p.c) -> barrier. Every step
  * is bounded by the timeout; on failure everything built so far is released
  * and *comm is left untouched.
@@ -26,10 +28,12 @@
 
 #include "bootstrap.h"
 #include "cma.h"
+#include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
+#include "kexec.h"
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
@@ -197,6 +201,7 @@ loomResult_t loomCommPeerInfo(const loomComm_t comm, int peer, loomPeerInfo_t *i
     info->transport = t < 0                         ? NULL
                       : loomTransports[t]->linkName ? loomTransports[t]->linkName(comm, peer)
                                                     : loomTransports[t]->name;
+    info->connected = comm->linkUp != NULL && comm->linkUp[peer];
     return loomSuccess;
 }
 
@@ -464,82 +469,17 @@ static loomResult_t commAllocChannels(struct loomComm *comm)
     return loomSuccess;
 }
 
-int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
-{
-    for (int i = 0; loomTransports[i]; i++)
-        if (loomTransports[i] == t)
-            return (comm->peers[rank].usable >> i) & 1;
-    return 0;
-}
-
-int transportServes(const struct loomComm *comm, const struct loomTransport *t, int peer)
-{
-    int i = comm->linkTransport[peer];
-    return i >= 0 && loomTransports[i] == t;
-}
-
-/* The first transport usable on both ends that accepts the pair, for every peer. */
-static uint32_t commChooseLinks(struct loomComm *comm, int *unreachable)
-{
-    uint32_t used = 0;
-    *unreachable = -1;
-    for (int p = 0; p < comm->nranks; p++) {
-        uint32_t both = comm->peers[comm->rank].usable & comm->peers[p].usable;
-        comm->linkTransport[p] = -1;
-        for (int t = 0; loomTransports[t] && comm->linkTransport[p] < 0; t++)
-            if (((both >> t) & 1) && loomTransports[t]->canConnect(comm, p))
-                comm->linkTransport[p] = (signed char)t;
-        if (comm->linkTransport[p] >= 0)
-            used |= 1u << comm->linkTransport[p];
-        else if (*unreachable < 0)
-            *unreachable = p;
-    }
-    return used;
-}
-
-#define LINKS_UNREACHABLE 0x80000000u
-
+/* Connects what init connects (connect.c), then single copies (cma.c), where every link of
+ * this rank is on one host's shared memory; collective, on every rank, whatever the transports. */
 static loomResult_t commConnect(struct loomComm *comm)
 {
-    int unreachable;
-    uint32_t *used = calloc((size_t)comm->nranks, sizeof(*used));
-    if (used == NULL)
-        return loomSetError(loomSystemError, "out of memory choosing transports");
-    used[comm->rank] = commChooseLinks(comm, &unreachable);
-    if (unreachable >= 0)
-        used[comm->rank] |= LINKS_UNREACHABLE;
-    /* Everyone learns which transports anyone needs, and whether anyone is stuck. */
-    loomResult_t res = bootstrapAllGather(comm->bootstrap, used, sizeof(*used));
-    uint32_t needed = 0;
-    int stuck = -1;
-    for (int p = 0; res == loomSuccess && p < comm->nranks; p++) {
-        needed |= used[p];
-        if ((used[p] & LINKS_UNREACHABLE) && stuck < 0)
-            stuck = p;
-    }
-    free(used);
-    LOOMCHECK(res);
-    if (unreachable >= 0)
-        return loomSetError(loomInvalidUsage,
-                            "rank %d on %s has no transport to rank %d on %s (shared memory "
-                            "needs one host and no LOOM_SHM_DISABLE=1; the network needs an "
-                            "interface that is up: see loom-info on both hosts)",
-                            comm->rank, comm->peers[comm->rank].hostname, unreachable,
-                            comm->peers[unreachable].hostname);
-    if (stuck >= 0)
-        return loomSetError(loomInvalidUsage,
-                            "rank %d on %s has no transport to one of its peers (its log says "
-                            "which); this rank gives up too",
-                            stuck, comm->peers[stuck].hostname);
-    for (int t = 0; loomTransports[t]; t++)
-        if ((needed >> t) & 1)
-            LOOMCHECK(loomTransports[t]->setup(comm));
-    /* Single copies (cma.c) where every link of this rank is on one host's shared memory;
-     * collective, on every rank, whatever the transports. */
+    LOOMCHECK(connectInit(comm));
     int allShm = 1;
     for (int p = 0; p < comm->nranks; p++)
         allShm &= transportServes(comm, &shmTransport, p);
-    return cmaSetup(comm, allShm);
+    /* The kernel executor turns single copies off: it runs no OFFER, PULL or DRAIN. */
+    LOOMCHECK(kexecSetup(comm, allShm));
+    return cmaSetup(comm, allShm && !kexecUsable(comm));
 }
 
 /* Releases what the communicator owns (not the struct itself). */
@@ -548,11 +488,13 @@ static void commFree(struct loomComm *comm)
     p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
     memPeerViewsFree(comm);
     cmaTeardown(comm);
+    kexecFree(comm);
     /* In reverse: the network proxy rings the doorbell shm may own. */
     for (int t = loomTransportCount() - 1; t >= 0; t--)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
     comm->bootstrap = NULL;
+    connectFree(comm);
     for (int c = 0; c < LOOM_MAX_CHANNELS; c++) {
         free(comm->channels[c].send);
         free(comm->channels[c].recv);

@@ -49,6 +49,8 @@ struct paramRow {
 
 static const char *const paramDebugWords[] = {"NONE", "WARN", "INFO", "TRACE", NULL};
 static const char *const paramNetWords[] = {"socket", "ib", NULL};
+static const char *const paramExecutorWords[] = {"kernel", "host", "auto", NULL};
+static const char *const paramProtoWords[] = {"Simple", "LL", NULL};
 
 /* Rows are placed by loomParamId_t so the table cannot drift from the enum's order. */
 static const struct paramRow paramTable[] = {
@@ -119,7 +121,7 @@ static const struct paramRow paramTable[] = {
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
     [LOOM_PARAM_CMA_DISABLE] = {"LOOM_CMA_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1: no single-copy collectives between the ranks of one host "
-                                "(process_vm_readv/writev, mappings of loomMemAlloc buffers): not "
+                                "(process_vm_readv, mappings of loomMemAlloc buffers): not "
                                 "AlltoAll's by default, not on loomMemAlloc buffers, nor where "
                                 "LOOM_ALGO names cma"},
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "524288", 4096, 1099511627776LL,
@@ -127,6 +129,22 @@ static const struct paramRow paramTable[] = {
                                   "smallest collective (largest buffer, as loom-perf's size) "
                                   "run single-copy when all ranks share a host; the largest "
                                   "any rank sets holds for all; K/M/G suffixes accepted"},
+    [LOOM_PARAM_CONNECT_ALL] = {"LOOM_CONNECT_ALL", PARAM_INT, "0", 0, 1, "a switch", NULL,
+                                "1 (on any rank): connect every pair of ranks at init; 0: only "
+                                "ring and tree neighbours, the others when a call first needs "
+                                "them"},
+    [LOOM_PARAM_EXECUTOR] = {"LOOM_EXECUTOR", PARAM_STR, "auto", 0, 0, NULL, paramExecutorWords,
+                             "what runs host-buffer calls: kernel (the GPU kernel's plan "
+                             "interpreter, built for the CPU; shared-memory links only, "
+                             "single copies off), host (the host executor) or auto (host); "
+                             "the same on every rank"},
+    [LOOM_PARAM_PROTO] = {"LOOM_PROTO", PARAM_STR, "", 0, 0, NULL, paramProtoWords,
+                          "protocol of the kernel executor: Simple (slots and counters) or LL "
+                          "(8-byte lines with flags); unset: LL for small calls (NCCL syntax)"},
+    [LOOM_PARAM_KERNEL_THREADS] = {"LOOM_KERNEL_THREADS", PARAM_INT, "1", 1, 64, "a thread count",
+                                   NULL,
+                                   "threads of each block (one per channel) of the kernel "
+                                   "executor on the CPU, 1..64"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

@@ -42,6 +42,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "port.h"
 #include "reduce.h"
 
 /*
@@ -753,59 +754,23 @@ void reduceCopyStream(void *dst, const void *src, size_t bytes)
 
 /* ---- scalar conversions, one value at a time (same results as the vector code) ----------- */
 
-static uint32_t floatBits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float bitsFloat(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
+/* The scalar conversions are the port layer's (src/device/port.h), shared with the device code. */
 float reduceHalfToFloat(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = h & 0x7c00;
-    uint32_t shifted = (uint32_t)(h & 0x7fff) << 13;
-    if (exp == 0x7c00)
-        return bitsFloat(sign | shifted | 0x7f800000u);
-    if (exp == 0)
-        return bitsFloat(sign | floatBits((float)(h & 0x3ff) * 0x1p-24f));
-    return bitsFloat(sign | (shifted + (112u << 23)));
+    return portHalfToFloat(h);
 }
 
 uint16_t reduceFloatToHalf(float f)
 {
-    uint32_t bits = floatBits(f);
-    uint32_t sign = (bits >> 16) & 0x8000;
-    uint32_t x = bits & 0x7fffffff;
-    uint32_t r;
-    if (x > 0x7f800000) {
-        r = 0x7e00 | ((x >> 13) & 0x3ff);
-    } else if (x < 0x38800000) {
-        r = floatBits(bitsFloat(x) + 0.5f) - 0x3f000000u;
-    } else {
-        r = (x - (112u << 23) + 0xfff + ((x >> 13) & 1)) >> 13;
-        if (r > 0x7c00)
-            r = 0x7c00;
-    }
-    return (uint16_t)(r | sign);
+    return portFloatToHalf(f);
 }
 
 float reduceBf16ToFloat(uint16_t b)
 {
-    return bitsFloat((uint32_t)b << 16);
+    return portBf16ToFloat(b);
 }
 
 uint16_t reduceFloatToBf16(float f)
 {
-    uint32_t bits = floatBits(f);
-    if ((bits & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((bits >> 16) | 0x40);
-    return (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    return portFloatToBf16(f);
 }

@@ -380,6 +380,12 @@ static int connectOnce(const union socketAddress *addr, uint64_t deadlineNs, ato
     return 0;
 }
 
+int socketConnectOnce(const union socketAddress *addr, uint64_t deadlineNs, atomic_int *abortFlag,
+                      int *fd)
+{
+    return connectOnce(addr, deadlineNs, abortFlag, fd);
+}
+
 static loomResult_t connectFailed(const union socketAddress *addr, int err, int lastErr,
                                   const char *who)
 {

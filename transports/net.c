@@ -3,8 +3,12 @@
  * when shared memory is off), over TCP or InfiniBand verbs.
  *
  * Both ends of a network connector are local memory: one FIFO (counters and
- * LOOM_STEPS slots) per direction, peer and channel, all carved from one
- * page-aligned block so that a verbs backend can register it. The executor
+ * LOOM_STEPS slots) per direction, peer and channel, a peer's carved from
+ * one page-aligned block when the pair is connected (src/connect.c: at init
+ * for ring and tree neighbours, else on first use), so that a verbs backend
+ * can register it. Each rank's init info carries its NET_INFO_* word and
+ * what its TCP backend publishes (the listening address); the connection
+ * records themselves say nothing (the info said it all). The executor
  * uses them as it uses shared memory; a backend moves the messages between
  * hosts, run by the proxy thread (src/proxy.c) or, through the connector's
  * progress hook, by the executor itself right after it published a slot and
@@ -38,13 +42,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
-#include "bootstrap.h"
 #include "debug.h"
 #include "bell.h"
 #include "net.h"
@@ -59,17 +63,19 @@
 
 enum { NET_SOCKET = 0, NET_IB = 1, NET_BACKENDS = 2 };
 
-/* Published by every rank at setup. */
+/* Published by every rank in its init info. */
 #define NET_INFO_IB 0x1          /* InfiniBand usable and allowed here */
 #define NET_INFO_IB_REQUIRED 0x2 /* LOOM_NET=ib (or config.netName "ib") */
 
 struct netState {
     struct loomComm *comm;
-    char *mem;
-    size_t memBytes;
-    struct netConn *conns; /* [nconns]: a send and a recv connection per remote peer and channel */
-    int nconns;
-    int *backendOf; /* [nranks]: NET_SOCKET or NET_IB, -1 when not a network link */
+    char **mem;            /* [nranks]: the FIFOs of the link to each peer, or NULL */
+    struct netConn *conns; /* [2 * nranks * nChannels]: send and recv per peer and channel */
+    atomic_int nconns;     /* conns[0 .. nconns) are connected, and the proxy moves them */
+    int started;           /* conns[0 .. started) are carved, the rest being connected */
+    int *firstConn;        /* [nranks]: where peer p's connections start in conns, or -1 */
+    int *backendOf;        /* [nranks]: NET_SOCKET or NET_IB, -1 when not a network link */
+    uint8_t *pubs; /* [nranks * NET_PUBLIC_BYTES]: what each rank's socket backend published */
     const struct netBackend *backends[NET_BACKENDS];
     void *bstate[NET_BACKENDS];
     struct loomProxy *proxy;
@@ -255,44 +261,66 @@ static void netWireConnector(struct loomConnector *c, char *region, size_t slotB
                                 .connected = 1};
 }
 
-/* Carves the FIFOs: one per remote peer, channel and direction, plus one for a link to self. */
-static loomResult_t netAllocate(struct netState *st)
+/*
+ * The FIFOs of the links to peer p: one per channel to itself, a send and a receive one per
+ * channel to any other rank. Fresh anonymous pages, zero and not yet touched: a FIFO's pages
+ * are faulted in as far as messages reach into its slots, so the first AlltoAll of a job
+ * across hosts does not write megabytes for every peer it connects (memset here did).
+ */
+static size_t netMemBytes(const struct netState *st, int p)
+{
+    int dirs = p == st->comm->rank ? 1 : 2;
+    return (size_t)dirs * (size_t)st->comm->nChannels * fifoRegion(st->comm);
+}
+
+static loomResult_t netMemMap(struct netState *st, int p)
+{
+    void *m =
+        mmap(NULL, netMemBytes(st, p), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return loomSetError(loomSystemError,
+                            "out of memory for the network connections to rank %d (%zu KiB): %s", p,
+                            netMemBytes(st, p) >> 10, debugErrnoText(errno));
+    st->mem[p] = m;
+    return loomSuccess;
+}
+
+/*
+ * Carves peer p's connections: for every channel a send and a recv one,
+ * their FIFOs in one page-aligned block. Not yet seen by the proxy.
+ */
+static loomResult_t netCarve(struct netState *st, int p)
 {
     struct loomComm *comm = st->comm;
-    int remote = 0, self = transportServes(comm, &netTransport, comm->rank);
-    for (int p = 0; p < comm->nranks; p++)
-        remote += st->backendOf[p] >= 0;
-    st->nconns = 2 * remote * comm->nChannels;
-    st->memBytes = (size_t)(st->nconns + self * comm->nChannels) * fifoRegion(comm);
-    if (st->memBytes == 0)
+    if (st->firstConn[p] >= 0)
         return loomSuccess;
-    st->conns = calloc((size_t)st->nconns + 1, sizeof(*st->conns));
-    if (st->conns == NULL || posix_memalign((void **)&st->mem, NET_PAGE, st->memBytes) != 0) {
-        st->mem = NULL;
-        return loomSetError(loomSystemError, "out of memory for %d network connections (%zu KiB)",
-                            st->nconns, st->memBytes >> 10);
-    }
-    memset(st->mem, 0, st->memBytes);
-    char *at = st->mem;
-    int i = 0;
+    LOOMCHECK(netMemMap(st, p));
+    char *at = st->mem[p];
+    st->firstConn[p] = st->started;
     for (int c = 0; c < comm->nChannels; c++) {
-        for (int p = 0; p < comm->nranks; p++) {
-            if (p == comm->rank && self) {
-                netWireConnector(&comm->channels[c].send[p], at, comm->slotBytes, comm->bell, p);
-                netWireConnector(&comm->channels[c].recv[p], at, comm->slotBytes, comm->bell, p);
-                at += fifoRegion(comm);
-            }
-            for (int dir = 0; dir < 2 && st->backendOf[p] >= 0; dir++, i++) {
-                st->conns[i] = (struct netConn){.peer = p,
-                                                .channel = c,
-                                                .isSend = dir == 0,
-                                                .fifo = (struct loomFifo *)at,
-                                                .slots = at + sizeof(struct loomFifo),
-                                                .slotBytes = comm->slotBytes,
-                                                .owner = st};
-                at += fifoRegion(comm);
-            }
-        }
+        for (int dir = 0; dir < 2; dir++, at += fifoRegion(comm))
+            st->conns[st->started++] = (struct netConn){.peer = p,
+                                                        .channel = c,
+                                                        .isSend = dir == 0,
+                                                        .fifo = (struct loomFifo *)at,
+                                                        .slots = at + sizeof(struct loomFifo),
+                                                        .slotBytes = comm->slotBytes,
+                                                        .owner = st};
+    }
+    return loomSuccess;
+}
+
+/* A link to this rank itself (shm off): one FIFO per channel, both connectors on it, no wire. */
+static loomResult_t netConnectSelf(struct netState *st)
+{
+    struct loomComm *comm = st->comm;
+    int me = comm->rank;
+    if (st->mem[me] == NULL)
+        LOOMCHECK(netMemMap(st, me));
+    for (int c = 0; c < comm->nChannels; c++) {
+        char *at = st->mem[me] + c * fifoRegion(comm);
+        netWireConnector(&comm->channels[c].send[me], at, comm->slotBytes, comm->bell, me);
+        netWireConnector(&comm->channels[c].recv[me], at, comm->slotBytes, comm->bell, me);
     }
     return loomSuccess;
 }
@@ -411,7 +439,8 @@ static int netNotifyPeer(struct loomComm *comm, int peer, loomResult_t code, con
         return 0;
     const struct netBackend *be = st->backends[st->backendOf[peer]];
     struct netConn *back = NULL;
-    for (int i = 0; i < st->nconns && back == NULL; i++)
+    int nconns = atomic_load_explicit(&st->nconns, memory_order_acquire);
+    for (int i = 0; i < nconns && back == NULL; i++)
         if (st->conns[i].peer == peer && st->conns[i].channel == 0 && !st->conns[i].isSend)
             back = &st->conns[i];
     if (back == NULL || be->notify == NULL)
@@ -447,26 +476,45 @@ static const struct loomProxyOps netProxyOps = {
     .drained = netDrained,
 };
 
-/* ---- setup and teardown ---- */
+/* ---- init, connect and teardown ---- */
 
-static loomResult_t netSetupBackends(struct netState *st)
+static void netLogLinks(const struct netState *st);
+
+/*
+ * Makes connections conns[from .. to) visible: starts the proxy the first
+ * time, lets the backend watch their descriptors, hangs them on the
+ * connectors. Called once their backend connected them.
+ */
+static loomResult_t netPublish(struct netState *st, int b, int from, int to)
 {
     struct loomComm *comm = st->comm;
-    struct netConn **list = calloc((size_t)st->nconns + 1, sizeof(*list));
-    if (list == NULL)
-        return loomSetError(loomSystemError, "out of memory for network connections");
-    loomResult_t res = loomSuccess;
-    for (int b = 0; b < NET_BACKENDS && res == loomSuccess; b++) {
-        if (st->backends[b] == NULL)
-            continue;
-        struct netSetupArgs a = {comm, list, 0, comm->timeoutSec};
-        for (int i = 0; i < st->nconns; i++)
-            if (st->backendOf[st->conns[i].peer] == b)
-                list[a.nconns++] = &st->conns[i];
-        res = st->backends[b]->setup(&a, &st->bstate[b]);
+    if (st->proxy == NULL) {
+        LOOMCHECK(proxyStart(comm, &netProxyOps, st, &st->proxy));
+        comm->notifyPeer = netNotifyPeer;
     }
-    free(list);
-    return res;
+    for (int i = from; i < to; i++) {
+        struct netConn *c = &st->conns[i];
+        struct loomChannel *ch = &comm->channels[c->channel];
+        struct loomConnector *k = c->isSend ? &ch->send[c->peer] : &ch->recv[c->peer];
+        netWireConnector(k, (char *)c->fifo, comm->slotBytes, proxyBell(st->proxy), c->peer);
+        k->progress = netKick;
+        k->progressCtx = c;
+    }
+    pthread_mutex_lock(&st->lock);
+    atomic_store_explicit(&st->nconns, to, memory_order_release);
+    pthread_mutex_unlock(&st->lock);
+    st->backends[b]->attach(st->bstate[b], st->proxy);
+    bellRing(proxyBell(st->proxy)); /* what arrived before the proxy looked at these */
+    return loomSuccess;
+}
+
+/* The connections conns[from .. to) as a list of pointers (NULL when out of memory). */
+static struct netConn **netList(struct netState *st, int from, int to)
+{
+    struct netConn **list = calloc((size_t)(to - from) + 1, sizeof(*list));
+    for (int i = from; list && i < to; i++)
+        list[i - from] = &st->conns[i];
+    return list;
 }
 
 static void netTeardown(struct loomComm *comm)
@@ -483,86 +531,150 @@ static void netTeardown(struct loomComm *comm)
             st->backends[b]->teardown(st->bstate[b]);
     if (st->lockReady)
         pthread_mutex_destroy(&st->lock);
+    for (int p = 0; st->mem && p < comm->nranks; p++)
+        if (st->mem[p] != NULL)
+            munmap(st->mem[p], netMemBytes(st, p));
     free(st->mem);
     free(st->conns);
+    free(st->firstConn);
     free(st->backendOf);
+    free(st->pubs);
     free(st);
     comm->net = NULL;
+}
+
+/* Info: this rank's NET_INFO_* word, then what its socket backend publishes. */
+static loomResult_t netInit(struct loomComm *comm, void *info)
+{
+    _Static_assert(8 + NET_PUBLIC_BYTES <= LOOM_TRANSPORT_INFO_BYTES, "the info fits");
+    struct netState *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return loomSetError(loomSystemError, "out of memory in the network setup");
+    comm->net = st;
+    st->comm = comm;
+    pthread_mutex_init(&st->lock, NULL);
+    st->lockReady = 1;
+    size_t n = (size_t)comm->nranks;
+    st->mem = calloc(n, sizeof(*st->mem));
+    st->conns = calloc(2 * n * (size_t)comm->nChannels + 1, sizeof(*st->conns));
+    st->firstConn = malloc(n * sizeof(*st->firstConn));
+    st->backendOf = calloc(n, sizeof(*st->backendOf));
+    st->pubs = calloc(n, NET_PUBLIC_BYTES);
+    if (!st->mem || !st->conns || !st->firstConn || !st->backendOf || !st->pubs)
+        return loomSetError(loomSystemError, "out of memory in the network setup");
+    for (size_t p = 0; p < n; p++)
+        st->firstConn[p] = -1;
+    wirePut32(info, (uint32_t)netLocalInfo(comm));
+    st->backends[NET_SOCKET] = &netSocketBackend;
+    return netSocketBackend.init(comm, &st->bstate[NET_SOCKET], (uint8_t *)info + 8);
+}
+
+#ifdef HAVE_VERBS
+/* InfiniBand connects at init, every pair it serves: collective over the ranks that use net. */
+static loomResult_t netConnectIb(struct netState *st)
+{
+    struct loomComm *comm = st->comm;
+    st->backends[NET_IB] = &netIbBackend;
+    int from = st->started;
+    for (int p = 0; p < comm->nranks; p++)
+        if (st->backendOf[p] == NET_IB)
+            LOOMCHECK(netCarve(st, p));
+    struct netConn **list = netList(st, from, st->started);
+    if (list == NULL)
+        return loomSetError(loomSystemError, "out of memory for network connections");
+    struct netSetupArgs a = {comm, list, st->started - from, comm->timeoutSec};
+    loomResult_t res = netIbBackend.setup(&a, &st->bstate[NET_IB]);
+    free(list);
+    if (res == loomSuccess && st->started > from)
+        res = netPublish(st, NET_IB, from, st->started);
+    return res;
+}
+#endif
+
+static loomResult_t netInitPeers(struct loomComm *comm, const void *all)
+{
+    struct netState *st = comm->net;
+    int32_t *info = calloc((size_t)comm->nranks, sizeof(*info));
+    if (info == NULL)
+        return loomSetError(loomSystemError, "out of memory in the network setup");
+    for (int r = 0; r < comm->nranks; r++) {
+        const uint8_t *rec = (const uint8_t *)all + (size_t)r * LOOM_TRANSPORT_INFO_BYTES;
+        info[r] = (int32_t)wireGet32(rec);
+        memcpy(st->pubs + (size_t)r * NET_PUBLIC_BYTES, rec + 8, NET_PUBLIC_BYTES);
+    }
+    loomResult_t res = netChooseBackends(st, info);
+#ifdef HAVE_VERBS
+    int ibRanks = 0;
+    for (int r = 0; r < comm->nranks; r++)
+        ibRanks += (info[r] & NET_INFO_IB) != 0;
+    if (res == loomSuccess && ibRanks >= 2)
+        res = netConnectIb(st);
+#endif
+    free(info);
+    if (res == loomSuccess)
+        netLogLinks(st);
+    return res;
+}
+
+static loomResult_t netSetup(struct loomComm *comm, int peer, void *record)
+{
+    struct netState *st = comm->net;
+    (void)record; /* what the peer needs of this rank is in its init info */
+    if (peer == comm->rank || st->backendOf[peer] != NET_SOCKET || st->firstConn[peer] >= 0)
+        return loomSuccess;
+    LOOMCHECK(netCarve(st, peer));
+    int from = st->firstConn[peer];
+    struct netConn **list = netList(st, from, from + 2 * comm->nChannels);
+    if (list == NULL)
+        return loomSetError(loomSystemError, "out of memory for network connections");
+    loomResult_t res =
+        netSocketBackend.connectStart(st->bstate[NET_SOCKET], list, 2 * comm->nChannels,
+                                      st->pubs + (size_t)peer * NET_PUBLIC_BYTES);
+    free(list);
+    return res;
+}
+
+static loomResult_t netConnect(struct loomComm *comm, int peer, const void *record)
+{
+    struct netState *st = comm->net;
+    (void)record;
+    if (peer == comm->rank)
+        return netConnectSelf(st);
+    if (st->backendOf[peer] != NET_SOCKET)
+        return loomSuccess; /* InfiniBand: connected at init */
+    int from = st->firstConn[peer], to = from + 2 * comm->nChannels;
+    if (from < 0)
+        return loomSetError(loomInternalError, "rank %d connects rank %d before setting it up",
+                            comm->rank, peer);
+    if (to <= atomic_load(&st->nconns))
+        return loomSuccess;
+    if (from != atomic_load(&st->nconns))
+        return loomSetError(loomInternalError, "rank %d connects its network peers out of order",
+                            comm->rank);
+    struct netConn **list = netList(st, from, to);
+    if (list == NULL)
+        return loomSetError(loomSystemError, "out of memory for network connections");
+    loomResult_t res = netSocketBackend.connectFinish(st->bstate[NET_SOCKET], list, to - from);
+    free(list);
+    if (res == loomSuccess) {
+        res = netPublish(st, NET_SOCKET, from, to);
+        INFO(LOOM_NET, "NET: rank %d -> rank %d (%s): TCP, connected", comm->rank, peer,
+             comm->peers[peer].hostname);
+    }
+    return res;
 }
 
 static void netLogLinks(const struct netState *st)
 {
     static const char *const names[NET_BACKENDS] = {"TCP", "IB"};
+    int n[NET_BACKENDS] = {0, 0};
     for (int p = 0; p < st->comm->nranks; p++)
         if (st->backendOf[p] >= 0)
-            INFO(LOOM_NET, "NET: rank %d -> rank %d (%s): %s", st->comm->rank, p,
-                 st->comm->peers[p].hostname, names[st->backendOf[p]]);
-}
-
-static loomResult_t netSetup(struct loomComm *comm)
-{
-    struct netState *st = calloc(1, sizeof(*st));
-    int32_t *info = calloc((size_t)comm->nranks, sizeof(*info));
-    loomResult_t res = loomSystemError;
-    if (st == NULL || info == NULL) {
-        free(st);
-        free(info);
-        return loomSetError(res, "out of memory in the network setup");
-    }
-    comm->net = st;
-    st->comm = comm;
-    pthread_mutex_init(&st->lock, NULL);
-    st->lockReady = 1;
-    st->backendOf = calloc((size_t)comm->nranks, sizeof(*st->backendOf));
-    if (st->backendOf == NULL) {
-        loomSetError(res, "out of memory in the network setup");
-        goto fail;
-    }
-    info[comm->rank] = netLocalInfo(comm);
-    res = bootstrapAllGather(comm->bootstrap, info, sizeof(*info));
-    if (res == loomSuccess)
-        res = netChooseBackends(st, info);
-    if (res == loomSuccess)
-        res = netAllocate(st);
-    if (res != loomSuccess)
-        goto fail;
-    st->backends[NET_SOCKET] = &netSocketBackend;
-#ifdef HAVE_VERBS
-    /* Collective: every rank sets IB up when any two ranks can use it. */
-    int ibRanks = 0;
-    for (int r = 0; r < comm->nranks; r++)
-        ibRanks += (info[r] & NET_INFO_IB) != 0;
-    if (ibRanks >= 2)
-        st->backends[NET_IB] = &netIbBackend;
-#endif
-    res = netSetupBackends(st);
-    if (res != loomSuccess)
-        goto fail;
-    if (st->nconns > 0) {
-        res = proxyStart(comm, &netProxyOps, st, &st->proxy);
-        if (res != loomSuccess)
-            goto fail;
-        for (int b = 0; b < NET_BACKENDS; b++)
-            if (st->backends[b] != NULL)
-                st->backends[b]->attach(st->bstate[b], st->proxy);
-        for (int i = 0; i < st->nconns; i++) {
-            struct netConn *c = &st->conns[i];
-            struct loomChannel *ch = &comm->channels[c->channel];
-            struct loomConnector *k = c->isSend ? &ch->send[c->peer] : &ch->recv[c->peer];
-            netWireConnector(k, (char *)c->fifo, comm->slotBytes, proxyBell(st->proxy), c->peer);
-            k->progress = netKick;
-            k->progressCtx = c;
-        }
-        comm->notifyPeer = netNotifyPeer;
-    }
-    netLogLinks(st);
-    free(info);
-    return loomSuccess;
-
-fail:
-    free(info);
-    netTeardown(comm);
-    return res;
+            n[st->backendOf[p]]++;
+    for (int b = 0; b < NET_BACKENDS; b++)
+        if (n[b] > 0)
+            INFO(LOOM_NET, "NET: rank %d reaches %d peer(s) over %s%s", st->comm->rank, n[b],
+                 names[b], b == NET_IB ? " (connected at init)" : " (connected when first used)");
 }
 
 static const char *netLinkName(const struct loomComm *comm, int peer)
@@ -577,7 +689,10 @@ const struct loomTransport netTransport = {
     .name = "net",
     .usable = netUsable,
     .canConnect = netCanConnect,
+    .init = netInit,
+    .initPeers = netInitPeers,
     .setup = netSetup,
+    .connect = netConnect,
     .teardown = netTeardown,
     .linkName = netLinkName,
 };

@@ -64,11 +64,28 @@ struct netSetupArgs {
     int timeoutSec;
 };
 
+/* What a backend publishes of this rank in the transport's init info. */
+#define NET_PUBLIC_BYTES 112
+
 struct netBackend {
     const char *name; /* "socket", "ib" */
     /*
-     * Collective over the communicator (every rank calls it, with or without
-     * connections): establishes a's connections and returns the backend's
+     * A backend that connects pair by pair (socket): init builds this rank's
+     * state in *state (set even on failure, for teardown) and fills pub
+     * (NET_PUBLIC_BYTES), which the peers get. connectStart starts the
+     * connections to one peer (conns: its send and recv connections, every
+     * channel) without waiting for the peer; connectFinish waits, at most
+     * the timeout, until the peer's side has come. NULL for a backend that
+     * connects at init only.
+     */
+    loomResult_t (*init)(struct loomComm *comm, void **state, void *pub);
+    loomResult_t (*connectStart)(void *state, struct netConn **conns, int nconns, const void *pub);
+    loomResult_t (*connectFinish)(void *state, struct netConn **conns, int nconns);
+    /*
+     * A backend that connects every pair at init (ib): collective over the
+     * communicator (every rank where the network transport is used calls
+     * it, with or without connections; it exchanges what it needs through
+     * the bootstrap): establishes a's connections and returns the backend's
      * state in *state. On failure *state is still set (or NULL) and teardown
      * releases it.
      */
@@ -84,9 +101,10 @@ struct netBackend {
     /* Before the proxy sleeps (lock held): 0 to sleep, -1 when it must look again at once. */
     int (*beforeSleep)(void *state);
     /*
-     * Once the proxy runs: the backend has it watch its descriptors
-     * (proxyWatch) and starts what rings its doorbell. Failures are
-     * reported and recovered from inside (nothing returned).
+     * Once the proxy runs, and again after each connect: the backend has it
+     * watch the descriptors it does not watch yet (proxyWatch) and, the
+     * first time, starts what rings its doorbell. Failures are reported and
+     * recovered from inside (nothing returned).
      */
     void (*attach)(void *state, struct loomProxy *proxy);
     /* Releases the state and closes its connections (NULL is a no-op). */

@@ -28,10 +28,16 @@
  * proxy reads it when it goes idle (sockPollNotice).
  *
  * Connection: every rank listens on the interface LOOM_SOCKET_IFNAME picks
- * and publishes its address, a random nonce and its nsocks through the
- * bootstrap allgather. Senders connect and present the receiver's nonce,
- * their rank, the channel and the socket's index; a connection with
- * anything else is closed.
+ * and publishes its address, a random nonce and its nsocks in its init
+ * info (net.c; the core gathers them). A pair is connected when the core
+ * connects it (src/connect.c, at init or on first use): in connectStart
+ * each end connects its send connections to the other's listening socket
+ * and presents the receiver's nonce, its rank, the channel and the
+ * socket's index (a connection with anything else is closed); in
+ * connectFinish it accepts the other's. A connection from a peer this rank
+ * has not started to connect yet is kept until it does. Helper threads
+ * (LOOM_SOCKET_NTHREADS) are given the sockets of the connections of the
+ * first set the core connects (init's); the proxy moves those of later ones.
  */
 #include <errno.h>
 #include <poll.h>
@@ -86,8 +92,9 @@ struct sockOp {
 
 struct sockLink {
     int fd;
-    int index;  /* 0 .. nsocks-1 */
-    int helper; /* helper thread that moves it, -1: the proxy */
+    int watched; /* the proxy watches fd */
+    int index;   /* 0 .. nsocks-1 */
+    int helper;  /* helper thread that moves it, -1: the proxy */
     struct sockConn *conn;
     _Atomic uint32_t qHead; /* transfers finished (consumer) */
     _Atomic uint32_t qTail; /* transfers posted (producer: the proxy) */
@@ -135,13 +142,22 @@ struct sockPublic {
     int32_t nsocks;
 };
 
+/* A connection accepted before this rank started to connect its peer (kept for connectStart). */
+struct sockEarly {
+    int fd, rank, channel, sock, nsocks;
+};
+
 struct sockState {
     struct loomComm *comm;
     int listenFd;
     struct sockPublic me;
-    struct sockConn *conns;
-    int nconns;
+    struct sockConn **conns; /* [cap]: the connections started so far */
+    int nconns, cap;
     struct sockConn **recvIndex; /* [nranks * nChannels]: recv connection from (peer, channel) */
+    struct sockEarly *early;
+    int nearly, capEarly;
+    int helpersPlanned, helpersStarted;
+    struct loomProxy *proxy; /* once attached */
     struct sockHelper *helpers;
     int nhelpers;
     struct loomDoorbell *proxyBell;
@@ -388,12 +404,21 @@ static void helpersStop(struct sockState *st)
     st->nhelpers = 0;
 }
 
-/* Hands sockets 1.. of every connection to the helpers, round robin. */
+/* 1 when every socket of sc is connected. */
+static int sockComplete(const struct sockConn *sc)
+{
+    for (int s = 0; s < sc->nsocks; s++)
+        if (sc->links[s].fd < 0)
+            return 0;
+    return 1;
+}
+
+/* Hands sockets 1.. of every connection made so far to the helpers, round robin. */
 static loomResult_t helpersPlan(struct sockState *st)
 {
     int extra = 0;
     for (int i = 0; i < st->nconns; i++)
-        extra += st->conns[i].nsocks - 1;
+        extra += sockComplete(st->conns[i]) ? st->conns[i]->nsocks - 1 : 0;
     int want = (int)paramInt(LOOM_PARAM_SOCKET_NTHREADS);
     st->nhelpers = want < extra ? want : extra;
     if (st->nhelpers == 0)
@@ -409,10 +434,10 @@ static loomResult_t helpersPlan(struct sockState *st)
     }
     int next = 0;
     for (int i = 0; i < st->nconns; i++) {
-        for (int s = 1; s < st->conns[i].nsocks; s++) {
+        for (int s = 1; sockComplete(st->conns[i]) && s < st->conns[i]->nsocks; s++) {
             struct sockHelper *h = &st->helpers[next];
-            st->conns[i].links[s].helper = next;
-            h->links[h->nlinks++] = &st->conns[i].links[s];
+            st->conns[i]->links[s].helper = next;
+            h->links[h->nlinks++] = &st->conns[i]->links[s];
             next = (next + 1) % st->nhelpers;
         }
     }
@@ -590,25 +615,36 @@ static int sockBeforeSleep(void *state)
     return 0; /* the proxy watches every socket it moves, edge-triggered */
 }
 
+/* Watches the sockets nobody watches yet; starts the helpers once they have their sockets. */
 static void sockAttach(void *state, struct loomProxy *proxy)
 {
     struct sockState *st = state;
+    st->proxy = proxy;
     st->proxyBell = proxyBell(proxy);
-    for (int i = 0; i < st->nhelpers; i++) {
-        struct sockHelper *h = &st->helpers[i];
-        if (helperStart(h) == loomSuccess)
-            continue;
-        WARN("%s; the proxy thread moves its sockets instead", debugLastError(NULL));
-        for (int k = 0; k < h->nlinks; k++)
-            h->links[k]->helper = -1;
-        h->nlinks = 0;
+    if (st->helpersPlanned && !st->helpersStarted) {
+        st->helpersStarted = 1;
+        for (int i = 0; i < st->nhelpers; i++) {
+            struct sockHelper *h = &st->helpers[i];
+            if (helperStart(h) == loomSuccess)
+                continue;
+            WARN("%s; the proxy thread moves its sockets instead", debugLastError(NULL));
+            for (int k = 0; k < h->nlinks; k++)
+                h->links[k]->helper = -1;
+            h->nlinks = 0;
+        }
     }
-    for (int i = 0; i < st->nconns; i++)
-        for (int s = 0; s < st->conns[i].nsocks; s++)
-            if (st->conns[i].links[s].helper < 0 &&
-                proxyWatch(proxy, st->conns[i].links[s].fd) != loomSuccess)
+    for (int i = 0; i < st->nconns; i++) {
+        struct sockConn *sc = st->conns[i];
+        for (int s = 0; s < sc->nsocks; s++) {
+            struct sockLink *l = &sc->links[s];
+            if (l->helper >= 0 || l->watched || l->fd < 0)
+                continue;
+            l->watched = 1;
+            if (proxyWatch(proxy, l->fd) != loomSuccess)
                 WARN("%s; that socket is looked at only when something else wakes the proxy",
                      debugLastError(NULL));
+        }
+    }
 }
 
 /* ---- connecting ---- */
@@ -636,7 +672,14 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
     if (socketAddrFromBootstrap(&peer->addr, &addr) != loomSuccess)
         return loomSetError(loomInternalError, "%s: its published address is malformed", who);
     for (int s = 0; s < sc->nsocks; s++) {
-        LOOMCHECK(socketConnect(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
+        /* The peer listens from its init on: a refusal means it has left (the rest, retried). */
+        int err = socketConnectOnce(&addr, deadline, &comm->abortFlag, &sc->links[s].fd);
+        if (err == ECONNREFUSED)
+            return loomSetError(loomRemoteError,
+                                "%s: refused: rank %d has exited or left the communicator", who,
+                                sc->nc->peer);
+        if (err != 0)
+            LOOMCHECK(socketConnect(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
         helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
         LOOMCHECK(
             socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));
@@ -644,8 +687,26 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
     return loomSuccess;
 }
 
+/* Keeps a connection from a peer this rank has not started to connect yet. */
+static int earlyKeep(struct sockState *st, int fd, int rank, int channel, int sock, int nsocks)
+{
+    for (int i = 0; i < st->nearly; i++)
+        if (st->early[i].rank == rank && st->early[i].channel == channel &&
+            st->early[i].sock == sock)
+            return 0;
+    if (st->nearly == st->capEarly) {
+        int cap = st->capEarly ? 2 * st->capEarly : 16;
+        struct sockEarly *e = realloc(st->early, (size_t)cap * sizeof(*e));
+        if (e == NULL)
+            return 0;
+        st->early = e, st->capEarly = cap;
+    }
+    st->early[st->nearly++] = (struct sockEarly){fd, rank, channel, sock, nsocks};
+    return 1;
+}
+
 /* Takes one accepted connection if it says a valid hello; closes it otherwise. */
-static void acceptOne(struct sockState *st, int fd, int *pending)
+static void acceptOne(struct sockState *st, int fd)
 {
     struct loomComm *comm = st->comm;
     uint8_t h[SOCK_HELLO_BYTES];
@@ -664,17 +725,23 @@ static void acceptOne(struct sockState *st, int fd, int *pending)
         why = "wrong nonce (not a rank of this communicator)";
         goto drop;
     }
-    struct sockConn *sc =
-        rank >= 0 && rank < comm->nranks && channel >= 0 && channel < comm->nChannels
-            ? st->recvIndex[rank * comm->nChannels + channel]
-            : NULL;
-    if (sc == NULL || nsocks != sc->nsocks || sock < 0 || sock >= nsocks ||
-        sc->links[sock].fd >= 0) {
+    if (rank < 0 || rank >= comm->nranks || channel < 0 || channel >= comm->nChannels ||
+        nsocks < 1 || nsocks > SOCK_MAX || sock < 0 || sock >= nsocks) {
+        why = "a malformed hello";
+        goto drop;
+    }
+    struct sockConn *sc = st->recvIndex[rank * comm->nChannels + channel];
+    if (sc == NULL) {
+        if (earlyKeep(st, fd, rank, channel, sock, nsocks))
+            return;
+        why = "a repeated connection";
+        goto drop;
+    }
+    if (nsocks != sc->nsocks || sc->links[sock].fd >= 0) {
         why = "an unexpected or repeated connection";
         goto drop;
     }
     sc->links[sock].fd = fd;
-    (*pending)--;
     return;
 drop:
     socketPeerFormat(fd, peer, sizeof(peer));
@@ -682,7 +749,7 @@ drop:
     socketClose(fd);
 }
 
-static loomResult_t acceptPending(struct sockState *st, int *pending)
+static loomResult_t acceptPending(struct sockState *st)
 {
     for (;;) {
         int fd;
@@ -690,41 +757,43 @@ static loomResult_t acceptPending(struct sockState *st, int *pending)
             return loomSetError(loomSystemError, "NET/socket: accept: %s", strerror(errno));
         if (fd < 0)
             return loomSuccess;
-        acceptOne(st, fd, pending);
+        acceptOne(st, fd);
     }
 }
 
-static loomResult_t sockConnectAll(struct sockState *st, const struct sockPublic *all)
+/* The sockets of recv connection sc that arrived before it was started. */
+static void earlyAdopt(struct sockState *st, struct sockConn *sc)
 {
-    struct loomComm *comm = st->comm;
-    uint64_t deadline = socketDeadline(comm->timeoutSec);
-    int pending = 0;
-    char who[96];
-    for (int i = 0; i < st->nconns; i++)
-        if (!st->conns[i].nc->isSend)
-            pending += st->conns[i].nsocks;
-    for (int i = 0; i < st->nconns; i++) {
-        struct sockConn *sc = &st->conns[i];
-        if (!sc->nc->isSend)
+    int kept = 0;
+    for (int i = 0; i < st->nearly; i++) {
+        struct sockEarly *e = &st->early[i];
+        if (e->rank == sc->nc->peer && e->channel == sc->nc->channel) {
+            if (e->nsocks == sc->nsocks && sc->links[e->sock].fd < 0)
+                sc->links[e->sock].fd = e->fd;
+            else
+                socketClose(e->fd);
             continue;
-        LOOMCHECK(connectOne(st, sc, &all[sc->nc->peer], deadline));
-        /* Keep our listen queue short while we connect. */
-        LOOMCHECK(acceptPending(st, &pending));
+        }
+        st->early[kept++] = *e;
     }
-    snprintf(who, sizeof(who), "NET/socket: rank %d waiting for %d connection(s) from its peers",
-             comm->rank, pending);
-    while (pending > 0) {
-        int fd;
-        LOOMCHECK(socketAccept(st->listenFd, deadline, &comm->abortFlag, who, &fd, NULL));
-        acceptOne(st, fd, &pending);
-    }
-    return loomSuccess;
+    st->nearly = kept;
 }
 
-static loomResult_t sockPublish(struct sockState *st, struct sockPublic *all)
+static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
 {
     union socketAddress local, bound;
     char ifname[64], name[SOCKET_ADDR_STRLEN];
+    struct sockState *st = calloc(1, sizeof(*st));
+    *state = st;
+    if (st == NULL)
+        return loomSetError(loomSystemError, "NET/socket: out of memory");
+    st->comm = comm;
+    st->listenFd = -1;
+    st->cap = 2 * comm->nranks * comm->nChannels;
+    st->conns = calloc((size_t)st->cap + 1, sizeof(*st->conns));
+    st->recvIndex = calloc((size_t)comm->nranks * comm->nChannels, sizeof(*st->recvIndex));
+    if (st->conns == NULL || st->recvIndex == NULL)
+        return loomSetError(loomSystemError, "NET/socket: out of memory");
     LOOMCHECK(socketFindInterface(&local, ifname, sizeof(ifname)));
     LOOMCHECK(socketListen(&local, &st->listenFd, &bound));
     if (getrandom(st->me.nonce, sizeof(st->me.nonce), 0) != (ssize_t)sizeof(st->me.nonce))
@@ -734,8 +803,85 @@ static loomResult_t sockPublish(struct sockState *st, struct sockPublic *all)
     socketAddrFormat(&bound, name, sizeof(name));
     INFO(LOOM_NET, "NET/socket: listening on %s (%s), %d socket(s) per connection", ifname, name,
          (int)st->me.nsocks);
-    all[st->comm->rank] = st->me;
-    return bootstrapAllGather(st->comm->bootstrap, all, sizeof(*all));
+    memcpy(pub, &st->me, sizeof(st->me));
+    return loomSuccess;
+}
+
+static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n, const void *pub)
+{
+    struct sockState *st = state;
+    struct loomComm *comm = st->comm;
+    struct sockPublic peer;
+    memcpy(&peer, pub, sizeof(peer));
+    uint64_t deadline = socketDeadline(comm->timeoutSec);
+    for (int i = 0; i < n; i++) {
+        struct netConn *nc = conns[i];
+        struct sockConn *sc = calloc(1, sizeof(*sc));
+        if (sc == NULL || st->nconns == st->cap) {
+            free(sc);
+            return loomSetError(loomSystemError, "NET/socket: out of memory for a connection");
+        }
+        st->conns[st->nconns++] = sc;
+        sc->nc = nc;
+        nc->priv = sc;
+        sc->nsocks = peer.nsocks < st->me.nsocks ? peer.nsocks : st->me.nsocks;
+        if (sc->nsocks < 1 || sc->nsocks > SOCK_MAX)
+            sc->nsocks = 1;
+        for (int s = 0; s < SOCK_MAX; s++)
+            sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
+        if (!nc->isSend) {
+            st->recvIndex[nc->peer * comm->nChannels + nc->channel] = sc;
+            earlyAdopt(st, sc);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!conns[i]->isSend)
+            continue;
+        LOOMCHECK(connectOne(st, conns[i]->priv, &peer, deadline));
+        /* Keep our listen queue short while we connect. */
+        LOOMCHECK(acceptPending(st));
+    }
+    return loomSuccess;
+}
+
+/* Recv sockets of conns still to come. */
+static int sockMissing(struct netConn **conns, int n)
+{
+    int missing = 0;
+    for (int i = 0; i < n; i++) {
+        struct sockConn *sc = conns[i]->priv;
+        for (int s = 0; !conns[i]->isSend && s < sc->nsocks; s++)
+            missing += sc->links[s].fd < 0;
+    }
+    return missing;
+}
+
+static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n)
+{
+    struct sockState *st = state;
+    struct loomComm *comm = st->comm;
+    uint64_t deadline = socketDeadline(comm->timeoutSec);
+    char who[192];
+    int missing;
+    LOOMCHECK(acceptPending(st));
+    while ((missing = sockMissing(conns, n)) > 0) {
+        int fd;
+        snprintf(who, sizeof(who),
+                 "NET/socket: rank %d waiting for %d connection(s) from rank %d (%s)", comm->rank,
+                 missing, conns[0]->peer, comm->peers[conns[0]->peer].hostname);
+        LOOMCHECK(socketAccept(st->listenFd, deadline, &comm->abortFlag, who, &fd, NULL));
+        acceptOne(st, fd);
+    }
+    /* Helpers take the connections of the first batch the core connects (init's) once all of
+     * it is in; later ones stay with the proxy. */
+    int complete = 1;
+    for (int i = 0; i < st->nconns && complete; i++)
+        complete = sockComplete(st->conns[i]);
+    if (!st->helpersPlanned && complete) {
+        st->helpersPlanned = 1;
+        LOOMCHECK(helpersPlan(st));
+    }
+    return loomSuccess;
 }
 
 static void sockTeardown(void *state)
@@ -746,66 +892,26 @@ static void sockTeardown(void *state)
     helpersStop(st);
     for (int i = 0; i < st->nconns; i++) {
         for (int s = 0; s < SOCK_MAX; s++)
-            socketClose(st->conns[i].links[s].fd);
-        st->conns[i].nc->priv = NULL;
+            socketClose(st->conns[i]->links[s].fd);
+        st->conns[i]->nc->priv = NULL;
+        free(st->conns[i]);
     }
+    for (int i = 0; i < st->nearly; i++)
+        socketClose(st->early[i].fd);
     socketClose(st->listenFd);
+    free(st->early);
     free(st->conns);
     free(st->recvIndex);
     free(st);
 }
 
-static loomResult_t sockSetup(const struct netSetupArgs *a, void **state)
-{
-    struct loomComm *comm = a->comm;
-    struct sockState *st = calloc(1, sizeof(*st));
-    struct sockPublic *all = calloc((size_t)comm->nranks, sizeof(*all));
-    loomResult_t res = loomSystemError;
-    *state = st;
-    if (st == NULL || all == NULL) {
-        free(all);
-        return loomSetError(res, "NET/socket: out of memory");
-    }
-    st->comm = comm;
-    st->listenFd = -1;
-    st->nconns = a->nconns;
-    st->conns = calloc((size_t)a->nconns + 1, sizeof(*st->conns));
-    st->recvIndex = calloc((size_t)comm->nranks * comm->nChannels, sizeof(*st->recvIndex));
-    if (st->conns == NULL || st->recvIndex == NULL) {
-        loomSetError(res, "NET/socket: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < st->nconns; i++)
-        for (int s = 0; s < SOCK_MAX; s++)
-            st->conns[i].links[s].fd = -1;
-    res = sockPublish(st, all);
-    if (res != loomSuccess)
-        goto out;
-    for (int i = 0; i < st->nconns; i++) {
-        struct sockConn *sc = &st->conns[i];
-        struct netConn *nc = a->conns[i];
-        int theirs = all[nc->peer].nsocks;
-        sc->nc = nc;
-        nc->priv = sc;
-        sc->nsocks = theirs < st->me.nsocks ? theirs : st->me.nsocks;
-        if (sc->nsocks < 1 || sc->nsocks > SOCK_MAX)
-            sc->nsocks = 1;
-        for (int s = 0; s < SOCK_MAX; s++)
-            sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
-        if (!nc->isSend)
-            st->recvIndex[nc->peer * comm->nChannels + nc->channel] = sc;
-    }
-    res = sockConnectAll(st, all);
-    if (res == loomSuccess)
-        res = helpersPlan(st);
-out:
-    free(all);
-    return res;
-}
+_Static_assert(sizeof(struct sockPublic) <= NET_PUBLIC_BYTES, "the address fits the info");
 
 const struct netBackend netSocketBackend = {
     .name = "socket",
-    .setup = sockSetup,
+    .init = sockInit,
+    .connectStart = sockConnectStart,
+    .connectFinish = sockConnectFinish,
     .progress = sockProgress,
     .beforeSleep = sockBeforeSleep,
     .attach = sockAttach,

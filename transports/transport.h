@@ -1,23 +1,42 @@
 /*
  * transport.h — the ops table every transport fills.
  *
- * A transport connects the connectors of a communicator for the peer pairs
- * it serves. The core chooses, for every peer pair, the first transport of
+ * A transport connects one peer pair at a time; the core (src/connect.c)
+ * decides when, and carries what the two ends must tell each other. The
+ * core chooses, for every peer pair, the first transport of
  * loomTransports[] that is usable on both ranks and whose canConnect
  * accepts the pair (shm: ranks on one host; net: any pair), and records it
- * in comm->linkTransport[]. Then it calls setup of every transport that
- * serves at least one pair anywhere in the communicator, on every rank, in
- * the table's order: setup is collective (it may use the bootstrap's
- * allgather and barrier), so a rank whose own pairs use none of that
- * transport still takes part. setup fills comm->channels[c].send[p] /
- * recv[p] for the peers transportServes() names and marks them connected.
- * canConnect must be symmetric: both ends of a pair must choose alike. The
- * core never names a transport's internals.
+ * in comm->linkTransport[]. Then:
+ *
+ *   init        once per communicator, on every rank where the transport
+ *               is usable and serves a pair anywhere in the communicator:
+ *               builds its state and fills this rank's info (at most
+ *               LOOM_TRANSPORT_INFO_BYTES: a listening address, say)
+ *   initPeers   once the core has gathered every rank's info (all[r] at
+ *               r * LOOM_TRANSPORT_INFO_BYTES; zeros for a rank where the
+ *               transport was not initialised)
+ *   setup       per peer, when the core connects the pair: fills this
+ *               end's connection record (LOOM_CONNECT_RECORD_BYTES)
+ *   connect     per peer, with the peer's record: fills
+ *               comm->channels[c].send[peer] / recv[peer] for every channel
+ *               and marks them connected
+ *
+ * The core calls setup for every peer it connects in one go before it
+ * waits for any record, and both ends of a pair call setup and connect (a
+ * link to this rank itself gets its own record back), so nothing in setup
+ * may wait for the peer. No op is collective: a transport never uses the
+ * bootstrap; the core moves the infos (one allgather at init) and the
+ * records (point-to-point messages, bootstrap.h). canConnect must be
+ * symmetric: both ends of a pair must choose alike. The core never names a
+ * transport's internals.
  */
 #ifndef LOOM_TRANSPORT_H_
 #define LOOM_TRANSPORT_H_
 
 #include "core.h"
+
+#define LOOM_TRANSPORT_INFO_BYTES 128
+#define LOOM_CONNECT_RECORD_BYTES 64
 
 struct loomTransport {
     const char *name;
@@ -25,9 +44,11 @@ struct loomTransport {
     int (*usable)(const char **why);
     /* 1 if this transport can connect this rank and `peer` of comm. */
     int (*canConnect)(const struct loomComm *comm, int peer);
-    /* Collective: connects every peer pair canConnect accepts. */
-    loomResult_t (*setup)(struct loomComm *comm);
-    /* Releases what setup built (not collective; safe after a partial setup). */
+    loomResult_t (*init)(struct loomComm *comm, void *info);
+    loomResult_t (*initPeers)(struct loomComm *comm, const void *all);
+    loomResult_t (*setup)(struct loomComm *comm, int peer, void *record);
+    loomResult_t (*connect)(struct loomComm *comm, int peer, const void *record);
+    /* Releases what init and connect built (not collective; safe after a partial init). */
     void (*teardown)(struct loomComm *comm);
     /* Optional: a name for the link to `peer` ("net/socket"); NULL: the transport's name. */
     const char *(*linkName)(const struct loomComm *comm, int peer);

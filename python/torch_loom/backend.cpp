@@ -7,7 +7,8 @@
  * 128-byte id in the store under "torch_loom/uid"; the other ranks read it
  * and every rank calls loomCommInitRankConfig with the group's timeout as
  * Loom's timeoutSec. new_group gets a fresh store prefix, so each group gets
- * its own communicator.
+ * its own communicator; dist.split_group, and new_group where the default
+ * group has a bound device, split the parent's instead (see split()).
  *
  * Asynchrony: each backend owns one worker thread that runs the queued
  * operations in issue order, each a blocking Loom call (NULL stream) on that
@@ -24,22 +25,34 @@
  * call completes the Work with a DistBackendError (a RuntimeError) carrying
  * loomGetLastError's line, which names a dead or stopped peer.
  *
- * Only CPU tensors for now: the backend registers for "cpu".
+ * Batches (batch_isend_irecv, _coalescing_manager): see startCoalescing.
+ *
+ * CUDA tensors (the backend registers for "cpu" and "cuda") do not go
+ * through the worker: see runOnCuda. Torch's CUDA stream and events are
+ * reached through c10's device-neutral interface (c10::Stream's native
+ * handle, c10::Event), so the module builds without CUDA headers. That path
+ * has been built but never run: the machines it was written on have no GPU.
  */
 #include <torch/python.h>
 
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <loom.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -48,6 +61,26 @@ namespace {
 using c10d::OpType;
 
 const char *kName = "loom";
+
+/*
+ * An operation runs in two parts: a Job issues its Loom call(s) and returns
+ * the Finish that runs once they have completed (copies back into
+ * non-contiguous or list outputs). Outside a batch the two run back to back;
+ * in a batch (coalescing) every Job is issued inside one Loom group and the
+ * Finishes run after loomGroupEnd, so the temporaries they hold stay alive
+ * until the data has moved.
+ */
+using Finish = std::function<void()>;
+using Job = std::function<Finish(loomStream_t)>;
+
+/* One Finish that runs each of fins in order. */
+Finish all(std::vector<Finish> fins)
+{
+    return [fins] {
+        for (auto &f : fins)
+            f();
+    };
+}
 
 /* The Loom type of a dtype that Loom can reduce; false if there is none. */
 bool reduceType(at::ScalarType t, loomDataType_t *out)
@@ -114,6 +147,13 @@ const char *redOpName(c10d::ReduceOp::RedOpType op)
     }
 }
 
+/* Loom's timeout (whole seconds, at least 1) for a c10d timeout. */
+int timeoutSec(std::chrono::milliseconds ms)
+{
+    long long sec = (ms.count() + 999) / 1000;
+    return (int)std::max(1LL, std::min(sec, (long long)INT32_MAX));
+}
+
 /* How a tensor goes over the wire: a Loom type and a count of elements. */
 struct Wire {
     loomDataType_t type;
@@ -169,6 +209,11 @@ class WorkLoom : public c10d::Work {
     {
         return outputs_;
     }
+    /* A batch's Work gathers the outputs of its operations as they are issued. */
+    void addOutputs(const std::vector<at::Tensor> &ts)
+    {
+        outputs_.insert(outputs_.end(), ts.begin(), ts.end());
+    }
     void complete(std::exception_ptr e)
     {
         /* The future first: a waiter released by finish() may read it at once. */
@@ -181,6 +226,58 @@ class WorkLoom : public c10d::Work {
 
   private:
     std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/*
+ * The Work of an operation on CUDA tensors: the Loom call was issued on the
+ * caller's current CUDA stream, so the operation is done when that stream
+ * passes the event recorded after it. wait() makes the caller's current
+ * stream wait for it (as NCCL's backend does); the future is a CUDA-aware
+ * one, completed at once, whose users' streams wait for the same point.
+ */
+class WorkLoomCuda : public c10d::Work {
+  public:
+    WorkLoomCuda(int rank, OpType type, std::vector<at::Tensor> outputs, c10::Device device,
+                 const c10::Stream &stream, std::function<void()> checkError)
+        : Work(rank, type), outputs_(std::move(outputs)), device_(device),
+          event_(c10::DeviceType::CUDA), checkError_(std::move(checkError)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device}))
+    {
+        event_.record(stream);
+        future_->markCompleted(c10::IValue(outputs_));
+    }
+    bool isCompleted() override
+    {
+        return event_.query();
+    }
+    bool wait(std::chrono::milliseconds) override
+    {
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        event_.block(impl.getStream(device_));
+        checkError_();
+        return true;
+    }
+    void synchronize() override
+    {
+        event_.synchronize();
+        checkError_();
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+    std::vector<at::Tensor> result() override
+    {
+        return outputs_;
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::Device device_;
+    c10::Event event_;
+    std::function<void()> checkError_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -209,6 +306,7 @@ class BackendLoom : public c10d::Backend {
     void shutdown() override
     {
         stopWorker();
+        destroyCudaStreams();
         std::lock_guard<std::mutex> g(m_);
         if (comm_) {
             loomCommDestroy(comm_);
@@ -236,12 +334,11 @@ class BackendLoom : public c10d::Backend {
         checkRoot(opts.rootRank, "broadcast");
         TORCH_CHECK(opts.rootTensor == 0, "torch_loom: broadcast: rootTensor must be 0");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::BROADCAST, {t}, [this, t, root] {
-            Dense d(t);
-            Wire w = moveWire(d.buf);
-            check(loomBroadcast(d.ptr(), d.ptr(), w.count, w.type, root, comm_, nullptr),
-                  "broadcast");
-            d.writeBack();
+        return enqueue(OpType::BROADCAST, {t}, [this, t, root](loomStream_t s) {
+            auto d = std::make_shared<Dense>(t);
+            Wire w = moveWire(d->buf);
+            check(loomBroadcast(d->ptr(), d->ptr(), w.count, w.type, root, comm_, s), "broadcast");
+            return Finish([d] { d->writeBack(); });
         });
     }
 
@@ -251,11 +348,11 @@ class BackendLoom : public c10d::Backend {
         const at::Tensor &t = one(tensors, "allreduce");
         loomDataType_t type = reduceTypeOf(t, "allreduce");
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce");
-        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op] {
-            Dense d(t);
-            check(loomAllReduce(d.ptr(), d.ptr(), (size_t)t.numel(), type, op, comm_, nullptr),
+        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op](loomStream_t s) {
+            auto d = std::make_shared<Dense>(t);
+            check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, s),
                   "allreduce");
-            d.writeBack();
+            return Finish([d] { d->writeBack(); });
         });
     }
 
@@ -275,19 +372,21 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce_coalesced");
         std::vector<at::Tensor> ts = tensors;
-        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op] {
+        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : ts)
                 flat.push_back(t.reshape({-1}));
             at::Tensor buf = at::cat(flat);
             check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(), type, op,
-                                comm_, nullptr),
+                                comm_, s),
                   "allreduce_coalesced");
-            int64_t off = 0;
-            for (auto &t : ts) {
-                t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
-                off += t.numel();
-            }
+            return Finish([ts, buf] {
+                int64_t off = 0;
+                for (auto &t : ts) {
+                    t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+                    off += t.numel();
+                }
+            });
         });
     }
 
@@ -300,12 +399,14 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(t, "reduce");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root] {
-            Dense d(t);
-            check(loomReduce(d.ptr(), d.ptr(), (size_t)t.numel(), type, op, root, comm_, nullptr),
+        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root](loomStream_t s) {
+            auto d = std::make_shared<Dense>(t);
+            check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, s),
                   "reduce");
-            if (root == rank_)
-                d.writeBack();
+            return Finish([this, d, root] {
+                if (root == rank_)
+                    d->writeBack();
+            });
         });
     }
 
@@ -317,14 +418,16 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(outputs.size() == 1, "torch_loom: allgather: one output list per process");
         std::vector<at::Tensor> outs = outputs[0];
         sameShapes(outs, in, "allgather");
-        return enqueue(OpType::ALLGATHER, outs, [this, in, outs] {
+        return enqueue(OpType::ALLGATHER, outs, [this, in, outs](loomStream_t s) {
             at::Tensor src = in.contiguous();
             at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
             Wire w = moveWire(src);
-            check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, nullptr),
+            check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, s),
                   "allgather");
-            for (int r = 0; r < size_; r++)
-                outs[r].copy_(all[r].view(outs[r].sizes()));
+            return Finish([this, outs, src, all] {
+                for (int r = 0; r < size_; r++)
+                    outs[r].copy_(all[r].view(outs[r].sizes()));
+            });
         });
     }
 
@@ -335,7 +438,8 @@ class BackendLoom : public c10d::Backend {
         checkTensor(out, "_allgather_base");
         checkFlat(out, in, size_, "_allgather_base (all_gather_into_tensor)");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_ALLGATHER_BASE, {o}, [this, o, i] { gatherInto(o, i); });
+        return enqueue(OpType::_ALLGATHER_BASE, {o},
+                       [this, o, i](loomStream_t s) { return gatherInto(o, i, s); });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -350,9 +454,11 @@ class BackendLoom : public c10d::Backend {
             checkFlat(outs[k], ins[k], size_, "allgather_into_tensor_coalesced");
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i] {
+        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i](loomStream_t s) {
+            std::vector<Finish> fins;
             for (size_t k = 0; k < i.size(); k++)
-                gatherInto(o[k], i[k]);
+                fins.push_back(gatherInto(o[k], i[k], s));
+            return all(std::move(fins));
         });
     }
 
@@ -366,16 +472,16 @@ class BackendLoom : public c10d::Backend {
         sameShapes(ins, out, "reduce_scatter");
         loomDataType_t type = reduceTypeOf(out, "reduce_scatter");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter");
-        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op] {
+        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : ins)
                 flat.push_back(t.reshape({-1}));
             at::Tensor all = at::cat(flat);
-            Dense d(out);
-            check(loomReduceScatter(all.data_ptr(), d.ptr(), (size_t)out.numel(), type, op, comm_,
-                                    nullptr),
+            auto d = std::make_shared<Dense>(out);
+            check(loomReduceScatter(all.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_,
+                                    s),
                   "reduce_scatter");
-            d.writeBack();
+            return Finish([d, all] { d->writeBack(); });
         });
     }
 
@@ -389,8 +495,9 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(out, "_reduce_scatter_base");
         loomRedOp_t op = redOp(opts.reduceOp, "_reduce_scatter_base");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o},
-                       [this, o, i, type, op] { scatterFrom(o, i, type, op); });
+        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o}, [this, o, i, type, op](loomStream_t s) {
+            return scatterFrom(o, i, type, op, s);
+        });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -408,10 +515,13 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter_tensor_coalesced");
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o, [this, o, i, types, op] {
-            for (size_t k = 0; k < i.size(); k++)
-                scatterFrom(o[k], i[k], types[k], op);
-        });
+        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o,
+                       [this, o, i, types, op](loomStream_t s) {
+                           std::vector<Finish> fins;
+                           for (size_t k = 0; k < i.size(); k++)
+                               fins.push_back(scatterFrom(o[k], i[k], types[k], op, s));
+                           return all(std::move(fins));
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &out, at::Tensor &in,
@@ -424,12 +534,14 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(in.scalar_type() == out.scalar_type(),
                     "torch_loom: alltoall_base: input and output dtypes differ (", in.scalar_type(),
                     " and ", out.scalar_type(), ")");
+        TORCH_CHECK(in.device() == out.device(),
+                    "torch_loom: alltoall_base: input and output on different devices");
         std::vector<size_t> sc, sd, rc, rd;
         splitCounts(in, inSplits, "input", &sc, &sd);
         splitCounts(out, outSplits, "output", &rc, &rd);
         at::Tensor o = out, i = in;
-        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd] {
-            exchange(o, i, sc, sd, rc, rd, "alltoall_base");
+        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
+            return exchange(o, i, sc, sd, rc, rd, "alltoall_base", s);
         });
     }
 
@@ -446,8 +558,10 @@ class BackendLoom : public c10d::Backend {
             checkTensor(ins[r], "alltoall");
             checkTensor(outs[r], "alltoall");
             TORCH_CHECK(ins[r].scalar_type() == ins[0].scalar_type() &&
-                            outs[r].scalar_type() == ins[0].scalar_type(),
-                        "torch_loom: alltoall: all tensors must have one dtype");
+                            outs[r].scalar_type() == ins[0].scalar_type() &&
+                            ins[r].device() == ins[0].device() &&
+                            outs[r].device() == ins[0].device(),
+                        "torch_loom: alltoall: all tensors must have one dtype and device");
             sc.push_back((size_t)ins[r].numel());
             sd.push_back(so);
             so += (size_t)ins[r].numel();
@@ -456,15 +570,18 @@ class BackendLoom : public c10d::Backend {
             ro += (size_t)outs[r].numel();
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd] {
+        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
             std::vector<at::Tensor> flat;
             for (auto &t : i)
                 flat.push_back(t.reshape({-1}));
             at::Tensor src = at::cat(flat);
             at::Tensor dst = at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
-            exchange(dst, src, sc, sd, rc, rd, "alltoall");
-            for (int r = 0; r < size_; r++)
-                o[r].copy_(dst.narrow(0, (int64_t)rd[r], (int64_t)rc[r]).view(o[r].sizes()));
+            Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall", s);
+            return Finish([this, o, dst, rc, rd, fin] {
+                fin();
+                for (int r = 0; r < size_; r++)
+                    o[r].copy_(dst.narrow(0, (int64_t)rd[r], (int64_t)rc[r]).view(o[r].sizes()));
+            });
         });
     }
 
@@ -472,10 +589,11 @@ class BackendLoom : public c10d::Backend {
     {
         const at::Tensor &t = one(tensors, "send");
         checkPeer(dst, "send");
-        return enqueue(OpType::SEND, {t}, [this, t, dst] {
+        return enqueue(OpType::SEND, {t}, [this, t, dst](loomStream_t s) {
             at::Tensor c = t.contiguous();
             Wire w = moveWire(c);
-            check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, nullptr), "send");
+            check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, s), "send");
+            return Finish([c] {});
         });
     }
 
@@ -483,11 +601,11 @@ class BackendLoom : public c10d::Backend {
     {
         const at::Tensor &t = one(tensors, "recv");
         checkPeer(src, "recv");
-        return enqueue(OpType::RECV, {t}, [this, t, src] {
-            Dense d(t);
-            Wire w = moveWire(d.buf);
-            check(loomRecv(d.ptr(), w.count, w.type, src, comm_, nullptr), "recv");
-            d.writeBack();
+        return enqueue(OpType::RECV, {t}, [this, t, src](loomStream_t s) {
+            auto d = std::make_shared<Dense>(t);
+            Wire w = moveWire(d->buf);
+            check(loomRecv(d->ptr(), w.count, w.type, src, comm_, s), "recv");
+            return Finish([d] { d->writeBack(); });
         });
     }
 
@@ -497,11 +615,174 @@ class BackendLoom : public c10d::Backend {
                            "(pass src=)");
     }
 
+    /*
+     * batch_isend_irecv and _coalescing_manager: the operations issued until
+     * endCoalescing run as one Loom group on the worker, so sends and
+     * receives in any order complete (both sides may send first), and the
+     * batch has one Work.
+     */
+    bool supportsCoalescing() const override
+    {
+        return true;
+    }
+    void startCoalescing() override
+    {
+        std::lock_guard<std::mutex> g(m_);
+        TORCH_CHECK(!batch_, "torch_loom: startCoalescing: a batch is already open");
+        batch_ = std::make_unique<Batch>();
+        batch_->device = c10::Device(c10::DeviceType::CPU);
+        batch_->work =
+            c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED, std::vector<at::Tensor>{});
+    }
+    c10::intrusive_ptr<c10d::Work> endCoalescing() override
+    {
+        std::unique_ptr<Batch> b;
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(batch_, "torch_loom: endCoalescing without startCoalescing");
+            b = std::move(batch_);
+        }
+        if (b->device.is_cuda())
+            return runOnCuda(OpType::COALESCED, b->work->result(), b->jobs, true, b->device);
+        submit(b->work, std::move(b->jobs), true);
+        return b->work;
+    }
+
+    /*
+     * dist.shrink_group: a new backend over a new communicator of the ranks
+     * kept (loomCommShrink, collective over them). SHRINK_ABORT (after a
+     * failure) stops the operation in flight on the worker, which then fails;
+     * SHRINK_DEFAULT first waits for the queued operations.
+     */
+    bool supportsShrinking() const override
+    {
+        return true;
+    }
+    c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &exclude, int flags,
+                                             const c10::intrusive_ptr<Options> &) override
+    {
+        TORCH_CHECK(flags == LOOM_SHRINK_DEFAULT || flags == LOOM_SHRINK_ABORT,
+                    "torch_loom: shrink: flags ", flags,
+                    " are neither SHRINK_DEFAULT nor SHRINK_ABORT");
+        if (flags == LOOM_SHRINK_DEFAULT)
+            waitIdle();
+        std::vector<int> ex(exclude.begin(), exclude.end());
+        loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+        config.timeoutSec = timeoutSec(timeout_);
+        loomComm_t nc = nullptr;
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(comm_, "torch_loom: shrink: the process group was shut down");
+        }
+        check(loomCommShrink(comm_, ex.data(), (int)ex.size(), &nc, &config, flags), "shrink");
+        return over(nc, timeout_, "shrink");
+    }
+    /*
+     * dist.split_group, and new_group when the default group has a bound
+     * device (see __init__.py): a new backend over loomCommSplit of this
+     * one's communicator, collective over all its ranks. torch passes every
+     * rank the sorted ranks of its own new group, and a rank in none of them
+     * the first group's; its color is the lowest rank of its group (groups
+     * do not overlap), its key its rank here, so the new ranks follow torch's
+     * sorted order. A rank outside every group takes no communicator and
+     * gets nullptr, which torch expects. The queued operations run first, as
+     * every rank's split meets the communicator at the same point of its
+     * sequence.
+     *
+     * torch calls split once per device type the group has ("cpu" and
+     * "cuda", one backend), but, on torch 2.15, the second time only where the
+     * first returned nullptr: a member reuses its new backend. So one torch
+     * split (one group_name) makes one loomCommSplit here, and a second call
+     * with the same name gets the first's answer.
+     */
+    bool supportsSplitting() const override
+    {
+        return true;
+    }
+    c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &,
+                                            const std::vector<int> &ranks,
+                                            const c10::intrusive_ptr<Options> &opts) override
+    {
+        std::string name = opts ? opts->group_name : std::string();
+        if (!name.empty() && name == lastSplit_.name)
+            return lastSplit_.made.lock();
+        bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
+        int color = member ? *std::min_element(ranks.begin(), ranks.end()) : LOOM_SPLIT_NOCOLOR;
+        auto b = splitBy(color, rank_, opts ? opts->timeout : timeout_);
+        lastSplit_.name = name;
+        lastSplit_.made = b;
+        return b;
+    }
+    /* loomCommSplit(color, key) of this backend's communicator; nullptr for no color. */
+    c10::intrusive_ptr<c10d::Backend> splitBy(int color, int key, std::chrono::milliseconds timeout)
+    {
+        waitIdle();
+        {
+            std::lock_guard<std::mutex> g(m_);
+            TORCH_CHECK(comm_, "torch_loom: split: the process group was shut down");
+        }
+        loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+        config.timeoutSec = timeoutSec(timeout);
+        loomComm_t nc = nullptr;
+        check(loomCommSplit(comm_, color, key, &nc, &config), "split (loomCommSplit)");
+        return nc ? over(nc, timeout, "split") : nullptr;
+    }
+    /* A new backend over nc, a communicator made from this one's by origin. */
+    static c10::intrusive_ptr<c10d::Backend> over(loomComm_t nc, std::chrono::milliseconds timeout,
+                                                  const char *origin)
+    {
+        int rank = 0, size = 0;
+        loomCommUserRank(nc, &rank);
+        loomCommCount(nc, &size);
+        auto b = c10::make_intrusive<BackendLoom>(nc, rank, size, timeout);
+        b->origin_ = origin;
+        return b;
+    }
+    std::chrono::milliseconds timeout() const
+    {
+        return timeout_;
+    }
+    /* How this backend's communicator was made: "unique id", "split" or "shrink". */
+    const char *origin() const
+    {
+        return origin_;
+    }
+
+    /*
+     * For bench/torch-vs-gloo: a SUM AllReduce in place of a contiguous CPU
+     * tensor, on the caller's thread, with no worker, Work or future, so the
+     * backend's own cost shows as the difference from dist.all_reduce.
+     */
+    void allreduceDirect(const at::Tensor &t)
+    {
+        TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                    "torch_loom: _allreduce_direct: a contiguous CPU tensor only");
+        loomDataType_t type = reduceTypeOf(t, "_allreduce_direct");
+        waitIdle();
+        check(loomAllReduce(t.data_ptr(), t.data_ptr(), (size_t)t.numel(), type, loomSum, comm_,
+                            nullptr),
+              "allreduce");
+    }
+
+    /* The ranks of this group that Loom knows to have failed (loomCommGetFailedRanks). */
+    std::vector<int> failedRanks()
+    {
+        std::lock_guard<std::mutex> g(m_);
+        TORCH_CHECK(comm_, "torch_loom: failed_ranks: the process group was shut down");
+        int n = 0;
+        check(loomCommGetFailedRanks(comm_, nullptr, &n), "failed_ranks");
+        std::vector<int> r((size_t)n);
+        check(loomCommGetFailedRanks(comm_, r.data(), &n), "failed_ranks");
+        r.resize((size_t)n);
+        return r;
+    }
+
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
     {
-        return enqueue(OpType::BARRIER, {}, [this] {
-            uint8_t one = 0;
-            check(loomAllReduce(&one, &one, 1, loomUint8, loomMax, comm_, nullptr), "barrier");
+        return enqueue(OpType::BARRIER, {}, [this](loomStream_t s) {
+            auto one = std::make_shared<uint8_t>(0);
+            check(loomAllReduce(one.get(), one.get(), 1, loomUint8, loomMax, comm_, s), "barrier");
+            return Finish([one] {});
         });
     }
 
@@ -511,9 +792,31 @@ class BackendLoom : public c10d::Backend {
     std::thread worker_;
     std::mutex m_;
     std::condition_variable cv_;
-    std::deque<std::pair<c10::intrusive_ptr<WorkLoom>, std::function<void()>>> queue_;
+    struct Task {
+        c10::intrusive_ptr<WorkLoom> work;
+        std::vector<Job> jobs;
+        bool grouped; /* a batch: the jobs run in one Loom group */
+    };
+    std::deque<Task> queue_;
+    struct Batch {
+        c10::intrusive_ptr<WorkLoom> work;
+        std::vector<Job> jobs;
+        c10::Device device = c10::Device(c10::DeviceType::CPU); /* of its operations */
+    };
+    /* Loom streams wrapping the CUDA streams operations were issued on, by native handle. */
+    std::mutex streamsM_;
+    std::map<void *, loomStream_t> cudaStreams_;
+    size_t busy_ = 0; /* tasks queued or running on the worker (under m_) */
+    std::condition_variable idle_;
+    std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
     std::atomic<bool> aborted_{false};
+    const char *origin_ = "unique id"; /* see origin() */
+    struct {
+        std::string name; /* group_name of the last split() */
+        c10::weak_intrusive_ptr<c10d::Backend> made{
+            c10::intrusive_ptr<c10d::Backend>()}; /* what it returned (nullptr: none) */
+    } lastSplit_;
 
     void check(loomResult_t r, const char *what)
     {
@@ -524,23 +827,127 @@ class BackendLoom : public c10d::Backend {
                                  "): ", loomGetLastError(comm_)));
     }
 
-    c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
-                                           std::function<void()> fn)
+    /*
+     * Queues one operation for the worker, or adds it to the open batch. An
+     * operation of a batch returns the batch's Work (the one endCoalescing
+     * returns): it completes when the whole batch has.
+     */
+    c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs, Job fn)
     {
+        c10::Device dev = outputs.empty() ? c10::Device(c10::DeviceType::CPU) : outputs[0].device();
+        {
+            std::lock_guard<std::mutex> g(m_);
+            if (batch_) {
+                TORCH_CHECK(batch_->work->result().empty() || batch_->device == dev,
+                            "torch_loom: a batch mixes tensors of ", batch_->device, " and ", dev);
+                batch_->device = dev;
+                batch_->work->addOutputs(outputs);
+                batch_->jobs.push_back(std::move(fn));
+                return batch_->work;
+            }
+        }
+        if (dev.is_cuda())
+            return runOnCuda(type, std::move(outputs), {std::move(fn)}, false, dev);
         auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs));
+        std::vector<Job> jobs;
+        jobs.push_back(std::move(fn));
+        submit(work, std::move(jobs), false);
+        return work;
+    }
+    void submit(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> jobs, bool grouped)
+    {
         {
             std::lock_guard<std::mutex> g(m_);
             TORCH_CHECK(!stop_ && comm_, "torch_loom: the process group was shut down");
-            queue_.emplace_back(work, std::move(fn));
+            queue_.push_back(Task{work, std::move(jobs), grouped});
+            busy_++;
         }
         cv_.notify_one();
-        return work;
+    }
+
+    /*
+     * CUDA tensors: the operation is issued now, from the caller's thread, on
+     * a Loom stream over the caller's current CUDA stream, so it is ordered
+     * with the kernels around it and the host does not wait for it. The
+     * communicator sees every rank's calls in issue order: operations on CPU
+     * tensors still queued on the worker finish first, and the worker
+     * synchronizes the CUDA streams before it runs a later CPU operation.
+     */
+    c10::intrusive_ptr<c10d::Work> runOnCuda(OpType type, std::vector<at::Tensor> outputs,
+                                             std::vector<Job> jobs, bool grouped, c10::Device dev)
+    {
+        waitIdle();
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        c10::Stream cur = impl.getStream(dev);
+        loomStream_t ls = cudaStreamFor(cur);
+        Task t{nullptr, std::move(jobs), grouped};
+        runTask(t, ls);
+        return c10::make_intrusive<WorkLoomCuda>(rank_, type, std::move(outputs), dev, cur,
+                                                 [this, ls] {
+                                                     loomResult_t r = loomStreamQuery(ls);
+                                                     if (r != loomInProgress)
+                                                         check(r, "CUDA stream");
+                                                 });
+    }
+    loomStream_t cudaStreamFor(const c10::Stream &cur)
+    {
+        void *h = cur.native_handle();
+        std::lock_guard<std::mutex> g(streamsM_);
+        auto it = cudaStreams_.find(h);
+        if (it != cudaStreams_.end())
+            return it->second;
+        loomStream_t ls = nullptr;
+        check(loomStreamCreateCuda(&ls, h), "loomStreamCreateCuda");
+        cudaStreams_[h] = ls;
+        return ls;
+    }
+    /* Waits for the CUDA operations issued so far (before a CPU operation). */
+    void syncCudaStreams()
+    {
+        std::lock_guard<std::mutex> g(streamsM_);
+        for (auto &kv : cudaStreams_)
+            check(loomStreamSynchronize(kv.second), "CUDA stream");
+    }
+    void destroyCudaStreams()
+    {
+        std::lock_guard<std::mutex> g(streamsM_);
+        for (auto &kv : cudaStreams_)
+            loomStreamDestroy(kv.second);
+        cudaStreams_.clear();
+    }
+    /* Waits until the worker has run every queued task. */
+    void waitIdle()
+    {
+        std::unique_lock<std::mutex> g(m_);
+        idle_.wait(g, [this] { return busy_ == 0; });
+    }
+
+    /* Runs a task's jobs on Loom stream ls: one after the other, or all in one Loom group. */
+    void runTask(Task &t, loomStream_t ls)
+    {
+        if (!t.grouped) {
+            for (auto &j : t.jobs)
+                j(ls)();
+            return;
+        }
+        std::vector<Finish> fins;
+        check(loomGroupStart(), "group start");
+        try {
+            for (auto &j : t.jobs)
+                fins.push_back(j(ls));
+        } catch (...) {
+            loomGroupEnd(); /* closes the group; it runs nothing after a failed call */
+            throw;
+        }
+        check(loomGroupEnd(), "batch (group end)");
+        for (auto &f : fins)
+            f();
     }
 
     void run()
     {
         for (;;) {
-            std::pair<c10::intrusive_ptr<WorkLoom>, std::function<void()>> job;
+            Task job;
             {
                 std::unique_lock<std::mutex> g(m_);
                 cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
@@ -558,12 +965,18 @@ class BackendLoom : public c10d::Backend {
                 }
             } else {
                 try {
-                    job.second();
+                    syncCudaStreams();
+                    runTask(job, nullptr);
                 } catch (...) {
                     e = std::current_exception();
                 }
             }
-            job.first->complete(e);
+            job.work->complete(e);
+            {
+                std::lock_guard<std::mutex> g(m_);
+                busy_--;
+            }
+            idle_.notify_all();
         }
     }
 
@@ -580,8 +993,8 @@ class BackendLoom : public c10d::Backend {
 
     void checkTensor(const at::Tensor &t, const char *op)
     {
-        TORCH_CHECK(t.device().is_cpu(), "torch_loom: ", op, ": only CPU tensors (got ", t.device(),
-                    ")");
+        TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "torch_loom: ", op,
+                    ": only CPU and CUDA tensors (got ", t.device(), ")");
         TORCH_CHECK(t.layout() == at::kStrided, "torch_loom: ", op,
                     ": only dense tensors (got layout ", t.layout(), ")");
     }
@@ -635,10 +1048,11 @@ class BackendLoom : public c10d::Backend {
                     ": the tensor list needs one tensor per rank (", size_, "), got ", list.size());
         for (auto &x : list) {
             checkTensor(x, op);
-            TORCH_CHECK(x.numel() == t.numel() && x.scalar_type() == t.scalar_type(),
+            TORCH_CHECK(x.numel() == t.numel() && x.scalar_type() == t.scalar_type() &&
+                            x.device() == t.device(),
                         "torch_loom: ", op,
-                        ": every tensor in the list must have the size and dtype of the "
-                        "other argument");
+                        ": every tensor in the list must have the size, dtype and device of "
+                        "the other argument");
         }
     }
     /* big holds n times small's elements, same dtype. */
@@ -646,6 +1060,9 @@ class BackendLoom : public c10d::Backend {
     {
         TORCH_CHECK(big.scalar_type() == small.scalar_type(), "torch_loom: ", op,
                     ": input and output dtypes differ");
+        TORCH_CHECK(big.device() == small.device(), "torch_loom: ", op,
+                    ": input and output on different devices (", big.device(), " and ",
+                    small.device(), ")");
         TORCH_CHECK(big.numel() == small.numel() * n, "torch_loom: ", op, ": the large tensor (",
                     big.numel(), " elements) must hold group size (", n, ") times the small one (",
                     small.numel(), ")");
@@ -677,32 +1094,31 @@ class BackendLoom : public c10d::Backend {
                     off, ", dim 0 is ", rows);
     }
 
-    void gatherInto(const at::Tensor &out, const at::Tensor &in)
+    Finish gatherInto(const at::Tensor &out, const at::Tensor &in, loomStream_t s)
     {
-        Dense d(out);
+        auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
         Wire w = moveWire(src);
-        check(loomAllGather(src.data_ptr(), d.ptr(), w.count, w.type, comm_, nullptr), "allgather");
-        d.writeBack();
+        check(loomAllGather(src.data_ptr(), d->ptr(), w.count, w.type, comm_, s), "allgather");
+        return [d, src] { d->writeBack(); };
     }
-    void scatterFrom(const at::Tensor &out, const at::Tensor &in, loomDataType_t type,
-                     loomRedOp_t op)
+    Finish scatterFrom(const at::Tensor &out, const at::Tensor &in, loomDataType_t type,
+                       loomRedOp_t op, loomStream_t s)
     {
-        Dense d(out);
+        auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
-        check(loomReduceScatter(src.data_ptr(), d.ptr(), (size_t)out.numel(), type, op, comm_,
-                                nullptr),
+        check(loomReduceScatter(src.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_, s),
               "reduce_scatter");
-        d.writeBack();
+        return [d, src] { d->writeBack(); };
     }
     /* AlltoAllv in the tensors' type, or in bytes for a type Loom lacks. */
-    void exchange(const at::Tensor &out, const at::Tensor &in, std::vector<size_t> sc,
-                  std::vector<size_t> sd, std::vector<size_t> rc, std::vector<size_t> rd,
-                  const char *what)
+    Finish exchange(const at::Tensor &out, const at::Tensor &in, std::vector<size_t> sc,
+                    std::vector<size_t> sd, std::vector<size_t> rc, std::vector<size_t> rd,
+                    const char *what, loomStream_t s)
     {
-        Dense d(out);
+        auto d = std::make_shared<Dense>(out);
         at::Tensor src = in.contiguous();
-        if (src.data_ptr() == d.ptr())
+        if (src.data_ptr() == d->ptr())
             src = src.clone(); /* Loom's AlltoAllv is not in place */
         loomDataType_t type;
         if (!reduceType(src.scalar_type(), &type)) {
@@ -712,10 +1128,14 @@ class BackendLoom : public c10d::Backend {
                 for (auto &x : *v)
                     x *= es;
         }
-        check(loomAlltoAllv(src.data_ptr(), sc.data(), sd.data(), d.ptr(), rc.data(), rd.data(),
-                            type, comm_, nullptr),
+        /* Loom reads the count arrays when the call runs, at loomGroupEnd in a batch. */
+        auto counts = std::make_shared<std::vector<std::vector<size_t>>>(
+            std::vector<std::vector<size_t>>{sc, sd, rc, rd});
+        auto &v = *counts;
+        check(loomAlltoAllv(src.data_ptr(), v[0].data(), v[1].data(), d->ptr(), v[2].data(),
+                            v[3].data(), type, comm_, s),
               what);
-        d.writeBack();
+        return [d, src, counts] { d->writeBack(); };
     }
 };
 
@@ -740,8 +1160,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
     }
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-    long long sec = (ms.count() + 999) / 1000;
-    config.timeoutSec = (int)std::max(1LL, std::min(sec, (long long)INT32_MAX));
+    config.timeoutSec = timeoutSec(ms);
     loomComm_t comm = nullptr;
     loomResult_t r = loomCommInitRankConfig(&comm, size, id, rank, &config);
     if (r != loomSuccess)
@@ -752,6 +1171,14 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
     return c10::make_intrusive<BackendLoom>(comm, rank, size, ms);
 }
 
+/* b as a Loom backend, or a RuntimeError naming what of op needed one. */
+BackendLoom *loomOf(const c10::intrusive_ptr<c10d::Backend> &b, const char *op)
+{
+    auto *lb = dynamic_cast<BackendLoom *>(b.get());
+    TORCH_CHECK(lb, "torch_loom: ", op, ": the group's backend is not loom");
+    return lb;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m)
@@ -760,6 +1187,41 @@ PYBIND11_MODULE(_C, m)
     m.def("create_backend", &createBackend, "creates the Loom backend of one process group",
           pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
           pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def(
+        "failed_ranks",
+        [](const c10::intrusive_ptr<c10d::Backend> &b) {
+            return loomOf(b, "failed_ranks")->failedRanks();
+        },
+        "ranks of the group's Loom communicator known to have failed", pybind11::arg("backend"));
+    m.def(
+        "split",
+        [](const c10::intrusive_ptr<c10d::Backend> &parent, int color, int key,
+           const std::optional<std::chrono::duration<float>> &timeout) {
+            BackendLoom *lb = loomOf(parent, "split");
+            auto ms = timeout ? std::chrono::duration_cast<std::chrono::milliseconds>(*timeout)
+                              : lb->timeout();
+            return lb->splitBy(color, key, ms);
+        },
+        "a backend over loomCommSplit(color, key) of parent's communicator (None for "
+        "LOOM_SPLIT_NOCOLOR), with timeout or parent's; collective over parent's ranks",
+        pybind11::arg("parent"), pybind11::arg("color"), pybind11::arg("key"),
+        pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.attr("SPLIT_NOCOLOR") = LOOM_SPLIT_NOCOLOR;
+    m.def(
+        "_allreduce_direct",
+        [](const c10::intrusive_ptr<c10d::Backend> &b, const at::Tensor &t) {
+            loomOf(b, "_allreduce_direct")->allreduceDirect(t);
+        },
+        "for benchmarks: loomAllReduce (SUM, in place) of t on this thread, past the worker",
+        pybind11::arg("backend"), pybind11::arg("tensor"),
+        pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def(
+        "origin",
+        [](const c10::intrusive_ptr<c10d::Backend> &b) {
+            return std::string(loomOf(b, "origin")->origin());
+        },
+        "how the backend's communicator was made: 'unique id', 'split' or 'shrink'",
+        pybind11::arg("backend"));
     m.def(
         "loom_version",
         [] {

@@ -99,6 +99,28 @@ struct bootstrapShrink {
 };
 loomResult_t bootstrapShrink(struct loomBootstrap *b, const struct bootstrapShrink *s,
                              loomUniqueId *newId);
+/*
+ * Point-to-point messages, for what one rank tells one peer after init (the
+ * connection records of src/connect.c). bootstrapSend hands `bytes` (at most
+ * BOOTSTRAP_MSG_MAX_BYTES) to `peer` under `tag` and returns without waiting
+ * for the peer to receive it (the same w bounds its connection) (one message per rank, peer and
+ * tag: two could arrive in either order). bootstrapRecv waits for the message from `peer` under
+ * `tag`, keeping others that arrive meanwhile for later calls: loomTimeout at w->deadline,
+ * loomRemoteError when w->gone(w->ctx, peer) says the peer failed or the
+ * abort flag is set, each naming the peer and w->what. Only after init (the
+ * ring's first collective), one thread at a time per communicator.
+ */
+#define BOOTSTRAP_MSG_MAX_BYTES 4096
+struct bootstrapWait {
+    uint64_t deadline; /* socketClockNs() */
+    int (*gone)(void *ctx, int rank);
+    void *ctx;
+    const char *what; /* what the wait is for, for the error line */
+};
+loomResult_t bootstrapSend(struct loomBootstrap *b, int peer, uint32_t tag, const void *data,
+                           size_t bytes, const struct bootstrapWait *w);
+loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void *data,
+                           size_t bytes, const struct bootstrapWait *w);
 /* Closes the ring sockets and frees b (NULL is a no-op). Not collective. */
 void bootstrapClose(struct loomBootstrap *b);
 

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "bell.h"
+#include "fifo.h"
 #include "loom.h"
 #include "schedule.h"
 
@@ -31,15 +32,9 @@
  * The shared part of a FIFO: `tail` counts slots written (by the sender),
  * `head` slots consumed (by the receiver); slot = counter % LOOM_STEPS.
  * `bytes[slot]` is written before `tail` is released, so the receiver can
- * check that both ends agree on the size of every message. Its top bit,
- * LOOM_FIFO_DEVICE_DATA, says the message sits in the connector's device
- * slots (p2p) rather than its host slots; the next, LOOM_FIFO_OFFER, that
- * the slot holds the address of the sender's elements (an OFFER step of a
- * single-copy schedule) rather than the elements.
+ * check that both ends agree on the size of every message; its top bits
+ * (LOOM_FIFO_*, fifo.h) say where and how the message went.
  */
-#define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
-#define LOOM_FIFO_OFFER (1ULL << 62)
-#define LOOM_FIFO_FLAGS (LOOM_FIFO_DEVICE_DATA | LOOM_FIFO_OFFER)
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
@@ -63,6 +58,7 @@ struct loomConnector {
      */
     void (*progress)(void *ctx);
     void *progressCtx;
+    uint64_t *ll; /* LOOM_STEPS LL slots of LOOM_LL_LINES lines (fifo.h), or NULL: no LL here */
 };
 
 struct loomChannel {
@@ -133,7 +129,12 @@ struct loomComm {
     int *ring;                  /* [nranks] ring order: each host's ranks in a row (topo.c) */
     struct loomTopo *topo;      /* hosts and trees (topo.c) */
     signed char *linkTransport; /* [nranks]: index in loomTransports of each peer's link, -1 none */
-    atomic_int *lost;           /* [nranks]: a transport saw the link to that peer end */
+    /* Links connected so far (src/connect.c: some at init, the rest on first use). */
+    unsigned char *linkUp; /* [nranks]: 1 once this rank's connectors to that peer are connected */
+    atomic_int nLinksUp;
+    pthread_mutex_t connectLock; /* one thread connects at a time */
+    int connectLockReady;
+    atomic_int *lost; /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
@@ -162,7 +163,7 @@ struct loomComm {
      */
     struct {
         int valid;
-        int coll, dt, op, root, nlanes;
+        int coll, dt, op, root, nlanes, proto;
         size_t count;
         const void *send;
         void *recv;
@@ -186,6 +187,7 @@ struct loomComm {
     size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
     struct cmaState *cma;
     struct memViews *memViews; /* views of peers' loomMemAlloc blocks (mem.c) */
+    struct kexecComm *kexec;   /* the kernel executor's view of the connectors (kexec.c) */
 
     pthread_mutex_t errLock;
     char lastError[512];

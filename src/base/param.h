@@ -34,6 +34,10 @@ typedef enum {
     LOOM_PARAM_ROOT_ADDR,       /* string: host:port of the rendezvous (loomCommInitFromEnv) */
     LOOM_PARAM_CMA_DISABLE,     /* int 0/1: no single-copy collectives (process_vm_readv) */
     LOOM_PARAM_CMA_MIN_BYTES,   /* int: smallest collective that runs single-copy */
+    LOOM_PARAM_CONNECT_ALL,     /* int 0/1: connect every peer pair at init */
+    LOOM_PARAM_EXECUTOR,        /* string: kernel, host, auto */
+    LOOM_PARAM_PROTO,           /* string: Simple, LL */
+    LOOM_PARAM_KERNEL_THREADS,  /* int: threads of a block of the kernel executor on the CPU */
     LOOM_PARAM_NUM
 } loomParamId_t;
 

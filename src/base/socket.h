@@ -111,6 +111,13 @@ loomResult_t socketListen(const union socketAddress *addr, int *fd, union socket
 loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
                            atomic_int *abortFlag, const char *who, int *fd);
 /*
+ * One attempt of socketConnect: 0 with *fd set, or the errno value that
+ * ended it (ECONNREFUSED: nothing listens there; ETIMEDOUT at the deadline;
+ * ECANCELED on abort). Nothing is recorded.
+ */
+int socketConnectOnce(const union socketAddress *addr, uint64_t deadlineNs, atomic_int *abortFlag,
+                      int *fd);
+/*
  * Accepts one connection on listenFd (waiting until the deadline). *fd and
  * *peer (may be NULL) are set only on success.
  */

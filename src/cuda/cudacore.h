@@ -108,6 +108,13 @@ loomResult_t p2pSetup(struct loomComm *comm);
 loomResult_t p2pMapHostSlots(struct loomComm *comm);
 /* The context comm is bound to, or NULL; *device its ordinal. */
 void *p2pContext(const struct loomComm *comm, int *device);
+/*
+ * After the core connected comm to peer p (src/connect.c): hangs the
+ * device slots on p's connectors and registers their host slots with the
+ * driver when those of the earlier peers are. Any failure only matters to
+ * device plans, which report it.
+ */
+void p2pPeerConnected(struct loomComm *comm, int p);
 /* Releases p2p slots and host registrations; runs before the transports tear down. */
 void p2pFree(struct loomComm *comm);
 

@@ -1,6 +1,6 @@
 /*
  * kernels.cu — the device side of Loom: element-wise reduction of one chunk
- * for every datatype x operation, and a flag wait.
+ * for every datatype x operation, a flag wait, and the plan interpreter.
  *
  * The CUDA executor (cudaexec.c) walks a schedule on the host and, for each
  * step whose data is ready, launches one of these on a chunk of at most one
@@ -11,6 +11,7 @@
  * the unit tests run it on the CPU; nvcc runs with -fmad=false so that no
  * multiply is fused into an add.
  */
+#include "interp.h"
 #include "reduce.cuh"
 
 #define LOOM_DEFINE_KERNEL(T, tname, OPE, oname)                                                   \
@@ -28,4 +29,16 @@ extern "C" __global__ void loomWaitFlag(loomWaitArgs p)
 {
     while ((int32_t)(*p.flag - p.value) < 0)
         __nanosleep(2000);
+}
+
+/*
+ * The plan interpreter (src/device/interp.h): block b runs blocks[b], one
+ * channel's lanes, with all its threads. The host build of the same code is
+ * the kernel executor of host buffers (src/kexec.c), which the CPU tests run.
+ */
+extern "C" __global__ void __launch_bounds__(LOOM_KERNEL_THREADS)
+    loomInterpret(struct loomDevBlock *blocks)
+{
+    struct loomPortThread t = {threadIdx.x, blockDim.x, NULL, 0};
+    loomDevRun(&blocks[blockIdx.x], &t);
 }

@@ -44,11 +44,16 @@
 #include "debug.h"
 #include "param.h"
 
-#define P2P_MAX_REGIONS_EXTRA 1 /* the own segment, besides one per peer */
-
 struct hostRegion {
     char *base;
     size_t bytes;
+};
+
+/* What each rank publishes in the handle exchange. */
+struct p2pEntry {
+    cuIpcHandle_t handle;
+    int32_t valid;
+    int32_t pad;
 };
 
 struct cudaComm {
@@ -58,17 +63,12 @@ struct cudaComm {
     cuDevPtr_t recvSlots; /* our receive slots in GPU memory, or 0 */
     size_t recvBytes;
     cuDevPtr_t *opened;         /* [nranks]: peers' slots mapped through IPC, or 0 */
-    struct hostRegion *regions; /* host slot memory registered with the driver */
+    cuDevPtr_t *peerBase;       /* [nranks]: where this rank sends into peer p's slots, or 0 */
+    struct p2pEntry *entries;   /* [nranks]: the handles exchanged at init, or NULL */
+    struct hostRegion *regions; /* [nranks]: host slot memory registered, by peer */
     int nRegions;
     int hostMapped;
     cuContext_t regCtx; /* current when the regions were registered */
-};
-
-/* What each rank publishes in the handle exchange. */
-struct p2pEntry {
-    cuIpcHandle_t handle;
-    int32_t valid;
-    int32_t pad;
 };
 
 void p2pPeerInfo(struct loomPeerInfo *me)
@@ -163,29 +163,40 @@ static cuDevPtr_t p2pOpen(struct loomComm *comm, int p, const struct p2pEntry *e
     return cc->opened[p];
 }
 
-/* Hangs the device slots on the connectors to local peers. */
-static void p2pWire(struct loomComm *comm, const struct p2pEntry *all)
+/* Hangs the device slots on the connectors to local peer p, once they are connected. */
+static int p2pWirePeer(struct loomComm *comm, int p)
 {
     struct cudaComm *cc = comm->cuda;
-    int me = comm->rank, wired = 0;
-    for (int p = 0; p < comm->nranks; p++) {
-        if (comm->peers[p].hostHash != comm->peers[me].hostHash)
-            continue;
-        cuDevPtr_t peerBase = p2pMember(&comm->peers[p]) ? p2pOpen(comm, p, &all[p]) : 0;
-        for (int c = 0; c < comm->nChannels; c++) {
-            struct loomConnector *rc = &comm->channels[c].recv[p];
-            struct loomConnector *sc = &comm->channels[c].send[p];
-            if (rc->connected)
-                rc->devSlots = (char *)(uintptr_t)(cc->recvSlots +
-                                                   slotsOffset(comm, c, comm->peers[p].localRank));
-            if (sc->connected && peerBase)
-                sc->devSlots =
-                    (char *)(uintptr_t)(peerBase + slotsOffset(comm, c, comm->peers[me].localRank));
-        }
-        wired += peerBase != 0;
+    int me = comm->rank;
+    if (comm->peers[p].hostHash != comm->peers[me].hostHash)
+        return 0;
+    if (p2pMember(&comm->peers[p]) && cc->peerBase[p] == 0)
+        cc->peerBase[p] = p2pOpen(comm, p, &cc->entries[p]);
+    cuDevPtr_t peerBase = cc->peerBase[p];
+    for (int c = 0; c < comm->nChannels; c++) {
+        struct loomConnector *rc = &comm->channels[c].recv[p];
+        struct loomConnector *sc = &comm->channels[c].send[p];
+        if (rc->connected)
+            rc->devSlots =
+                (char *)(uintptr_t)(cc->recvSlots + slotsOffset(comm, c, comm->peers[p].localRank));
+        if (sc->connected && peerBase)
+            sc->devSlots =
+                (char *)(uintptr_t)(peerBase + slotsOffset(comm, c, comm->peers[me].localRank));
     }
-    INFO(LOOM_INIT, "p2p: device %d, %d of %d local ranks reachable through GPU memory", cc->device,
-         wired, comm->localSize);
+    return peerBase != 0;
+}
+
+/* Hangs the device slots on the connectors to the local peers connected so far. */
+static void p2pWire(struct loomComm *comm)
+{
+    int wired = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->channels[0].send[p].connected)
+            wired += p2pWirePeer(comm, p);
+    INFO(LOOM_INIT,
+         "p2p: device %d, %d of %d local ranks connected and reachable through GPU "
+         "memory",
+         comm->cuda->device, wired, comm->localSize);
 }
 
 /* The handle exchange; `res` is this rank's binding so far, reported after it took part. */
@@ -200,8 +211,11 @@ static loomResult_t p2pExchange(struct loomComm *comm, loomResult_t res)
     loomResult_t ex = bootstrapAllGather(comm->bootstrap, all, sizeof(*all));
     if (res == loomSuccess)
         res = ex;
-    if (res == loomSuccess && comm->cuda && comm->cuda->recvSlots)
-        p2pWire(comm, all);
+    if (res == loomSuccess && comm->cuda && comm->cuda->recvSlots) {
+        comm->cuda->entries = all; /* kept for the peers connected later (p2pPeerConnected) */
+        p2pWire(comm);
+        return res;
+    }
     free(all);
     return res;
 }
@@ -214,7 +228,8 @@ static loomResult_t p2pBind(struct loomComm *comm)
     comm->cuda = cc;
     cc->device = comm->peers[comm->rank].gpu;
     cc->opened = calloc((size_t)comm->nranks, sizeof(*cc->opened));
-    if (cc->opened == NULL)
+    cc->peerBase = calloc((size_t)comm->nranks, sizeof(*cc->peerBase));
+    if (cc->opened == NULL || cc->peerBase == NULL)
         return loomSetError(loomSystemError, "out of memory for the CUDA state");
     LOOMCHECK(cudaLibGet(&cc->lib));
     cuResult_t r = cc->lib->ctxGetCurrent(&cc->ctx);
@@ -264,33 +279,29 @@ static void regionGrow(struct hostRegion *r, const struct loomConnector *c)
 }
 
 /*
- * The host memory that holds the slots: one region for the FIFOs we receive
- * on (our own segment) and one per peer for those we send into (its segment),
- * each widened to whole pages.
+ * The host memory that holds the slots of the links to peer p (both
+ * directions, every channel: one mapping of the transport's), widened to
+ * whole pages; base NULL when p is not connected.
  */
-static void regionsFind(const struct loomComm *comm, struct hostRegion *r)
+static struct hostRegion regionOf(const struct loomComm *comm, int p)
 {
+    struct hostRegion r = {NULL, 0};
     long page = sysconf(_SC_PAGESIZE);
-    int own = comm->nranks;
     for (int c = 0; c < comm->nChannels; c++) {
-        for (int p = 0; p < comm->nranks; p++) {
-            const struct loomConnector *rc = &comm->channels[c].recv[p];
-            const struct loomConnector *sc = &comm->channels[c].send[p];
-            if (rc->connected && rc->slots)
-                regionGrow(&r[own], rc);
-            if (sc->connected && sc->slots)
-                regionGrow(&r[p == comm->rank ? own : p], sc);
-        }
+        const struct loomConnector *rc = &comm->channels[c].recv[p];
+        const struct loomConnector *sc = &comm->channels[c].send[p];
+        if (rc->connected && rc->slots)
+            regionGrow(&r, rc);
+        if (sc->connected && sc->slots)
+            regionGrow(&r, sc);
     }
-    for (int i = 0; i <= own; i++) {
-        if (r[i].base == NULL)
-            continue;
-        uintptr_t lo = (uintptr_t)r[i].base & ~(uintptr_t)(page - 1);
-        uintptr_t hi =
-            ((uintptr_t)r[i].base + r[i].bytes + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
-        r[i].base = (char *)lo;
-        r[i].bytes = hi - lo;
+    if (r.base != NULL) {
+        uintptr_t lo = (uintptr_t)r.base & ~(uintptr_t)(page - 1);
+        uintptr_t hi = ((uintptr_t)r.base + r.bytes + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+        r.base = (char *)lo;
+        r.bytes = hi - lo;
     }
+    return r;
 }
 
 static loomResult_t regionsRegister(struct cudaComm *cc, struct hostRegion *r, int n)
@@ -333,16 +344,39 @@ loomResult_t p2pMapHostSlots(struct loomComm *comm)
         cc->device = -1;
         LOOMCHECK(cudaLibGet(&cc->lib));
     }
-    int n = comm->nranks + P2P_MAX_REGIONS_EXTRA;
+    int n = comm->nranks;
     cc->regions = calloc((size_t)n, sizeof(*cc->regions));
     if (cc->regions == NULL)
         return loomSetError(loomSystemError, "out of memory for the CUDA state");
     cc->nRegions = n;
     cc->lib->ctxGetCurrent(&cc->regCtx);
-    regionsFind(comm, cc->regions);
+    for (int p = 0; p < n; p++)
+        cc->regions[p] = regionOf(comm, p);
     loomResult_t res = regionsRegister(cc, cc->regions, n); /* p2pFree undoes what it did */
     cc->hostMapped = res == loomSuccess;
     return res;
+}
+
+void p2pPeerConnected(struct loomComm *comm, int p)
+{
+    struct cudaComm *cc = comm->cuda;
+    if (cc == NULL)
+        return;
+    if (cc->recvSlots && cc->entries)
+        p2pWirePeer(comm, p);
+    if (cc->hostMapped && cc->regions && cc->regions[p].base == NULL) {
+        cuContext_t saved = NULL;
+        cc->lib->ctxGetCurrent(&saved);
+        if (cc->regCtx)
+            cc->lib->ctxSetCurrent(cc->regCtx);
+        cc->regions[p] = regionOf(comm, p);
+        if (regionsRegister(cc, &cc->regions[p], 1) != loomSuccess) {
+            /* Device plans over this link fail and say why (p2pMapHostSlots). */
+            INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
+            cc->hostMapped = 0;
+        }
+        cc->lib->ctxSetCurrent(saved);
+    }
 }
 
 void p2pFree(struct loomComm *comm)
@@ -376,5 +410,7 @@ void p2pFree(struct loomComm *comm)
     }
     free(cc->regions);
     free(cc->opened);
+    free(cc->peerBase);
+    free(cc->entries);
     free(cc);
 }

@@ -20,6 +20,12 @@
 # ranks (powers of two and not), misaligned, blocking, with zero counts and
 # with tiny FIFOs and two channels.
 #
+# Then the kernel executor (LOOM_EXECUTOR=kernel: the plan interpreter of
+# the GPU kernel, built for the CPU): the whole matrix again with the
+# tuner's protocol (LL up to 16 bytes, Simple above, so both), the quick
+# cases with LL forced and with Simple forced through the tree, float
+# cases with blocks of 2 and 3 threads, and doubling AllReduce with LL.
+#
 # The sweep is sized to finish well within a few minutes on a 2-core machine
 # with more ranks than cores (about 30 s a pass when this was written).
 # LOOM_TEST_QUICK=1 (sanitizer builds in CI, which run 5-20x slower) keeps
@@ -110,5 +116,23 @@ ALGO_ENV="LOOM_ALGO=tree"
 $pass
 ALGO_ENV=
 doubling
+
+ALGO_ENV="LOOM_EXECUTOR=kernel"
+$pass
+ALGO_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=LL"
+quick
+ALGO_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=Simple LOOM_ALGO=tree"
+quick
+ALGO_ENV=
+# Blocks of several threads (their barriers, a step split among threads): a
+# few cases only, since on a loaded host every barrier waits for the
+# scheduler.
+PERF_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=LL LOOM_KERNEL_THREADS=2"
+perf_case 2 -G 0 -C all -d float -o all $SIZES
+PERF_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=Simple LOOM_KERNEL_THREADS=3 LOOM_BUFFSIZE=4096 LOOM_NCHANNELS=2"
+perf_case 3 -G 0 -C all -d float -o sum $SIZES
+PERF_ENV="LOOM_EXECUTOR=kernel LOOM_PROTO=LL LOOM_ALGO=allreduce:doubling"
+perf_case 5 -G 0 -C allreduce -d all -o all $SIZES
+PERF_ENV=
 
 finish

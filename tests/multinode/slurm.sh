@@ -119,12 +119,16 @@ done
 note "Slurm 2 nodes idle: $("$MN_EXEC" h1 sinfo -h -N -o '%N %T %c' | tr '\n' ';')"
 
 # srun_case NAME CMD...: srun -N 2 -n 4 --mpi=pmix CMD in h1; output in $TEST_TMPDIR/NAME.log
+# OMPI_MCA_btl=^vader (self and tcp stay): loom-perf uses MPI only to broadcast the unique
+# id, and Open MPI's shared-memory BTL (vader) has segfaulted in MPI_Finalize, after
+# loom-perf had printed correct results, in two of many runs on a loaded VM (in
+# mca_btl_vader_poll_handle_frag).
 srun_case() {
     _name=$1
     shift
     _log=$TEST_TMPDIR/$_name.log
     run_logged "$_log" env -u LOOM_ROOT_ADDR "$MN_EXEC" h1 srun -N 2 -n 4 --mpi=pmix \
-        --export=ALL,LOOM_TIMEOUT=120,LOOM_SPIN=0,LOOM_DEBUG=INFO,LOOM_DEBUG_SUBSYS=INIT "$@"
+        --export=ALL,LOOM_TIMEOUT=120,LOOM_SPIN=0,LOOM_DEBUG=INFO,LOOM_DEBUG_SUBSYS=INIT,OMPI_MCA_btl=^vader "$@"
 }
 
 srun_case perf "$top_builddir/tools/loom-perf" -C all -c 1

@@ -13,7 +13,12 @@ Run by ops.sh: `python3 ops.py WORLD TMPDIR` starts WORLD processes
    gloo can do the call;
 3. checks async_op=True (Work.wait, is_completed, get_future), non-contiguous
    tensors, and that unsupported calls raise a RuntimeError naming what is
-   unsupported.
+   unsupported;
+4. splits the default group (dist.split_group: evens and odds, then the
+   first and last rank alone) and, after a new init with device_id cpu:0,
+   makes new_groups of the evens and the odds, which torch then makes by
+   splitting too: each all_reduce is checked and its communicator must come
+   from loomCommSplit (groups of step 2 from a fresh unique id);
 
 Prints "ops: rank R: N checks passed" per rank; any mismatch raises.
 """
@@ -225,6 +230,19 @@ def run_group(ck, rank, n, lm, gl):
             dist.send(s, dst=nxt, group=lm)
         ck.eq(r_, data(prv, torch.float64, (5,), salt=4), "n=%d send/recv" % n)
 
+        # batch_isend_irecv with every rank sending first, to both neighbours, 4 MiB
+        # each (far more than a link buffers): runs only as one group
+        big_s = [data(rank, torch.float32, (1 << 20,), salt=5 + k) for k in range(2)]
+        big_r = [torch.zeros(1 << 20) for _ in range(2)]
+        ops = [dist.P2POp(dist.isend, big_s[0], nxt, group=lm),
+               dist.P2POp(dist.isend, big_s[1], prv, group=lm),
+               dist.P2POp(dist.irecv, big_r[0], prv, group=lm),
+               dist.P2POp(dist.irecv, big_r[1], nxt, group=lm)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        ck.eq(big_r[0], data(prv, torch.float32, (1 << 20,), salt=5), "n=%d batch_isend_irecv from prev" % n)
+        ck.eq(big_r[1], data(nxt, torch.float32, (1 << 20,), salt=6), "n=%d batch_isend_irecv from next" % n)
+
     # async: several operations in flight, then waited for
     ts = [data(rank, torch.float32, (1000,), salt=k) for k in range(4)]
     works = [dist.all_reduce(t, group=lm, async_op=True) for t in ts]
@@ -247,6 +265,32 @@ def run_group(ck, rank, n, lm, gl):
               ["loom", "Bool"], "bool all_reduce")
     ck.raises(lambda: dist.gather(torch.zeros(2), [torch.zeros(2) for _ in range(n)] if rank == 0 else None,
                                   dst=0, group=lm), ["loom", "gather"], "gather")
+
+
+def origin(group):
+    """How the group's Loom communicator was made: "unique id", "split" or "shrink"."""
+    import torch_loom
+    return torch_loom._C.origin(group._get_backend(torch.device("cpu")))
+
+
+def check_split(ck, rank, split, g, how):
+    """g, made by how from split (lists of ranks): an all_reduce in it sums its
+    members' inputs, over a communicator made by loomCommSplit; a rank in no
+    list got no group."""
+    mine = [r for r in split if rank in r]
+    if not mine:
+        if g != dist.GroupMember.NON_GROUP_MEMBER:
+            raise AssertionError("rank %d: %s %s: a group for a rank in none" % (rank, how, split))
+        ck.count += 1
+        return
+    members = mine[0]
+    if origin(g) != "split" or g.size() != len(members) or g.rank() != sorted(members).index(rank):
+        raise AssertionError("rank %d: %s %s: %s communicator, rank %d of %d" %
+                             (rank, how, split, origin(g), g.rank(), g.size()))
+    t = data(rank, torch.float32, (6,), salt=7)
+    dist.all_reduce(t, group=g)
+    ck.eq(t, reduce_ref([data(r, torch.float32, (6,), salt=7) for r in members], "SUM", len(members)),
+          "%s %s: all_reduce" % (how, split))
 
 
 def free_ports(k):
@@ -284,15 +328,34 @@ def worker(rank, world, ports, tmp):
         lm = dist.new_group(ranks, backend="loom")
         gl = dist.new_group(ranks, backend="gloo")
         if rank < n:
+            if origin(lm) != "unique id":
+                raise AssertionError("rank %d: new_group without a bound device: communicator "
+                                     "made by %s, not a fresh unique id" % (rank, origin(lm)))
             run_group(ck, rank, n, lm, gl)
         dist.barrier()
+    # dist.split_group: evens and odds; then the first and last rank alone
+    halves = [r for r in ([list(range(0, world, 2)), list(range(1, world, 2))]) if r]
+    for split in [halves, [[0, world - 1]]]:
+        check_split(ck, rank, split, dist.split_group(split_ranks=split), "split_group")
+    dist.destroy_process_group()
+    # new_group when the default group has a bound device: torch splits the
+    # default group's backend (members) and calls perform_nocolor_split on it
+    # (the others)
+    os.environ["MASTER_PORT"] = str(ports[3])
+    dist.init_process_group("loom", rank=rank, world_size=world, timeout=timeout,
+                            device_id=torch.device("cpu", 0))
+    for split in halves:
+        check_split(ck, rank, [split], dist.new_group(split), "new_group, bound device")
+    gl = dist.new_group(list(range(world)), backend="gloo")
+    t = torch.ones(3)
+    dist.all_reduce(t, group=gl)
+    ck.eq(t, torch.full((3,), float(world)), "gloo new_group beside a bound loom default group")
     dist.destroy_process_group()
     # One write per line: the ranks share the log, and a line split in two
     # writes can be interleaved with another rank's.
-    sys.stdout.write("ops: rank %d: %d checks passed\n" % (rank, ck.count))
-    sys.stdout.flush()
+    os.write(1, ("ops: rank %d: %d checks passed\n" % (rank, ck.count)).encode())
 
 
 if __name__ == "__main__":
     world, tmp = int(sys.argv[1]), sys.argv[2]
-    mp.spawn(worker, args=(world, free_ports(3), tmp), nprocs=world)
+    mp.spawn(worker, args=(world, free_ports(4), tmp), nprocs=world)

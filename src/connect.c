@@ -1,0 +1,389 @@
+/*
+ * connect.c — connecting a communicator's peers: the links every
+ * communicator uses at init, the others when a plan first needs them.
+ *
+ * Init connects each rank to itself, to its two ring neighbours and to its
+ * neighbours in the two AllReduce trees (topo.c): what the ring and tree
+ * schedules, which every communicator runs, talk over. Any other pair is
+ * connected by the first plan that uses it (execRun calls connectLanes
+ * before it runs a step): AlltoAll, Send/Recv, recursive doubling, the
+ * trees of a Broadcast or Reduce. With LOOM_CONNECT_ALL=1 on any rank
+ * every pair is connected at init (the ranks agree at init, since a pair's
+ * two ends must connect together).
+ *
+ * The transports (transports/transport.h) connect one pair at a time; the
+ * core moves what the two ends must tell each other. At init it gathers
+ * every rank's transport infos in one allgather. For each set of peers to
+ * connect, on both ends of every pair:
+ *
+ *   1. setup, for every peer of the set: this end's record;
+ *   2. the record to each peer, by bootstrapSend (it never waits for the peer);
+ *   3. each peer's record, by bootstrapRecv, and connect;
+ *   4. a word to each peer that this end is connected, and each peer's word.
+ *
+ * Step 4 is why neither end can leave before the other has connected. An
+ * end may still need the other's resources while it connects (the shared
+ * memory a pair's lower rank made, until the higher has opened it), and
+ * without it a sender whose message fit in the FIFO could destroy its
+ * communicator, unlinking that segment, before its receiver had opened it.
+ *
+ * Every rank sends all its records before it waits for any, so ranks that
+ * reach a pair at different times, or connect overlapping sets in
+ * different orders, never wait on each other in a cycle: whoever is first
+ * waits until the other comes. A wait ends at LOOM_TIMEOUT (loomTimeout
+ * naming the peer), or as soon as the peer is known to have failed (its
+ * process on this host is gone, a network link to it ended) or a failure
+ * notice reached this rank's doorbell (loomRemoteError naming who failed).
+ * One thread at a time connects a communicator (connectLock).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "connect.h"
+#include "cudacore.h"
+#include "debug.h"
+#include "exec.h"
+#include "param.h"
+#include "socket.h"
+#include "topo.h"
+#include "transport.h"
+
+#define CONNECT_TAG 0x434f4e4eu   /* "CONN": one record per pair and communicator */
+#define CONNECTED_TAG 0x434f4e44u /* "COND": then one word that the sender is connected */
+#define CONNECT_SMALL 64
+#define CONNECT_SCAN_NS (250 * 1000 * 1000ULL)
+
+int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
+{
+    for (int i = 0; loomTransports[i]; i++)
+        if (loomTransports[i] == t)
+            return (comm->peers[rank].usable >> i) & 1;
+    return 0;
+}
+
+int transportServes(const struct loomComm *comm, const struct loomTransport *t, int peer)
+{
+    int i = comm->linkTransport[peer];
+    return i >= 0 && loomTransports[i] == t;
+}
+
+/* The first transport usable on both ends that accepts the pair, for every peer. */
+static uint32_t chooseLinks(struct loomComm *comm, int *unreachable)
+{
+    uint32_t used = 0;
+    *unreachable = -1;
+    for (int p = 0; p < comm->nranks; p++) {
+        uint32_t both = comm->peers[comm->rank].usable & comm->peers[p].usable;
+        comm->linkTransport[p] = -1;
+        for (int t = 0; loomTransports[t] && comm->linkTransport[p] < 0; t++)
+            if (((both >> t) & 1) && loomTransports[t]->canConnect(comm, p))
+                comm->linkTransport[p] = (signed char)t;
+        if (comm->linkTransport[p] >= 0)
+            used |= 1u << comm->linkTransport[p];
+        else if (*unreachable < 0)
+            *unreachable = p;
+    }
+    return used;
+}
+
+/* ---- connecting a set of peers ---- */
+
+struct connectWait {
+    struct loomComm *comm;
+    int heard;         /* a failure notice is on this rank's doorbell */
+    uint64_t lastScan; /* when the ranks of this host were last looked at */
+};
+
+/*
+ * Whether a wait for peer's record should end: the peer failed, a notice came, or a rank of
+ * this host is gone (the call cannot succeed then; the peer may be waiting on it, or have
+ * left because of it).
+ */
+static int connectPeerGone(void *ctx, int peer)
+{
+    struct connectWait *w = ctx;
+    struct loomComm *comm = w->comm;
+    if (execPeerFailure(comm) != loomSuccess) {
+        w->heard = 1;
+        return 1;
+    }
+    if (execPeerFailed(comm, peer))
+        return 1;
+    uint64_t now = loomClockNs();
+    if (now - w->lastScan < CONNECT_SCAN_NS)
+        return 0;
+    w->lastScan = now;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && execPeerFailed(comm, p))
+            return 1;
+    return 0;
+}
+
+static const struct loomTransport *linkOf(const struct loomComm *comm, int peer)
+{
+    return loomTransports[comm->linkTransport[peer]];
+}
+
+/*
+ * The error to report for a connect that failed with res: the first failure, not the one it
+ * caused. A peer that failed on its own and left refuses connections as a dead one does, so
+ * a failure notice on this rank's doorbell, then a peer on this host known to be gone, come
+ * before what this rank saw itself.
+ */
+static loomResult_t connectBlame(struct loomComm *comm, loomResult_t res, int heard)
+{
+    if (atomic_load(&comm->abortFlag))
+        return res;
+    loomResult_t told = execPeerFailure(comm);
+    if (told != loomSuccess || heard)
+        return told != loomSuccess ? told : res;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && execPeerFailed(comm, p))
+            return loomSetError(loomRemoteError,
+                                "rank %d (pid %d on %s) exited while rank %d was connecting to "
+                                "its peers",
+                                p, (int)comm->peers[p].pid, comm->peers[p].hostname, comm->rank);
+    return res;
+}
+
+/* Connects the peers in list[0..n) (none connected yet, no duplicates). */
+static loomResult_t connectList(struct loomComm *comm, const int *list, int n, const char *why)
+{
+    uint8_t *recs = calloc((size_t)n + 1, LOOM_CONNECT_RECORD_BYTES);
+    if (recs == NULL)
+        return loomSetError(loomSystemError, "out of memory connecting %d peers", n);
+    loomResult_t res = loomSuccess;
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        res = linkOf(comm, list[i])->setup(comm, list[i], recs + i * LOOM_CONNECT_RECORD_BYTES);
+    struct connectWait cw = {comm, 0, loomClockNs()};
+    struct bootstrapWait w = {socketDeadline(comm->timeoutSec), connectPeerGone, &cw, why};
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        if (list[i] != comm->rank)
+            res =
+                bootstrapSend(comm->bootstrap, list[i], CONNECT_TAG,
+                              recs + i * LOOM_CONNECT_RECORD_BYTES, LOOM_CONNECT_RECORD_BYTES, &w);
+    for (int i = 0; i < n && res == loomSuccess; i++) {
+        uint8_t *rec = recs + i * LOOM_CONNECT_RECORD_BYTES;
+        if (list[i] != comm->rank)
+            res = bootstrapRecv(comm->bootstrap, list[i], CONNECT_TAG, rec,
+                                LOOM_CONNECT_RECORD_BYTES, &w);
+        if (res == loomSuccess)
+            res = linkOf(comm, list[i])->connect(comm, list[i], rec);
+        if (res == loomSuccess) {
+            p2pPeerConnected(comm, list[i]);
+            comm->linkUp[list[i]] = 1;
+            comm->nLinksUp++;
+        }
+    }
+    uint32_t word = CONNECTED_TAG;
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        if (list[i] != comm->rank)
+            res = bootstrapSend(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
+    for (int i = 0; i < n && res == loomSuccess; i++)
+        if (list[i] != comm->rank)
+            res = bootstrapRecv(comm->bootstrap, list[i], CONNECTED_TAG, &word, sizeof(word), &w);
+    free(recs);
+    return res == loomSuccess ? res : connectBlame(comm, res, cw.heard);
+}
+
+loomResult_t connectPeers(struct loomComm *comm, const int *peers, int n, const char *why)
+{
+    int *list = malloc(((size_t)n + 1) * sizeof(*list));
+    if (list == NULL)
+        return loomSetError(loomSystemError, "out of memory connecting %d peers", n);
+    pthread_mutex_lock(&comm->connectLock);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int p = peers[i], dup = 0;
+        for (int j = 0; j < m && !dup; j++)
+            dup = list[j] == p;
+        if (!dup && p >= 0 && p < comm->nranks && !comm->linkUp[p])
+            list[m++] = p;
+    }
+    loomResult_t res = loomSuccess;
+    if (m > 0) {
+        uint64_t t0 = loomClockNs();
+        res = connectList(comm, list, m, why);
+        if (res == loomSuccess)
+            INFO(LOOM_INIT, "rank %d connected %d peer(s) for %s in %.1f ms (%d of %d now)",
+                 comm->rank, m, why, (double)(loomClockNs() - t0) / 1e6, comm->nLinksUp,
+                 comm->nranks);
+    }
+    pthread_mutex_unlock(&comm->connectLock);
+    free(list);
+    return res;
+}
+
+/* Adds the peers lane's plan talks to and that are not connected yet. */
+static void lanePeers(const struct loomLane *lane, int *list, int *n)
+{
+    const struct loomComm *comm = lane->comm;
+    const struct loomPlan *p = lane->plan;
+    for (uint32_t k = 0; k < p->nsteps; k++) {
+        const struct loomPlanStep *t = &p->steps[k];
+        for (int d = 0; d < t->nsend + t->nrecv; d++) {
+            int q = d < t->nsend ? t->sendPeers[d] : t->recvPeers[d - t->nsend];
+            if (q < 0 || q >= comm->nranks || comm->linkUp[q])
+                continue;
+            int seen = 0;
+            for (int j = 0; j < *n && !seen; j++)
+                seen = list[j] == q;
+            if (!seen)
+                list[(*n)++] = q;
+        }
+    }
+}
+
+loomResult_t connectLanes(struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomComm *comm = lanes[i].comm;
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= lanes[j].comm != comm;
+        if (!first || comm->nLinksUp == comm->nranks)
+            continue;
+        /* Every call of a communicator not fully connected looks: no allocation for small ones. */
+        int small[CONNECT_SMALL], n = 0;
+        int *list =
+            comm->nranks <= CONNECT_SMALL ? small : malloc((size_t)comm->nranks * sizeof(int));
+        if (list == NULL)
+            return loomSetError(loomSystemError, "out of memory connecting peers");
+        for (int j = i; j < nlanes; j++)
+            if (lanes[j].comm == comm)
+                lanePeers(&lanes[j], list, &n);
+        loomResult_t res =
+            n > 0 ? connectPeers(comm, list, n, "a plan's first use of them") : loomSuccess;
+        if (list != small)
+            free(list);
+        LOOMCHECK(res);
+    }
+    return loomSuccess;
+}
+
+/* ---- init ---- */
+
+/* This rank's links at init: itself, its ring neighbours, its AllReduce tree neighbours. */
+static loomResult_t initialPeers(struct loomComm *comm, int all, int *list, int *n)
+{
+    *n = 0;
+    if (all) {
+        for (int p = 0; p < comm->nranks; p++)
+            list[(*n)++] = p;
+        return loomSuccess;
+    }
+    list[(*n)++] = comm->rank;
+    for (int i = 0; i < comm->nranks; i++) {
+        if (comm->ring[i] != comm->rank)
+            continue;
+        list[(*n)++] = comm->ring[(i + 1) % comm->nranks];
+        list[(*n)++] = comm->ring[(i + comm->nranks - 1) % comm->nranks];
+    }
+    for (int t = 0; t < 2; t++) {
+        struct loomTreeLinks l;
+        LOOMCHECK(topoTreeLinks(comm->topo, t, comm->rank, &l));
+        if (l.up >= 0)
+            list[(*n)++] = l.up;
+        for (int d = 0; d < l.ndown; d++)
+            list[(*n)++] = l.down[d];
+    }
+    return loomSuccess;
+}
+
+/* Gathers every rank's info of every transport anyone needs; each transport then reads them. */
+static loomResult_t initTransports(struct loomComm *comm, uint32_t needed)
+{
+    int nt = loomTransportCount();
+    size_t rec = (size_t)nt * LOOM_TRANSPORT_INFO_BYTES;
+    uint8_t *all = calloc((size_t)comm->nranks, rec);
+    if (all == NULL)
+        return loomSetError(loomSystemError, "out of memory for the transports' infos");
+    loomResult_t res = loomSuccess;
+    /* Every rank gathers even when its own init failed, so that nobody waits for it. */
+    for (int t = 0; t < nt && res == loomSuccess; t++)
+        if (((needed >> t) & 1) && transportUsableOn(comm, loomTransports[t], comm->rank))
+            res = loomTransports[t]->init(comm, all + comm->rank * rec +
+                                                    (size_t)t * LOOM_TRANSPORT_INFO_BYTES);
+    loomResult_t ex = bootstrapAllGather(comm->bootstrap, all, rec);
+    res = res != loomSuccess ? res : ex;
+    uint8_t *mine = malloc((size_t)comm->nranks * LOOM_TRANSPORT_INFO_BYTES);
+    if (res == loomSuccess && mine == NULL)
+        res = loomSetError(loomSystemError, "out of memory for the transports' infos");
+    for (int t = 0; t < nt && res == loomSuccess; t++) {
+        if (!((needed >> t) & 1) || !transportUsableOn(comm, loomTransports[t], comm->rank))
+            continue;
+        for (int r = 0; r < comm->nranks; r++)
+            memcpy(mine + (size_t)r * LOOM_TRANSPORT_INFO_BYTES,
+                   all + r * rec + (size_t)t * LOOM_TRANSPORT_INFO_BYTES,
+                   LOOM_TRANSPORT_INFO_BYTES);
+        res = loomTransports[t]->initPeers(comm, mine);
+    }
+    free(mine);
+    free(all);
+    return res;
+}
+
+#define LINKS_UNREACHABLE 0x80000000u
+#define LINKS_CONNECT_ALL 0x40000000u
+
+loomResult_t connectInit(struct loomComm *comm)
+{
+    int unreachable;
+    uint32_t *used = calloc((size_t)comm->nranks, sizeof(*used));
+    comm->linkUp = calloc((size_t)comm->nranks, sizeof(*comm->linkUp));
+    if (used == NULL || comm->linkUp == NULL) {
+        free(used);
+        return loomSetError(loomSystemError, "out of memory choosing transports");
+    }
+    pthread_mutex_init(&comm->connectLock, NULL);
+    comm->connectLockReady = 1;
+    used[comm->rank] = chooseLinks(comm, &unreachable);
+    if (unreachable >= 0)
+        used[comm->rank] |= LINKS_UNREACHABLE;
+    if (paramInt(LOOM_PARAM_CONNECT_ALL))
+        used[comm->rank] |= LINKS_CONNECT_ALL;
+    /* Everyone learns which transports anyone needs, and whether anyone is stuck. */
+    loomResult_t res = bootstrapAllGather(comm->bootstrap, used, sizeof(*used));
+    uint32_t needed = 0, any = 0;
+    int stuck = -1;
+    for (int p = 0; res == loomSuccess && p < comm->nranks; p++) {
+        needed |= used[p] & ~(LINKS_UNREACHABLE | LINKS_CONNECT_ALL);
+        any |= used[p];
+        if ((used[p] & LINKS_UNREACHABLE) && stuck < 0)
+            stuck = p;
+    }
+    free(used);
+    LOOMCHECK(res);
+    if (unreachable >= 0)
+        return loomSetError(loomInvalidUsage,
+                            "rank %d on %s has no transport to rank %d on %s (shared memory "
+                            "needs one host and no LOOM_SHM_DISABLE=1; the network needs an "
+                            "interface that is up: see loom-info on both hosts)",
+                            comm->rank, comm->peers[comm->rank].hostname, unreachable,
+                            comm->peers[unreachable].hostname);
+    if (stuck >= 0)
+        return loomSetError(loomInvalidUsage,
+                            "rank %d on %s has no transport to one of its peers (its log says "
+                            "which); this rank gives up too",
+                            stuck, comm->peers[stuck].hostname);
+    LOOMCHECK(initTransports(comm, needed));
+    int *list = malloc(((size_t)comm->nranks + 8) * sizeof(*list)), n;
+    if (list == NULL)
+        return loomSetError(loomSystemError, "out of memory connecting peers");
+    res = initialPeers(comm, (any & LINKS_CONNECT_ALL) != 0, list, &n);
+    if (res == loomSuccess)
+        res = connectPeers(comm, list, n, "init");
+    free(list);
+    return res;
+}
+
+void connectFree(struct loomComm *comm)
+{
+    free(comm->linkUp);
+    comm->linkUp = NULL;
+    comm->nLinksUp = 0;
+    if (comm->connectLockReady)
+        pthread_mutex_destroy(&comm->connectLock);
+    comm->connectLockReady = 0;
+}

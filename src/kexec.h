@@ -1,0 +1,40 @@
+/*
+ * kexec.h — the kernel executor of host buffers: the plan interpreter of
+ * src/device/interp.h, compiled for the CPU, with pthreads as a block's
+ * threads (kexec.c).
+ */
+#ifndef LOOM_KEXEC_H_
+#define LOOM_KEXEC_H_
+
+#include "core.h"
+#include "exec.h"
+
+/*
+ * At init, after the transports: when LOOM_EXECUTOR=kernel and every link
+ * of comm is shared memory (allShm), builds the interpreter's view of the
+ * connectors (comm->kexec); otherwise leaves comm->kexec NULL, and host
+ * buffers keep the host executor. loomSystemError when out of memory.
+ */
+loomResult_t kexecSetup(struct loomComm *comm, int allShm);
+/* Frees comm->kexec (NULL is fine). */
+void kexecFree(struct loomComm *comm);
+/* 1 if the kernel executor runs comm's host-buffer calls. */
+int kexecUsable(const struct loomComm *comm);
+/*
+ * The protocol (LOOM_PROTO_*, interp.h) of a host-buffer call of comm that
+ * moves `bytes` (the tuner's size): Simple unless the kernel executor runs
+ * it; then LOOM_PROTO if set, else LL up to KEXEC_HOST_LL_MAX_BYTES. The same on
+ * every rank for the same call and settings.
+ */
+int kexecProto(const struct loomComm *comm, size_t bytes);
+/*
+ * Runs host-buffer lanes whose communicators kexecUsable accepts, to
+ * completion: one block of LOOM_KERNEL_THREADS threads per (communicator,
+ * channel), the calling thread being the first. Same results and errors as
+ * execRun.
+ */
+loomResult_t kexecRun(struct loomLane *lanes, int nlanes);
+/* Frees this thread's run arrays (when a stream thread ends). */
+void kexecThreadCleanup(void);
+
+#endif /* LOOM_KEXEC_H_ */
