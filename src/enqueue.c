@@ -462,15 +462,18 @@ static size_t alignUp(size_t x)
  * single-copy Reduce off the root reduces its slice into scratch the root
  * maps.
  */
-static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int cma)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched,
+                     int cma)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
     tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
     if (cma)
         p->tune.algo = LOOM_ALGO_CMA;
-    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on. */
-    p->proto = dev ? LOOM_PROTO_SIMPLE
+    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
+     * Device plans take LL only when launched (the host-driven executor has no lines). */
+    p->proto = dev && !launched
+                   ? LOOM_PROTO_SIMPLE
                    : kexecProto(comm, op->coll == LOOM_COLL_ALLTOALLV ? SIZE_MAX : opBytes(op));
     if (p->proto == LOOM_PROTO_LL && p->tune.chunkBytes > LOOM_LL_BYTES)
         p->tune.chunkBytes = LOOM_LL_BYTES; /* a step is at most one LL slot */
@@ -589,9 +592,10 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
-/* cma: the single op takes single copies (cmaAgree said every rank's buffers are mapped). */
-static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int cma,
-                              int *nlanes)
+/* launched: a device plan the interpreter runs on the GPU; cma: the single op takes single
+ * copies (cmaAgree said every rank's buffers are mapped). */
+static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int launched,
+                              int cma, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
@@ -602,7 +606,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i], dev, cma);
+        planTune(&ops[i], &tlPlan[i], dev, launched, cma);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
@@ -667,12 +671,32 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     return loomSuccess;
 }
 
+/* A device plan as one launch of the plan interpreter (src/cuda/devexec.c). */
+static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *dev)
+{
+    int nlanes = 0;
+    struct loomStream *s = ops[0].stream && streamIsCuda(ops[0].stream) ? ops[0].stream : NULL;
+    cudaPlanUseStream(dev, s ? streamCudaHandle(s) : NULL);
+    loomResult_t res = planLanes(ops, nops, dev, 1, 0, &nlanes);
+    if (res == loomSuccess && nlanes > 0) {
+        TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
+              nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
+        res = devexecRun(dev, tlLanes, nlanes, s);
+    }
+    cudaPlanEnd(dev, res);
+    return res;
+}
+
 loomResult_t planExecute(struct loomOp *ops, int nops)
 {
     int nlanes = 0;
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
+    if (dev && devexecWanted(ops, nops))
+        return planLaunch(ops, nops, dev);
+    for (int i = 0; i < nops; i++)
+        devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
     /* Host buffers that every rank's peers map: single copies (cma.c asks them all).
      * Before the memo: every rank must ask, whatever its previous call was. */
     int cma = 0;
@@ -684,7 +708,7 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, dev, cma, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, 0, cma, &nlanes);
     if (dev == NULL && nops == 1 && !cma)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {

@@ -485,7 +485,8 @@ static loomResult_t commConnect(struct loomComm *comm)
 /* Releases what the communicator owns (not the struct itself). */
 static void commFree(struct loomComm *comm)
 {
-    p2pFree(comm); /* unmaps GPU views of the slots before the transports unmap them */
+    devexecFree(comm); /* no launch is in flight: waitQuiet waited for them */
+    p2pFree(comm);     /* unmaps GPU views of the slots before the transports unmap them */
     memPeerViewsFree(comm);
     cmaTeardown(comm);
     kexecFree(comm);

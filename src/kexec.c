@@ -26,7 +26,8 @@
  *
  * Only links over shared memory run here (LL lines live in the shm
  * segment); a communicator with a network link keeps the host executor for
- * host buffers, and device buffers keep src/cuda. Single copies are off when
+ * host buffers. Device buffers of a communicator served here run as the same
+ * interpreter launched on the GPU (src/cuda/devexec.c). Single copies are off when
  * this executor is chosen (cmaSetup is told so at init, on every rank).
  */
 #include <errno.h>
@@ -137,7 +138,7 @@ static __thread size_t tlOwnerCap;
 
 /* ---- setup ---- */
 
-static void connFill(struct loomDevConn *d, struct loomConnector *c)
+void kexecConnView(struct loomDevConn *d, const struct loomConnector *c, uint64_t *pos, void *bell)
 {
     memset(d, 0, sizeof(*d));
     if (!c->connected || c->fifo == NULL)
@@ -148,8 +149,8 @@ static void connFill(struct loomDevConn *d, struct loomConnector *c)
     d->slots = c->slots;
     d->slotBytes = c->slotBytes;
     d->ll = c->ll;
-    d->pos = &c->pos;
-    d->bell = c->peerBell;
+    d->pos = pos;
+    d->bell = bell;
 }
 
 /* Fills the interpreter's view of the FIFOs of a channel connected since it was last looked at. */
@@ -160,10 +161,11 @@ static void connsRefresh(struct loomComm *comm, int ch)
     if (k->connected[ch] == comm->nLinksUp)
         return;
     for (size_t p = 0; p < n; p++) {
+        struct loomConnector *sc = &comm->channels[ch].send[p], *rc = &comm->channels[ch].recv[p];
         if (k->conns[ch][p].pos == NULL)
-            connFill(&k->conns[ch][p], &comm->channels[ch].send[p]);
+            kexecConnView(&k->conns[ch][p], sc, &sc->pos, sc->peerBell);
         if (k->conns[ch][n + p].pos == NULL)
-            connFill(&k->conns[ch][n + p], &comm->channels[ch].recv[p]);
+            kexecConnView(&k->conns[ch][n + p], rc, &rc->pos, rc->peerBell);
     }
     k->connected[ch] = comm->nLinksUp;
 }
@@ -272,23 +274,20 @@ static void runStop(struct kexecRunState *run)
         bellWakeAll(run->blocks[i].comm->bell);
 }
 
-/* The block's lanes as exec.c sees them, brought up to date for its checks. */
-static void lanesSync(struct kexecBlock *k)
+void kexecLanesSync(const struct loomDevLane *dev, struct loomLane *lanes, int n)
 {
-    for (int i = 0; i < k->nlanes; i++) {
-        const struct loomDevLane *d = &k->dev.lanes[i];
-        struct loomLane *l = &k->lanes[i];
-        l->step = d->step;
-        l->cur = d->cur;
-        l->more = d->more;
-        l->done = d->done;
+    for (int i = 0; i < n; i++) {
+        lanes[i].step = dev[i].step;
+        lanes[i].cur = dev[i].cur;
+        lanes[i].more = dev[i].more;
+        lanes[i].done = dev[i].done;
     }
 }
 
 /* The watchdog: 1 if the block must stop (the run's abort flag is then raised). */
 static int watch(struct kexecBlock *k, uint64_t now)
 {
-    lanesSync(k);
+    kexecLanesSync(k->dev.lanes, k->lanes, k->nlanes);
     loomResult_t err = execWaitFailure(k->lanes, k->nlanes, now, &k->wait);
     if (err == loomSuccess)
         return 0;
@@ -551,25 +550,29 @@ static loomResult_t runError(int *post)
     }
     for (int b = 0; b < tlBlocks[0].run->nblocks; b++) {
         struct kexecBlock *k = &tlBlocks[b];
-        const struct loomDevBlock *d = &k->dev;
-        if (d->status == LOOM_DEV_OK || d->status == LOOM_DEV_STOPPED)
+        if (k->dev.status == LOOM_DEV_OK || k->dev.status == LOOM_DEV_STOPPED)
             continue;
         *post = 1;
-        const struct loomLane *l = &k->lanes[d->errLane];
-        const struct loomStep *s = &d->lanes[d->errLane].step;
-        if (d->status == LOOM_DEV_MISMATCH) {
-            loomResult_t res = execMessageMismatch(l, s, d->errPeer, d->errGot, 0);
-            if (res != loomSuccess)
-                return res;
-        }
-        return loomSetError(loomInternalError,
-                            "rank %d: the kernel executor cannot run step %llu (%s) of its plan "
-                            "(a single copy, or LL on a link without LL lines)",
-                            l->comm->rank, (unsigned long long)d->lanes[d->errLane].cur,
-                            loomStepName(s->op));
+        return kexecBlockError(&k->dev, k->lanes, 0);
     }
     *post = 0;
     return loomSetError(loomInternalError, "the kernel executor stopped without a reason");
+}
+
+loomResult_t kexecBlockError(const struct loomDevBlock *d, const struct loomLane *lanes, int device)
+{
+    const struct loomLane *l = &lanes[d->errLane];
+    const struct loomStep *s = &d->lanes[d->errLane].step;
+    if (d->status == LOOM_DEV_MISMATCH) {
+        loomResult_t res = execMessageMismatch(l, s, d->errPeer, d->errGot, device);
+        if (res != loomSuccess)
+            return res;
+    }
+    return loomSetError(loomInternalError,
+                        "rank %d: the kernel executor cannot run step %llu (%s) of its plan "
+                        "(a single copy, or LL on a link without LL lines)",
+                        l->comm->rank, (unsigned long long)d->lanes[d->errLane].cur,
+                        loomStepName(s->op));
 }
 
 void kexecThreadCleanup(void)

@@ -34,6 +34,23 @@ int kexecProto(const struct loomComm *comm, size_t bytes);
  * execRun.
  */
 loomResult_t kexecRun(struct loomLane *lanes, int nlanes);
+/*
+ * Shared with the launched kernel's watchdog (src/cuda/devexec.c): brings
+ * exec.c's view of n lanes (step, cur, more, done) up to date from the
+ * interpreter's; and the error, recorded, of block d that stopped on an
+ * error of its own (a size word that does not match, an unsupported step),
+ * lanes being exec.c's view of d's lanes (device: the lanes are on device
+ * buffers).
+ */
+struct loomDevLane;
+struct loomDevBlock;
+struct loomDevConn;
+/* The interpreter's view d of connector c (zeroed when c is not connected): its position at pos,
+ * the peer's doorbell `bell` (NULL: none to ring). */
+void kexecConnView(struct loomDevConn *d, const struct loomConnector *c, uint64_t *pos, void *bell);
+void kexecLanesSync(const struct loomDevLane *dev, struct loomLane *lanes, int n);
+loomResult_t kexecBlockError(const struct loomDevBlock *d, const struct loomLane *lanes,
+                             int device);
 /* Frees this thread's run arrays (when a stream thread ends). */
 void kexecThreadCleanup(void);
 

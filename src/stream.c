@@ -16,7 +16,10 @@
  * at enqueue the CUDA stream is marked and made to wait for the unit; the
  * progress thread waits for the mark (the work queued before the call),
  * runs the unit, and then lets the CUDA stream go on. So a call returns at
- * once and acts as if it were a kernel on the caller's stream.
+ * once and acts as if it were a kernel on the caller's stream. A unit that
+ * runs as one launch of the interpreter (src/cuda/devexec.c) is not queued:
+ * once the units before it have run, it is launched on the CUDA stream by
+ * the calling thread itself, and is then a kernel on the caller's stream.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,6 +68,11 @@ int streamIsCuda(const struct loomStream *s)
     return s->cuda != NULL;
 }
 
+void *streamCudaHandle(const struct loomStream *s)
+{
+    return cudaStreamHandle(s->cuda);
+}
+
 static pthread_mutex_t streamsLock = PTHREAD_MUTEX_INITIALIZER;
 static struct loomStream *_Atomic streams;
 
@@ -99,6 +107,22 @@ loomResult_t streamCheck(struct loomStream *s, const char *fn)
     return loomSuccess;
 }
 
+/* The first error of s and its line; `lock` held. */
+static void errorKeep(struct loomStream *s, loomResult_t res, const char *line)
+{
+    if (s->error == loomSuccess) {
+        s->error = res;
+        snprintf(s->errorLine, sizeof(s->errorLine), "%s", line);
+    }
+}
+
+void streamRecordError(struct loomStream *s, loomResult_t res, const char *line)
+{
+    pthread_mutex_lock(&s->lock);
+    errorKeep(s, res, line);
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void unitRun(struct loomStream *s, struct streamUnit *u)
 {
     loomResult_t res = s->cuda ? cudaStreamUnitBegin(s->cuda, u->event) : loomSuccess;
@@ -116,14 +140,8 @@ static void unitRun(struct loomStream *s, struct streamUnit *u)
         opRelease(&u->ops[i]);
         atomic_fetch_sub_explicit(&comm->pending, 1, memory_order_acq_rel);
     }
-    if (res == loomSuccess)
-        return;
-    pthread_mutex_lock(&s->lock);
-    if (s->error == loomSuccess) {
-        s->error = res;
-        snprintf(s->errorLine, sizeof(s->errorLine), "%s", debugLastError(NULL));
-    }
-    pthread_mutex_unlock(&s->lock);
+    if (res != loomSuccess)
+        streamRecordError(s, res, debugLastError(NULL));
 }
 
 /* Waits for work: polls briefly (back-to-back calls are the common case), then sleeps. */
@@ -203,8 +221,35 @@ static void unitReturn(struct loomStream *s, struct streamUnit *u)
     s->free = u;
 }
 
+/* Waits until the progress thread has run every unit queued. `lock` held. */
+static void drainLocked(struct loomStream *s)
+{
+    s->waiters++;
+    while (s->head || s->running)
+        pthread_cond_wait(&s->idle, &s->lock);
+    s->waiters--;
+}
+
+/*
+ * Device buffers that run as one launch (src/cuda/devexec.c): launched now,
+ * on this thread, onto the CUDA stream, once the units queued before them
+ * have run; the call returns without waiting for the GPU.
+ */
+static loomResult_t launchNow(struct loomStream *s, struct loomOp *ops, int nops)
+{
+    pthread_mutex_lock(&s->lock);
+    drainLocked(s);
+    pthread_mutex_unlock(&s->lock);
+    loomResult_t res = planExecute(ops, nops);
+    for (int i = 0; i < nops; i++)
+        opRelease(&ops[i]);
+    return res;
+}
+
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
 {
+    if (s->cuda && devexecLaunchable(ops, nops))
+        return launchNow(s, ops, nops);
     pthread_mutex_lock(&s->lock);
     struct streamUnit *u = unitTake(s, nops);
     if (u == NULL) {
@@ -289,16 +334,18 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
         return loomSuccess; /* the NULL stream: every call already completed */
     LOOMCHECK(streamCheck(s, "loomStreamSynchronize"));
     pthread_mutex_lock(&s->lock);
-    s->waiters++;
-    while (s->head || s->running)
-        pthread_cond_wait(&s->idle, &s->lock);
-    s->waiters--;
+    drainLocked(s);
     loomResult_t res = s->error;
+    pthread_mutex_unlock(&s->lock);
+    if (res == loomSuccess && s->cuda) {
+        LOOMCHECK(cudaStreamSync(s->cuda));
+        devexecSettle(s); /* the launches on it have ended: their errors are in s->error now */
+    }
+    pthread_mutex_lock(&s->lock);
+    res = s->error;
     char line[sizeof(s->errorLine)];
     memcpy(line, s->errorLine, sizeof(line));
     pthread_mutex_unlock(&s->lock);
-    if (res == loomSuccess && s->cuda)
-        return cudaStreamSync(s->cuda);
     if (res != loomSuccess)
         loomSetError(res, "loomStreamSynchronize: an operation on the stream failed: %s", line);
     return res;
@@ -314,8 +361,13 @@ loomResult_t loomStreamQuery(loomStream_t s)
                        : (s->head || s->running) ? loomInProgress
                                                  : loomSuccess;
     pthread_mutex_unlock(&s->lock);
-    if (res == loomSuccess && s->cuda)
-        return cudaStreamIdle(s->cuda);
+    if (res != loomSuccess || s->cuda == NULL)
+        return res;
+    LOOMCHECK(cudaStreamIdle(s->cuda));
+    devexecSettle(s);
+    pthread_mutex_lock(&s->lock);
+    res = s->error;
+    pthread_mutex_unlock(&s->lock);
     return res;
 }
 

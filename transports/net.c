@@ -10,7 +10,7 @@
  * what its TCP backend publishes (the listening address); the connection
  * records themselves say nothing (the info said it all). The executor
  * uses them as it uses shared memory; a backend moves the messages between
- * hosts, run by the proxy thread (src/proxy.c) or, through the connector's
+ * hosts, run by the proxy thread (src/base/proxy.c) or, through the connector's
  * progress hook, by the executor itself right after it published a slot and
  * while it waits. One lock per communicator keeps the two apart; the
  * executor only tries it.

@@ -672,14 +672,8 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
     if (socketAddrFromBootstrap(&peer->addr, &addr) != loomSuccess)
         return loomSetError(loomInternalError, "%s: its published address is malformed", who);
     for (int s = 0; s < sc->nsocks; s++) {
-        /* The peer listens from its init on: a refusal means it has left (the rest, retried). */
-        int err = socketConnectOnce(&addr, deadline, &comm->abortFlag, &sc->links[s].fd);
-        if (err == ECONNREFUSED)
-            return loomSetError(loomRemoteError,
-                                "%s: refused: rank %d has exited or left the communicator", who,
-                                sc->nc->peer);
-        if (err != 0)
-            LOOMCHECK(socketConnect(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
+        /* The peer listens from its init on: a refusal means it has left. */
+        LOOMCHECK(socketConnectListener(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
         helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
         LOOMCHECK(
             socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));

@@ -111,6 +111,15 @@ loomResult_t socketListen(const union socketAddress *addr, int *fd, union socket
 loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
                            atomic_int *abortFlag, const char *who, int *fd);
 /*
+ * socketConnect to an address that has listened since before it was
+ * published (a peer's listening socket): a refusal there means the peer has
+ * gone, so it ends the attempts at once with loomRemoteError, while the
+ * errors retrying can fix (a full listen queue, a reset) are retried until
+ * the deadline as socketConnect does.
+ */
+loomResult_t socketConnectListener(const union socketAddress *addr, uint64_t deadlineNs,
+                                   atomic_int *abortFlag, const char *who, int *fd);
+/*
  * One attempt of socketConnect: 0 with *fd set, or the errno value that
  * ended it (ECONNREFUSED: nothing listens there; ETIMEDOUT at the deadline;
  * ECANCELED on abort). Nothing is recorded.

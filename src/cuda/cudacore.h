@@ -3,7 +3,8 @@
  * its call site, so the core reads the same with or without a GPU.
  *
  *   enqueue.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
- *              planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun
+ *              planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun, or
+ *                              devexecRun (one launch of the interpreter, devexec.c)
  *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
  *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,
  *                              cudaExecRetire publishes the counters of finished steps
@@ -43,8 +44,22 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn);
  * the device. A plan may not mix host and device operations.
  */
 loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **ex);
+/* 1 if the plan of ops is on device buffers (as cudaPlanBegin sees it); no error is recorded. */
+int cudaPlanIsDevice(const struct loomOp *ops, int nops);
 /* After execRun: waits out anything still in flight after an error, restores the context. */
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
+/*
+ * The stream the plan's own device work goes on (an in-place AlltoAll's
+ * staging copy, the launched interpreter): Loom's stream of this thread
+ * (NULL), or the application's `stream` for a launch ordered on it.
+ */
+void cudaPlanUseStream(struct cudaExec *ex, void *stream);
+void *cudaPlanStream(const struct cudaExec *ex);
+/* The context of the plan's buffers (current on the planning thread). */
+void *cudaPlanContext(const struct cudaExec *ex);
+/* Launches loomInterpret on the plan's stream: nblocks blocks of `threads` over `blocks`. */
+loomResult_t cudaKernelInterpret(struct cudaExec *ex, void *blocks, unsigned int nblocks,
+                                 unsigned int threads);
 /* Copies an in-place AlltoAll's send buffer to ex's device scratch space; *send is the copy. */
 loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t bytes,
                               const void **send);
@@ -97,6 +112,42 @@ void cudaStreamDetach(struct cudaStreamSync *cs);
 
 /* stream.c: 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
 int streamIsCuda(const struct loomStream *s);
+/* stream.c: the application's cudaStream_t that s wraps (streamIsCuda). */
+void *streamCudaHandle(const struct loomStream *s);
+/* stream.c: records res (the line given) as s's first error, if it has none. */
+void streamRecordError(struct loomStream *s, loomResult_t res, const char *line);
+/* cudastream.c: the application's stream that cs wraps. */
+void *cudaStreamHandle(const struct cudaStreamSync *cs);
+
+/* ---- the launched interpreter (devexec.c) ---- */
+
+/*
+ * 1 if the plan of ops (device buffers) runs as one launch of the
+ * interpreter: every communicator has the kernel executor (LOOM_EXECUTOR=
+ * kernel, shared-memory links only; kexec.c).
+ */
+int devexecWanted(const struct loomOp *ops, int nops);
+/*
+ * 1 if ops, enqueued on a Loom CUDA stream, launch on it at once: device
+ * buffers (checked without recording an error) and devexecWanted.
+ */
+int devexecLaunchable(const struct loomOp *ops, int nops);
+/*
+ * Runs the lanes of a device plan (after cudaPlanBegin) as one launch of
+ * loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the
+ * application's stream and the call returns at once; a failure is reported
+ * by loomStreamSynchronize/Query and as the communicators' async error.
+ * Otherwise it goes on ex's stream and the call returns when it has ended,
+ * with its error. loomSuccess, or the error (recorded).
+ */
+loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
+                        struct loomStream *stream);
+/* Before a host-driven run on comm: waits for comm's launches to end, takes its positions back. */
+void devexecReclaim(struct loomComm *comm);
+/* After loomStreamSynchronize's wait on the CUDA stream: retires the launches made on s. */
+void devexecSettle(const struct loomStream *s);
+/* Frees comm's launch state; comm has no launch in flight (destroy waited for them). */
+void devexecFree(struct loomComm *comm);
 
 /* ---- device binding and p2p (src/cuda/p2p.c) ---- */
 

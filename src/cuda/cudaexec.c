@@ -29,8 +29,9 @@
  * and let one executor serve every transport (p2p slots in GPU memory, host
  * slots in /dev/shm that the GPU reads and writes directly once registered).
  * The price is a few microseconds of launch per chunk; larger slots
- * (LOOM_BUFFSIZE) amortise it. A device-resident executor for GPUs that
- * each run one rank is the natural next step.
+ * (LOOM_BUFFSIZE) amortise it. For GPUs that each run one rank, the
+ * device-resident way is devexec.c (LOOM_EXECUTOR=kernel): the whole plan
+ * as one launch of the interpreter; this executor stays the default.
  *
  * Kernels are loaded once per CUDA context from the embedded fatbin. Each
  * thread that runs device plans keeps an executor (stream, events, scratch)
@@ -58,6 +59,7 @@ struct cudaKernels {
     cuContext_t ctx;
     cuFunction_t reduce[loomNumTypes][loomNumOps];
     cuFunction_t wait;
+    cuFunction_t interpret; /* loomInterpret (devexec.c) */
     unsigned int maxBlocks;
     loomResult_t failed; /* the load failed: this, with why, for every later call */
     char why[256];
@@ -112,6 +114,9 @@ static loomResult_t kernelsLoad(const struct cudaLib *lib, cuContext_t ctx, stru
     r = lib->moduleGetFunction(&k->wait, mod, LOOM_KERNEL_WAIT);
     if (r != CUL_SUCCESS)
         return cudaLibError(lib, r, "finding the kernel " LOOM_KERNEL_WAIT);
+    r = lib->moduleGetFunction(&k->interpret, mod, LOOM_KERNEL_INTERPRET);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "finding the kernel " LOOM_KERNEL_INTERPRET);
     if (lib->ctxGetDevice(&dev) != CUL_SUCCESS ||
         lib->deviceGetAttribute(&sms, CUL_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
             CUL_SUCCESS ||
@@ -208,6 +213,7 @@ struct cudaExec {
     cuContext_t ctx;
     cuContext_t saved; /* the thread's context before the plan */
     cuStream_t stream;
+    cuStream_t work; /* where the plan's own copies go: stream, or the launch's (devexec.c) */
     struct cudaRecord rec[CUDA_EXEC_RING];
     unsigned int head, tail; /* retired, issued */
     cuDevPtr_t scratch;      /* in-place AlltoAll staging */
@@ -433,6 +439,20 @@ static loomResult_t planKind(const struct loomOp *ops, int nops, int *device, vo
     return loomSuccess;
 }
 
+int cudaPlanIsDevice(const struct loomOp *ops, int nops)
+{
+    int device;
+    void *ctx;
+    uint64_t seq;
+    char line[512]; /* as long as debug.c's error line */
+    snprintf(line, sizeof(line), "%s", debugLastError(&seq));
+    if (planKind(ops, nops, &device, &ctx) != loomSuccess) {
+        debugRestoreError(line, seq); /* cudaPlanBegin reports it when the plan runs */
+        return 0;
+    }
+    return device;
+}
+
 loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **out)
 {
     const struct cudaLib *lib;
@@ -461,8 +481,34 @@ loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cud
     }
     ex->saved = saved;
     ex->head = ex->tail = 0;
+    ex->work = ex->stream;
     *out = ex;
     return loomSuccess;
+}
+
+void cudaPlanUseStream(struct cudaExec *ex, void *stream)
+{
+    ex->work = stream ? (cuStream_t)stream : ex->stream;
+}
+
+void *cudaPlanStream(const struct cudaExec *ex)
+{
+    return ex->work;
+}
+
+void *cudaPlanContext(const struct cudaExec *ex)
+{
+    return ex->ctx;
+}
+
+loomResult_t cudaKernelInterpret(struct cudaExec *ex, void *blocks, unsigned int nblocks,
+                                 unsigned int threads)
+{
+    void *params[] = {&blocks};
+    cuResult_t r = ex->lib->launchKernel(ex->kernels->interpret, nblocks, 1, 1, threads, 1, 1, 0,
+                                         ex->work, params, NULL);
+    return r == CUL_SUCCESS ? loomSuccess
+                            : cudaLibError(ex->lib, r, "launching the plan interpreter");
 }
 
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res)
@@ -504,7 +550,7 @@ loomResult_t cudaStageInPlace(struct cudaExec *ex, struct loomOp *op, size_t byt
         ex->scratch = p;
         ex->scratchBytes = want;
     }
-    r = lib->memcpyAsync(ex->scratch, (cuDevPtr_t)(uintptr_t)op->sendbuff, bytes, ex->stream);
+    r = lib->memcpyAsync(ex->scratch, (cuDevPtr_t)(uintptr_t)op->sendbuff, bytes, ex->work);
     if (r != CUL_SUCCESS)
         return cudaLibError(lib, r, "staging an in-place AlltoAll");
     *send = (const void *)(uintptr_t)ex->scratch;

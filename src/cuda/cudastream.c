@@ -100,6 +100,11 @@ fail_free:
     return res;
 }
 
+void *cudaStreamHandle(const struct cudaStreamSync *cs)
+{
+    return cs->stream;
+}
+
 /* Holds S back until the flag reaches seq. */
 static loomResult_t streamHold(struct cudaStreamSync *cs, uint32_t seq)
 {

@@ -33,8 +33,9 @@ extern "C" __global__ void loomWaitFlag(loomWaitArgs p)
 
 /*
  * The plan interpreter (src/device/interp.h): block b runs blocks[b], one
- * channel's lanes, with all its threads. The host build of the same code is
- * the kernel executor of host buffers (src/kexec.c), which the CPU tests run.
+ * channel's lanes, with all its threads; devexec.c launches it. The host
+ * build of the same code is the kernel executor of host buffers (src/kexec.c),
+ * and fakecuda runs it for a launch, both in the CPU tests.
  */
 extern "C" __global__ void __launch_bounds__(LOOM_KERNEL_THREADS)
     loomInterpret(struct loomDevBlock *blocks)

@@ -15,6 +15,8 @@
  * definition as reduce.c's, so device and host results agree bit for bit.
  * Plain copies do not need a kernel (the executor uses cuMemcpyAsync).
  *
+ * "loomInterpret" is the plan interpreter (LOOM_KERNEL_INTERPRET below).
+ *
  * "loomWaitFlag" spins until (int32_t)(*flag - value) >= 0; it orders a
  * CUDA stream after host work when the device cannot wait on memory itself
  * (stream memory operations unsupported).
@@ -51,6 +53,12 @@
 
 #define LOOM_KERNEL_PREFIX "loomReduce_"
 #define LOOM_KERNEL_WAIT "loomWaitFlag"
+/*
+ * The plan interpreter (src/device/interp.h): one launch runs a call or a
+ * group, block b running blocks[b] (struct loomDevBlock) with all its
+ * threads; its one argument is the address of that array (devexec.c).
+ */
+#define LOOM_KERNEL_INTERPRET "loomInterpret"
 
 /* Threads per block of the reduction kernels. */
 #define LOOM_KERNEL_THREADS 512

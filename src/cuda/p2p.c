@@ -265,9 +265,15 @@ void *p2pContext(const struct loomComm *comm, int *device)
 
 /* ---- host slots for kernels (the host-staged path) ---- */
 
+/* Grows r over c's FIFO: its counters and size words, slots and LL lines (a launched kernel
+ * reads and writes them all, devexec.c). */
 static void regionGrow(struct hostRegion *r, const struct loomConnector *c)
 {
     char *lo = c->slots, *hi = c->slots + LOOM_STEPS * c->slotBytes;
+    if (c->fifo && (char *)c->fifo < lo)
+        lo = (char *)c->fifo;
+    if (c->ll && (char *)(c->ll + LOOM_STEPS * LOOM_LL_LINES) > hi)
+        hi = (char *)(c->ll + LOOM_STEPS * LOOM_LL_LINES);
     if (r->base == NULL) {
         r->base = lo;
         r->bytes = (size_t)(hi - lo);

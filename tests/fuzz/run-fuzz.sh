@@ -34,9 +34,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/loom-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "run-fuzz: building with $CLANG -fsanitize=fuzzer,address,undefined"
 "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$build" -I"$top/include" -I"$top/src" \
-    "$here/fuzz_bootstrap.c" "$top/src/bootstrap.c" "$top/src/socket.c" \
-    "$top/src/debug.c" "$top/src/param.c" -lpthread -o "$work/fuzz_bootstrap"
+    -fno-sanitize-recover=undefined -I"$build" -I"$top/include" -I"$top/algorithms" -I"$top/src/base" \
+    "$here/fuzz_bootstrap.c" "$top/src/base/bootstrap.c" "$top/src/base/socket.c" \
+    "$top/src/base/debug.c" "$top/src/base/param.c" -lpthread -o "$work/fuzz_bootstrap"
 
 mkdir "$work/corpus" "$work/crashes"
 cp "$here/corpus/bootstrap/"* "$work/corpus/"

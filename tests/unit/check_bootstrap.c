@@ -570,6 +570,33 @@ START_TEST(test_dead_root_times_out)
 }
 END_TEST
 
+START_TEST(test_listener_refusal_is_final)
+{
+    union socketAddress lo, bound;
+    int fd = -1, conn = -1;
+
+    /* A peer's listening socket that has closed: its refusal ends socketConnectListener at
+     * once, where socketConnect (for a root that may not listen yet) retries it to the end. */
+    ck_assert_int_eq(socketFindInterfaceSpec("lo", &lo, NULL, 0), loomSuccess);
+    ck_assert_int_eq(socketListen(&lo, &fd, &bound), loomSuccess);
+    ck_assert_int_eq(socketConnectListener(&bound, socketDeadline(2), NULL, "test", &conn),
+                     loomSuccess);
+    socketClose(conn);
+    socketClose(fd);
+    double start = nowSec();
+    ck_assert_int_eq(socketConnectListener(&bound, socketDeadline(15), NULL, "test", &conn),
+                     loomRemoteError);
+    double took = nowSec() - start;
+    ck_assert_msg(took < 10.0, "a refusal was retried for %.2f s", took);
+    const char *err = debugLastError(NULL);
+    ck_assert_msg(strstr(err, "refused by") != NULL, "message: %s", err);
+    ck_assert_int_eq(socketConnect(&bound, socketDeadline(0.3), NULL, "test", &conn), loomTimeout);
+    err = debugLastError(NULL);
+    ck_assert_msg(strstr(err, "before the deadline") != NULL && strstr(err, "refused") != NULL,
+                  "message: %s", err);
+}
+END_TEST
+
 static void *setFlagLater(void *arg)
 {
     poll(NULL, 0, 300);
@@ -747,6 +774,7 @@ static Suite *bootstrapSuite(void)
         {"missing_rank_times_out", test_missing_rank_times_out},
         {"dead_root_times_out", test_dead_root_times_out},
         {"abort_ends_wait", test_abort_ends_wait},
+        {"listener_refusal_is_final", test_listener_refusal_is_final},
         {"ring_ignores_strangers", test_ring_ignores_strangers},
         {"allgather_size_mismatch", test_allgather_size_mismatch},
     };

@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -452,6 +453,305 @@ START_TEST(test_fake_ranks_tree)
 }
 END_TEST
 
+/* ---- the fake driver: collectives as one launch of the interpreter (LOOM_EXECUTOR=kernel) ---- */
+
+/* A counter the fake exports (fakecudaInterpretLaunches, fakecudaInterpretThreads). */
+static int fakeCount(const char *name)
+{
+    void *h = dlopen(fakePath, RTLD_NOW | RTLD_NOLOAD);
+    int (*fn)(void) = h ? (int (*)(void))dlsym(h, name) : NULL;
+    return fn ? fn() : -1;
+}
+
+static int toDevice(const struct cudaLib *lib, cuDevPtr_t d, const void *h, size_t bytes)
+{
+    return lib->memcpyAsync(d, (cuDevPtr_t)(uintptr_t)h, bytes, NULL) ||
+           lib->streamSynchronize(NULL);
+}
+
+static int fromDevice(const struct cudaLib *lib, void *h, cuDevPtr_t d, size_t bytes)
+{
+    return lib->memcpyAsync((cuDevPtr_t)(uintptr_t)h, d, bytes, NULL) ||
+           lib->streamSynchronize(NULL);
+}
+
+/*
+ * One collective on device buffers of n ranks, blocking: in[i] = i % 13 +
+ * rank (x N blocks for AllGather), checked element by element. 0, or the
+ * exit status of the failure.
+ */
+static int launchOne(int rank, int n, loomComm_t comm, const struct cudaLib *lib, cuDevPtr_t d,
+                     cuDevPtr_t e, int c)
+{
+    static const char *const names[] = {"AllReduce", "AllGather", "ReduceScatter",
+                                        "Broadcast", "Reduce",    "AlltoAll"};
+    static float in[4 * N], out[4 * N];
+    size_t count = c == 1 || c == 2 || c == 5 ? N / 4 : N;
+    for (int i = 0; i < 4 * N; i++)
+        in[i] = (float)(i % 13 + rank), out[i] = -1;
+    if (toDevice(lib, d, in, sizeof(in)) || toDevice(lib, e, out, sizeof(out)))
+        return testRankFail(rank, 13, "copying the input to the device failed");
+    void *s = (void *)(uintptr_t)d, *r = (void *)(uintptr_t)e;
+    loomResult_t res = c == 0   ? loomAllReduce(s, r, N, loomFloat32, loomSum, comm, NULL)
+                       : c == 1 ? loomAllGather(s, r, count, loomFloat32, comm, NULL)
+                       : c == 2 ? loomReduceScatter(s, r, count, loomFloat32, loomSum, comm, NULL)
+                       : c == 3 ? loomBroadcast(s, r, N, loomFloat32, 1, comm, NULL)
+                       : c == 4 ? loomReduce(s, r, N, loomFloat32, loomSum, n - 1, comm, NULL)
+                                : loomAlltoAll(s, r, count, loomFloat32, comm, NULL);
+    if (res != loomSuccess)
+        return testRankFail(rank, 14, "%s on device buffers failed: %s", names[c],
+                            loomGetLastError(comm));
+    if (fromDevice(lib, out, e, sizeof(out)))
+        return testRankFail(rank, 15, "copying the result from the device failed");
+    size_t total = c == 1 ? count * (size_t)n : c == 5 ? count * (size_t)n : count;
+    for (size_t i = 0; i < total; i++) {
+        size_t blk = i / count, k = i % count;
+        float sum = (float)((size_t)n * (i % 13) + (size_t)n * (size_t)(n - 1) / 2);
+        float want =
+            c == 0   ? sum
+            : c == 1 ? (float)(k % 13 + blk)
+            : c == 2
+                ? (float)((size_t)n * ((rank * count + i) % 13) + (size_t)n * (size_t)(n - 1) / 2)
+            : c == 3 ? (float)(i % 13 + 1)
+            : c == 4 ? (rank == n - 1 ? sum : -1.0f)
+                     : (float)((rank * count + k) % 13 + blk);
+        if (out[i] != want)
+            return testRankFail(rank, 16, "%s: element %zu is %g, not %g", names[c], i,
+                                (double)out[i], (double)want);
+    }
+    return 0;
+}
+
+/*
+ * Every collective on device buffers, each one launch of loomInterpret
+ * (the fake counts them); then a host-buffer AllReduce, which takes the
+ * FIFO positions back from the launches, and a launch again.
+ */
+static int launchRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d, e;
+    size_t fatbinBytes;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, 4 * N * sizeof(float)) ||
+        lib->memAlloc(&e, 4 * N * sizeof(float)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0; /* built without CUDA: deviceRank checks the refusal */
+    int before = fakeCount("fakecudaInterpretLaunches"), rc;
+    for (int c = 0; c < 6; c++)
+        if ((rc = launchOne(rank, n, comm, lib, d, e, c)) != 0)
+            return rc;
+    if (fakeCount("fakecudaInterpretLaunches") != before + 6)
+        return testRankFail(rank, 17, "%d launches of loomInterpret for 6 calls",
+                            fakeCount("fakecudaInterpretLaunches") - before);
+    float h[N], g[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (float)rank;
+    if (loomAllReduce(h, g, N, loomFloat32, loomSum, comm, NULL) != loomSuccess ||
+        g[N - 1] != (float)(n * (n - 1) / 2))
+        return testRankFail(rank, 18, "a host-buffer AllReduce after the launches failed: %s",
+                            loomGetLastError(comm));
+    return launchOne(rank, n, comm, lib, d, e, 0);
+}
+
+START_TEST(test_fake_launch_ranks)
+{
+    useFake("FAKECUDA_DELAY_US", "20");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_BUFFSIZE", "4096", 1); /* 512-byte slots: many steps per call */
+    fakeDriver(0);
+    runRanks(3, launchRank);
+}
+END_TEST
+
+START_TEST(test_fake_launch_ranks_ll)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_PROTO", "LL", 1);
+    setenv("LOOM_NCHANNELS", "2", 1);
+    fakeDriver(0);
+    runRanks(4, launchRank);
+}
+END_TEST
+
+/*
+ * On a CUDA stream the call is launched on it and returns at once: with the
+ * stream held (a wait on a flag the test sets later), the call returns, a
+ * launch is queued, and nothing has run; released, the copy queued before
+ * the call is what it reduces and the copy queued after it reads its result,
+ * with no host synchronisation in between (every command of the fake delayed).
+ */
+static int streamLaunchRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d, e, flagDev;
+    cuStream_t cs;
+    loomStream_t s;
+    void *flag;
+    int32_t in[N], out[N];
+    size_t fatbinBytes;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)) ||
+        lib->memAlloc(&e, sizeof(out)) || lib->streamCreateWithPriority(&cs, 0, 0) ||
+        lib->memHostAlloc(&flag, 64, CUL_MEMHOSTALLOC_DEVICEMAP) ||
+        lib->memHostGetDevicePointer(&flagDev, flag, 0))
+        return testRankFail(rank, 10, "no driver, stream or device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    if (loomStreamCreateCuda(&s, cs) != loomSuccess)
+        return testRankFail(rank, 11, "loomStreamCreateCuda: %s", loomGetLastError(NULL));
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            in[i] = i * (round + 2) + rank, out[i] = 0;
+        __atomic_store_n((uint32_t *)flag, 0, __ATOMIC_RELEASE);
+        int before = fakeCount("fakecudaInterpretLaunches");
+        if (lib->streamWaitValue32(cs, flagDev, 1, CUL_STREAM_WAIT_VALUE_GEQ) ||
+            lib->memcpyAsync(d, (cuDevPtr_t)(uintptr_t)in, sizeof(in), cs))
+            return testRankFail(rank, 12, "queueing the wait and the copy failed");
+        if (loomAllReduce((void *)(uintptr_t)d, (void *)(uintptr_t)e, N, loomInt32, loomSum, comm,
+                          s) != loomSuccess)
+            return testRankFail(rank, 13, "AllReduce on the CUDA stream: %s",
+                                loomGetLastError(comm));
+        if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, e, sizeof(out), cs))
+            return testRankFail(rank, 14, "queueing the copy back failed");
+        if (fakeCount("fakecudaInterpretLaunches") != before + 1 || out[N - 1] != 0) {
+            __atomic_store_n((uint32_t *)flag, 1, __ATOMIC_RELEASE); /* leave the stream free */
+            return testRankFail(rank, 15,
+                                "round %d: %d launches queued, out[%d] = %d: the call "
+                                "did not launch, or ran before the stream let it",
+                                round, fakeCount("fakecudaInterpretLaunches") - before, N - 1,
+                                out[N - 1]);
+        }
+        __atomic_store_n((uint32_t *)flag, 1, __ATOMIC_RELEASE);
+        if (lib->streamSynchronize(cs))
+            return testRankFail(rank, 16, "cuStreamSynchronize failed");
+        for (int i = 0; i < N; i++)
+            if (out[i] != n * i * (round + 2) + n * (n - 1) / 2)
+                return testRankFail(rank, 17, "round %d: out[%d] = %d, want %d", round, i, out[i],
+                                    n * i * (round + 2) + n * (n - 1) / 2);
+    }
+    if (loomStreamSynchronize(s) != loomSuccess || loomStreamQuery(s) != loomSuccess)
+        return testRankFail(rank, 18, "the stream reports %s", loomGetLastError(NULL));
+    loomStreamDestroy(s);
+    lib->streamDestroy(cs);
+    lib->memFreeHost(flag);
+    return 0;
+}
+
+START_TEST(test_fake_launch_stream_order)
+{
+    useFake("FAKECUDA_DELAY_US", "2000");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    fakeDriver(0);
+    runRanks(2, streamLaunchRank);
+}
+END_TEST
+
+/*
+ * A peer that never arrives: rank 1 makes no call. Rank 0's launch on a CUDA
+ * stream returns at once; the watchdog stops the kernel after LOOM_TIMEOUT,
+ * loomStreamSynchronize returns the host executor's named error, and no
+ * thread of the "kernel" is left running.
+ */
+static int timeoutRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d;
+    cuStream_t cs;
+    loomStream_t s;
+    size_t fatbinBytes;
+    (void)n;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, N * sizeof(float)) ||
+        lib->streamCreateWithPriority(&cs, 0, 0))
+        return testRankFail(rank, 10, "no driver, stream or device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL || rank == 1) {
+        sleep(6); /* never calls; leaves well after rank 0 gave up */
+        return 0;
+    }
+    if (loomStreamCreateCuda(&s, cs) != loomSuccess)
+        return testRankFail(rank, 11, "loomStreamCreateCuda: %s", loomGetLastError(NULL));
+    void *p = (void *)(uintptr_t)d;
+    int before = fakeCount("fakecudaInterpretLaunches");
+    if (loomAllReduce(p, p, N, loomFloat32, loomSum, comm, s) != loomSuccess ||
+        fakeCount("fakecudaInterpretLaunches") != before + 1)
+        return testRankFail(rank, 12, "the call was not launched: %s", loomGetLastError(comm));
+    loomResult_t res = loomStreamSynchronize(s);
+    const char *line = loomGetLastError(NULL);
+    if (res != loomTimeout || strstr(line, "rank 0 made no progress") == NULL ||
+        strstr(line, "rank 1") == NULL)
+        return testRankFail(rank, 13, "loomStreamSynchronize: %d, \"%s\"", res, line);
+    if (fakeCount("fakecudaInterpretThreads") != 0)
+        return testRankFail(rank, 14, "%d threads of the kernel still run",
+                            fakeCount("fakecudaInterpretThreads"));
+    loomResult_t async = loomSuccess;
+    if (loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomTimeout)
+        return testRankFail(rank, 15, "the async error is %d, not loomTimeout", async);
+    if (loomAllReduce(p, p, N, loomFloat32, loomSum, comm, NULL) == loomSuccess)
+        return testRankFail(rank, 16, "a call on the broken communicator succeeded");
+    loomStreamDestroy(s);
+    return 0;
+}
+
+START_TEST(test_fake_launch_timeout)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_TIMEOUT", "1", 1);
+    fakeDriver(0);
+    runRanks(2, timeoutRank);
+}
+END_TEST
+
+static void *abortLater(void *comm)
+{
+    usleep(300 * 1000);
+    loomCommAbort(comm);
+    return NULL;
+}
+
+/*
+ * loomCommAbort from another thread while a blocking call waits for a peer
+ * that never comes: the call returns the abort's error, and the "kernel" has
+ * no thread left running.
+ */
+static int abortRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d;
+    pthread_t t;
+    size_t fatbinBytes;
+    (void)n;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, N * sizeof(float)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL || rank == 1) {
+        sleep(3);
+        return 0;
+    }
+    pthread_create(&t, NULL, abortLater, comm);
+    void *p = (void *)(uintptr_t)d;
+    int before = fakeCount("fakecudaInterpretLaunches");
+    loomResult_t res = loomAllReduce(p, p, N, loomFloat32, loomSum, comm, NULL);
+    const char *line = loomGetLastError(NULL);
+    pthread_join(t, NULL);
+    if (res != loomRemoteError || strstr(line, "aborted") == NULL)
+        return testRankFail(rank, 13, "the call returned %d, \"%s\"", res, line);
+    if (fakeCount("fakecudaInterpretLaunches") != before + 1)
+        return testRankFail(rank, 15, "the call was not launched");
+    if (fakeCount("fakecudaInterpretThreads") != 0)
+        return testRankFail(rank, 14, "%d threads of the kernel still run",
+                            fakeCount("fakecudaInterpretThreads"));
+    return 0;
+}
+
+START_TEST(test_fake_launch_abort)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    fakeDriver(0);
+    runRanks(2, abortRank);
+}
+END_TEST
+
 /* ---- the constants against the toolkit's cuda.h ---- */
 
 #ifdef HAVE_CUDA
@@ -525,6 +825,11 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_ranks_p2p);
     tcase_add_test(fake, test_fake_ranks_host_staged);
     tcase_add_test(fake, test_fake_ranks_tree);
+    tcase_add_test(fake, test_fake_launch_ranks);
+    tcase_add_test(fake, test_fake_launch_ranks_ll);
+    tcase_add_test(fake, test_fake_launch_stream_order);
+    tcase_add_test(fake, test_fake_launch_timeout);
+    tcase_add_test(fake, test_fake_launch_abort);
     suite_add_tcase(s, fake);
 #ifdef HAVE_CUDA
     TCase *toolkit = tcase_create("toolkit");

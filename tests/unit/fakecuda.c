@@ -21,6 +21,14 @@
  *     kernels are device code and never run here);
  *   - loading a module waits for the context's streams (a real driver did, and
  *     hung behind a stream held by Loom's own wait); here it fails after 2 s;
+ *   - a launch of loomInterpret (the plan interpreter, src/device/interp.h)
+ *     runs the host build of the same interpreter, in stream order: its
+ *     blocks and FAKECUDA_THREADS (default 4, at most the block's size)
+ *     threads each stand for a block's threads (pthreads). At the launch,
+ *     every address in its descriptor must be device memory or registered
+ *     host memory (the FIFOs, the positions, the plans, the abort flag), else
+ *     the launch fails as an illegal address; the user buffers (device
+ *     memory) are read and written through the fake's own view;
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
  *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit.
  * Only the functions Loom and its tools call exist; the types are those of
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #include "cudalib.h"
+#include "interp.h"
 #include "kernels.h"
 #include "reduce.h"
 
@@ -423,7 +432,7 @@ EXPORT cuResult_t cuIpcCloseMemHandle(cuDevPtr_t ptr)
 
 /* ---- streams, events, kernels ---- */
 
-enum cmdKind { CMD_COPY, CMD_REDUCE, CMD_WAIT_FLAG, CMD_WAIT_EVENT, CMD_WAIT_VALUE };
+enum cmdKind { CMD_COPY, CMD_REDUCE, CMD_WAIT_FLAG, CMD_WAIT_EVENT, CMD_WAIT_VALUE, CMD_INTERPRET };
 
 struct cuStreamOpaque;
 
@@ -443,7 +452,9 @@ struct cmd {
     loomRedOp_t op;
     const volatile uint32_t *flag;
     uint32_t value;
-    struct cuEventOpaque event; /* CMD_WAIT_EVENT: a copy taken at enqueue */
+    struct cuEventOpaque event;  /* CMD_WAIT_EVENT: a copy taken at enqueue */
+    struct loomDevBlock *blocks; /* CMD_INTERPRET: nblocks blocks of nthreads */
+    unsigned int nblocks, nthreads;
 };
 
 struct cuStreamOpaque {
@@ -462,7 +473,8 @@ struct cuModuleOpaque {
 };
 
 struct cuFunctionOpaque {
-    int wait; /* loomWaitFlag */
+    int wait;      /* loomWaitFlag */
+    int interpret; /* loomInterpret */
     loomDataType_t dt;
     loomRedOp_t op;
 };
@@ -483,6 +495,141 @@ static void pause1us(void)
 {
     struct timespec ts = {0, 1000};
     nanosleep(&ts, NULL);
+}
+
+/* ---- the plan interpreter, run on the CPU ---- */
+
+static _Atomic int interpretLaunches, interpretThreads;
+
+/* Not driver functions: launches of loomInterpret so far, and its threads alive now (tests find
+ * them with dlsym). */
+EXPORT int fakecudaInterpretLaunches(void)
+{
+    return atomic_load(&interpretLaunches);
+}
+
+EXPORT int fakecudaInterpretThreads(void)
+{
+    return atomic_load(&interpretThreads);
+}
+
+/* port.h's host back-off, as the device's: the fake's threads sleep a little; nothing rings. */
+__attribute__((visibility("hidden"))) void kexecIdle(void *ctx, uint32_t spins)
+{
+    (void)ctx;
+    if (spins < 64) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+__attribute__((visibility("hidden"))) void kexecNotify(void *bell)
+{
+    (void)bell;
+}
+
+struct interpThread {
+    pthread_t thread;
+    struct loomDevBlock *block;
+    struct loomPortThread t;
+};
+
+static void *interpMain(void *arg)
+{
+    struct interpThread *it = arg;
+    loomDevRun(it->block, &it->t);
+    atomic_fetch_sub(&interpretThreads, 1);
+    return NULL;
+}
+
+/* 1 if the kernel may touch [p, p + bytes): device memory or registered host memory. */
+static int reachable(const void *p, size_t bytes)
+{
+    return p == NULL || translate(p, bytes ? bytes : 1, 1) != NULL;
+}
+
+/* 1 if every address of the descriptor is one the kernel may touch. */
+static int descriptorReachable(const struct loomDevBlock *blocks, unsigned int nblocks)
+{
+    if (!reachable(blocks, nblocks * sizeof(*blocks)))
+        return 0;
+    for (unsigned int b = 0; b < nblocks; b++) {
+        const struct loomDevBlock *d = &blocks[b];
+        int ok = reachable(d->lanes, d->nlanes * sizeof(*d->lanes)) && d->abort &&
+                 reachable(d->abort, 4) && reachable(d->stage, LOOM_DEV_STAGE_BYTES) &&
+                 reachable(d->owner, 2 * (size_t)d->nranks * sizeof(int32_t));
+        for (uint32_t i = 0; ok && i < d->nlanes; i++) {
+            const struct loomDevLane *l = &d->lanes[i];
+            ok = reachable(l->steps, l->nsteps * sizeof(*l->steps)) &&
+                 reachable(l->send, (size_t)l->nranks * sizeof(*l->send)) &&
+                 reachable(l->recv, (size_t)l->nranks * sizeof(*l->recv));
+            for (int p = 0; ok && p < 2 * l->nranks; p++) {
+                const struct loomDevConn *c = p < l->nranks ? &l->send[p] : &l->recv[p - l->nranks];
+                ok = c->bell == NULL && reachable(c->tail, 8) && reachable(c->head, 8) &&
+                     reachable(c->bytes, LOOM_STEPS * 8) && reachable(c->pos, 8) &&
+                     reachable(c->slots, LOOM_STEPS * c->slotBytes) &&
+                     reachable(c->ll, LOOM_STEPS * LOOM_LL_LINES * 8);
+            }
+        }
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* A buffer of a lane: the device address <-> the fake's view (toView), when it is device memory. */
+static void bufsSwap(char **buf, int toView)
+{
+    pthread_mutex_lock(&memLock);
+    for (struct range *r = ranges; r && *buf; r = r->next) {
+        const char *from = toView ? r->addr : r->shadow, *to = toView ? r->shadow : r->addr;
+        if (r->kind != RANGE_HOST && *buf >= from && *buf < from + r->bytes) {
+            *buf = (char *)to + (*buf - from);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&memLock);
+}
+
+/*
+ * Runs a launch: nthreads pthreads per block, each running the interpreter
+ * as a GPU thread would. The lanes' buffers are device pointers, which the
+ * CPU cannot touch: they are swapped for the fake's view while it runs.
+ */
+static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsigned int nthreads)
+{
+    struct interpThread *th = calloc((size_t)nblocks * nthreads, sizeof(*th));
+    struct loomPortBarrier *bars = calloc(nblocks, sizeof(*bars));
+    if (th == NULL || bars == NULL) {
+        fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
+        abort();
+    }
+    for (unsigned int b = 0; b < nblocks; b++)
+        for (uint32_t i = 0; i < blocks[b].nlanes; i++)
+            for (int k = 0; k < 2; k++)
+                bufsSwap(&blocks[b].lanes[i].bufs[k], 1);
+    atomic_fetch_add(&interpretThreads, (int)(nblocks * nthreads));
+    for (unsigned int b = 0; b < nblocks; b++) {
+        for (unsigned int t = 0; t < nthreads; t++) {
+            struct interpThread *it = &th[b * nthreads + t];
+            it->block = &blocks[b];
+            it->t = (struct loomPortThread){t, nthreads, &bars[b], 0};
+            if (pthread_create(&it->thread, NULL, interpMain, it) != 0) {
+                fprintf(stderr, "fakecuda: cannot start a thread of loomInterpret\n");
+                abort();
+            }
+        }
+    }
+    for (unsigned int i = 0; i < nblocks * nthreads; i++)
+        pthread_join(th[i].thread, NULL);
+    for (unsigned int b = 0; b < nblocks; b++)
+        for (uint32_t i = 0; i < blocks[b].nlanes; i++)
+            for (int k = 0; k < 2; k++)
+                bufsSwap(&blocks[b].lanes[i].bufs[k], 0);
+    free(th);
+    free(bars);
 }
 
 static void cmdRun(struct cmd *c)
@@ -517,6 +664,9 @@ static void cmdRun(struct cmd *c)
     case CMD_WAIT_EVENT:
         while (c->event.stream && streamDone(c->event.stream) < c->event.ticket)
             pause1us();
+        break;
+    case CMD_INTERPRET:
+        interpretRun(c->blocks, c->nblocks, c->nthreads);
         break;
     }
 }
@@ -856,11 +1006,13 @@ static int imageHas(const struct cuModuleOpaque *m, const char *name)
 
 EXPORT cuResult_t cuModuleGetFunction(cuFunction_t *f, cuModule_t m, const char *name)
 {
-    struct cuFunctionOpaque fn = {0, loomInt8, loomSum};
+    struct cuFunctionOpaque fn = {.dt = loomInt8, .op = loomSum};
     if (!imageHas(m, name))
         return FAKE_ERROR_NOT_FOUND;
     if (strcmp(name, LOOM_KERNEL_WAIT) == 0) {
         fn.wait = 1;
+    } else if (strcmp(name, LOOM_KERNEL_INTERPRET) == 0) {
+        fn.interpret = 1;
     } else {
         int found = 0;
         for (int t = 0; t < loomNumTypes && !found; t++) {
@@ -901,6 +1053,18 @@ EXPORT cuResult_t cuLaunchKernel(cuFunction_t f, unsigned int gx, unsigned int g
         c->value = w->value;
         if (c->flag == NULL)
             goto illegal;
+        return enqueue(h, c);
+    }
+    if (f->interpret) {
+        struct loomDevBlock *blocks = *(struct loomDevBlock **)params[0];
+        if (!descriptorReachable(blocks, gx))
+            goto illegal;
+        int threads = envInt("FAKECUDA_THREADS", 4);
+        c->kind = CMD_INTERPRET;
+        c->blocks = blocks;
+        c->nblocks = gx;
+        c->nthreads = threads < 1 ? 1 : (unsigned int)threads < bx ? (unsigned int)threads : bx;
+        atomic_fetch_add(&interpretLaunches, 1);
         return enqueue(h, c);
     }
     const struct loomReduceArgs *a = params[0];

@@ -406,28 +406,54 @@ static loomResult_t connectFailed(const union socketAddress *addr, int err, int 
                         debugErrnoText(err));
 }
 
-loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
-                           atomic_int *abortFlag, const char *who, int *fd)
+/*
+ * socketConnect and socketConnectListener: attempts with backoff until one
+ * succeeds, the deadline passes, an abort, or an error retrying cannot fix.
+ * refusedFinal makes a refusal such an error.
+ */
+static int connectRetrying(const union socketAddress *addr, uint64_t deadlineNs,
+                           atomic_int *abortFlag, int refusedFinal, int *lastErr, int *fd)
 {
     int backoffMs = CONNECT_BACKOFF_MIN_MS;
-    int lastErr = 0;
 
+    *lastErr = 0;
     for (;;) {
         if (socketAborted(abortFlag))
-            return connectFailed(addr, ECANCELED, lastErr, who);
+            return ECANCELED;
         if (socketClockNs() >= deadlineNs)
-            return connectFailed(addr, ETIMEDOUT, lastErr, who);
+            return ETIMEDOUT;
         int err = connectOnce(addr, deadlineNs, abortFlag, fd);
-        if (err == 0)
-            return loomSuccess;
-        if (err == ECANCELED || !connectRetryable(err))
-            return connectFailed(addr, err, lastErr, who);
+        if (err == 0 || err == ECANCELED || !connectRetryable(err) ||
+            (refusedFinal && err == ECONNREFUSED))
+            return err;
         if (err != ETIMEDOUT)
-            lastErr = err;
+            *lastErr = err;
         int ms = socketPollMs(deadlineNs);
         poll(NULL, 0, ms < backoffMs ? ms : backoffMs);
         backoffMs = backoffMs * 2 > CONNECT_BACKOFF_MAX_MS ? CONNECT_BACKOFF_MAX_MS : backoffMs * 2;
     }
+}
+
+loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
+                           atomic_int *abortFlag, const char *who, int *fd)
+{
+    int lastErr;
+    int err = connectRetrying(addr, deadlineNs, abortFlag, 0, &lastErr, fd);
+
+    return err == 0 ? loomSuccess : connectFailed(addr, err, lastErr, who);
+}
+
+loomResult_t socketConnectListener(const union socketAddress *addr, uint64_t deadlineNs,
+                                   atomic_int *abortFlag, const char *who, int *fd)
+{
+    char name[SOCKET_ADDR_STRLEN];
+    int lastErr;
+    int err = connectRetrying(addr, deadlineNs, abortFlag, 1, &lastErr, fd);
+
+    if (err != ECONNREFUSED)
+        return err == 0 ? loomSuccess : connectFailed(addr, err, lastErr, who);
+    socketAddrFormat(addr, name, sizeof(name));
+    return loomSetError(loomRemoteError, "%s: refused by %s: it has exited or left", who, name);
 }
 
 loomResult_t socketTryAccept(int listenFd, int *fd, union socketAddress *peer)

@@ -134,10 +134,11 @@ static const struct paramRow paramTable[] = {
                                 "ring and tree neighbours, the others when a call first needs "
                                 "them"},
     [LOOM_PARAM_EXECUTOR] = {"LOOM_EXECUTOR", PARAM_STR, "auto", 0, 0, NULL, paramExecutorWords,
-                             "what runs host-buffer calls: kernel (the GPU kernel's plan "
-                             "interpreter, built for the CPU; shared-memory links only, "
-                             "single copies off), host (the host executor) or auto (host); "
-                             "the same on every rank"},
+                             "what runs calls: kernel (the GPU kernel's plan interpreter: "
+                             "built for the CPU on host buffers, one launch on the caller's "
+                             "stream on device buffers; shared-memory links only, single "
+                             "copies off), host (the host executor; device buffers "
+                             "host-driven) or auto (host); the same on every rank"},
     [LOOM_PARAM_PROTO] = {"LOOM_PROTO", PARAM_STR, "", 0, 0, NULL, paramProtoWords,
                           "protocol of the kernel executor: Simple (slots and counters) or LL "
                           "(8-byte lines with flags); unset: LL for small calls (NCCL syntax)"},

@@ -310,6 +310,9 @@ struct bootstrapRoot {
     int joined;
     struct rootRank *ranks;
     struct pollfd *watch;
+    /* Allocated with the root, before the id is handed out: a root thread that could not
+     * gather would leave every joiner retrying a closed port until its timeout. */
+    struct helloGather gather;
 };
 
 static void rootForgetRanks(struct bootstrapRoot *root)
@@ -448,13 +451,9 @@ static void rootSendTables(struct bootstrapRoot *root)
 
 static void rootRun(struct bootstrapRoot *root)
 {
-    struct helloGather *g = calloc(1, sizeof(*g));
+    struct helloGather *g = &root->gather;
     uint64_t lastWatch = 0;
 
-    if (g == NULL) {
-        rootTrouble(root->name, "out of memory; no rank can join");
-        return;
-    }
     g->listenFd = root->listenFd;
     g->secret = root->secret;
     g->owner = "root";
@@ -476,7 +475,6 @@ static void rootRun(struct bootstrapRoot *root)
     rootSendTables(root);
 close_all:
     gatherCloseAll(g);
-    free(g);
 }
 
 static void *rootMain(void *arg)
