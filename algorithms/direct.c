@@ -19,21 +19,26 @@
  *
  * Every collective but AlltoAllv also has a single-copy schedule
  * (LOOM_ALGO_CMA, below): ranks of one host offer each other the addresses
- * of their buffers and read (PULL) straight from the peers' memory. The
- * reductions split the work: rank p reduces slice p (1/n of the range),
- * folding every peer's offer of that slice into its own in fan-in steps:
+ * of their buffers and read (PULL) straight from the peers' memory, or
+ * write (PUT) straight into it. The reductions split the work: rank p
+ * reduces slice p (1/n of the range), folding every peer's offer of that
+ * slice into its own in fan-in steps, then writes the result where the
+ * peers asked for it:
  *
  *   AllReduce on rank r:  OFFER send slice p -> p (each p)
+ *                         OFFER recv slice p -> p (each p: where p puts it)
  *                         PULL_REDUCE_COPY slice r <- peers (+) send slice r, FINAL
- *                         OFFER recv slice r -> p (each p)
- *                         PULL recv slice p <- p (each p)
+ *                         PUT recv slice r -> p's offer (each p)
  *                         DRAIN p (each p)
  *
- * Each FIFO carries at most two offers a call, and every rank makes its
- * first offers before it waits for anything, so nothing can deadlock. In
- * place, no rank writes what a peer has still to read: rank p overwrites
- * slice r of its buffer only by pulling r's reduced slice, which r offers
- * after it has read p's.
+ * PUT rather than a PULL of every reduced slice: the writer's slice is
+ * still in its cache and the stores go out without waiting, where a reader
+ * would wait on lines another core just wrote (docs/performance.md).
+ * Each FIFO carries at most two offers a call, and every rank makes all its
+ * offers before it waits for anything, so nothing can deadlock. In place,
+ * no rank writes what a peer has still to read: rank r writes slice r of
+ * p's buffer only after it has read it (its PULL_REDUCE_COPY came first),
+ * and no other rank reads it.
  *
  * As plans (schedule.h): each round is one loop over pieces whose body is a
  * SEND and a RECV template, each with its own length, so a plan holds O(n)
@@ -294,21 +299,11 @@ static loomResult_t cmaFold(const struct loomSchedArgs *a, struct loomPlan *out,
     return res;
 }
 
-/* Pulls from every peer p (r - 1, r - 2, ...) the offer of slice p into buffer dst at its offset.
- */
-static loomResult_t cmaPullAll(const struct loomSchedArgs *a, struct loomPlan *out)
+/* Writes recv[off, +len) into the memory `peer` offered for it. */
+static loomResult_t cmaPut(struct loomPlan *out, size_t off, size_t len, int peer)
 {
-    int n = a->nranks, r = a->rank;
-    loomResult_t res = loomSuccess;
-    for (int k = 1; k < n && res == loomSuccess; k++) {
-        int p = (r - k + n) % n;
-        size_t off, len;
-        cmaSlice(a, p, &off, &len);
-        if (len > 0)
-            res = directTemplate(out, LOOM_STEP_PULL, 0, LOOM_BUF_SEND, 0, LOOM_BUF_RECV, off, len,
-                                 0, 1, &p, -1);
-    }
-    return res;
+    return directTemplate(out, LOOM_STEP_PUT, 0, LOOM_BUF_RECV, off, LOOM_BUF_RECV, 0, len, 0, 1,
+                          &peer, -1);
 }
 
 /* Waits until every peer has taken everything offered to it: a loop of its own, at the end. */
@@ -331,13 +326,11 @@ loomResult_t directAllReduceCmaPlan(const struct loomSchedArgs *a, struct loomPl
     cmaSlice(a, a->rank, &off, &len);
     planLoop(out);
     if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, 0, 1)) != loomSuccess ||
+        (res = cmaOfferAll(a, out, LOOM_BUF_RECV, 0, 1)) != loomSuccess ||
         (res = cmaFold(a, out, off, LOOM_BUF_RECV, off, len)) != loomSuccess)
         return res;
     for (int k = 1; k < a->nranks && len > 0 && res == loomSuccess; k++)
-        res = directTemplate(out, LOOM_STEP_OFFER, 0, LOOM_BUF_RECV, off, LOOM_BUF_RECV, 0, len, 0,
-                             0, NULL, (a->rank + k) % a->nranks);
-    if (res == loomSuccess)
-        res = cmaPullAll(a, out);
+        res = cmaPut(out, off, len, (a->rank + k) % a->nranks);
     return res == loomSuccess ? cmaDrainAll(a, out) : res;
 }
 
@@ -366,13 +359,11 @@ loomResult_t directReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan 
     cmaSlice(a, r, &off, &len);
     planLoop(out);
     if ((res = cmaOfferAll(a, out, LOOM_BUF_SEND, 0, 1)) != loomSuccess ||
+        (r == root && (res = cmaOfferAll(a, out, LOOM_BUF_RECV, 0, 1)) != loomSuccess) ||
         (res = cmaFold(a, out, off, LOOM_BUF_RECV, r == root ? off : 0, len)) != loomSuccess)
         return res;
     if (r != root && len > 0)
-        res = directTemplate(out, LOOM_STEP_OFFER, 0, LOOM_BUF_RECV, 0, LOOM_BUF_RECV, 0, len, 0, 0,
-                             NULL, root);
-    if (r == root && res == loomSuccess)
-        res = cmaPullAll(a, out);
+        res = cmaPut(out, 0, len, root);
     return res == loomSuccess ? cmaDrainAll(a, out) : res;
 }
 

@@ -32,7 +32,7 @@
  * LOOM_USES_FANOUT). A step runs when every one of its messages has arrived
  * and every one of its send FIFOs has a free slot.
  *
- * and three for single copies between the processes of one host (the cma
+ * and five for single copies between the processes of one host (the cma
  * algorithm), where no data passes through the FIFOs:
  *
  *   OFFER                   the address of src[srcOff..], count ----> sendPeer
@@ -42,11 +42,18 @@
  *                           to it (so has finished reading what was offered)
  *   PULL_REDUCE_COPY        recvPeers' offered elements (fan-in), read from
  *                           their memory (+) src[srcOff..] -----> dst[dstOff..]
+ *   PUT                     src[srcOff..] -----> written straight into the
+ *                           memory recvPeer offered (process_vm_writev)
+ *
+ * An offer is an address: the step that takes it reads there (PULL,
+ * PULL_REDUCE_COPY) or writes there (PUT). A PUT's peer learns that the
+ * elements have landed from its DRAIN, which ends only once the PUT has
+ * taken the offer, after its copy.
  *
  * A rank must DRAIN every peer it offered to before its schedule ends: that
- * is what keeps its buffers valid until the peers have read them. OFFER,
- * PULL and PULL_REDUCE_COPY may move more than chunkElems (nothing goes
- * through a slot); DRAIN has count 0.
+ * is what keeps its buffers valid until the peers have read them (or
+ * written them). OFFER, PULL, PULL_REDUCE_COPY and PUT may move more than
+ * chunkElems (nothing goes through a slot); DRAIN has count 0.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -96,6 +103,7 @@ typedef enum {
     LOOM_STEP_PULL,
     LOOM_STEP_DRAIN,
     LOOM_STEP_PULL_REDUCE_COPY,
+    LOOM_STEP_PUT,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -127,7 +135,9 @@ enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
  * RECV means nrecv >= 1 (exactly 1 without FANIN), SEND nsend >= 1 (exactly
  * 1 without FANOUT); an op without them has nrecv or nsend 0. A step that
  * writes dst and messages writes the same values to each. Without REDUCE, a
- * step with RECV moves the message, one without moves src.
+ * step with RECV moves the message, one without moves src; a SLOTLESS step
+ * with RECV and SRC but no DST (PUT) moves src into the memory the message
+ * offers.
  */
 enum {
     LOOM_USES_SRC = 0x01,
@@ -169,6 +179,8 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
     case LOOM_STEP_PULL_REDUCE_COPY:
         return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST |
                LOOM_USES_SLOTLESS | LOOM_USES_FANIN;
+    case LOOM_STEP_PUT:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_SLOTLESS;
     default:
         return 0;
     }
@@ -494,11 +506,12 @@ loomResult_t directBroadcastCmaPlan(const struct loomSchedArgs *a, struct loomPl
  * slice of its send buffer, and folds the peers' offers of its own slice
  * into it (PULL_REDUCE_COPY, fan-in of up to LOOM_STEP_MAXPEERS peers a
  * step). ReduceScatter: the slices are the per-rank blocks, and that is all.
- * AllReduce: each rank then offers its reduced slice, and pulls every
- * other. Reduce: the root pulls them; a rank other than the root reduces
- * its slice into LOOM_BUF_RECV, which must be a scratch area of
- * directCmaSliceMax() elements private to the lane (offered to the root, so
- * the faster when the peers can map it: loomMemAlloc memory).
+ * AllReduce: every rank also offers each peer that peer's slice of its
+ * receive buffer, and writes its reduced slice into every peer's offer
+ * (PUT). Reduce: only the root offers its receive buffer; a rank other than
+ * the root reduces its slice into LOOM_BUF_RECV, which must be a scratch
+ * area of directCmaSliceMax() elements private to the lane, and PUTs it to
+ * the root.
  */
 loomResult_t directAllReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);

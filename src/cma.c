@@ -268,7 +268,8 @@ static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
     case LOOM_COLL_BROADCAST:
         *send = p == op->root;
         break;
-    case LOOM_COLL_REDUCE:
+    case LOOM_COLL_REDUCE: /* the peers PUT their slices into the root's */
+        *recv = p == op->root;
         break;
     default: /* ReduceScatter, AllGather: every send buffer, and each its own recv */
         break;
@@ -290,12 +291,13 @@ static int cmaAllMapped(const struct loomOp *op, const struct cmaDesc *all)
     return 1;
 }
 
-/* Copies bytes from `remote` in process `pid` to `local`. */
-static int cmaMove(pid_t pid, char *local, uint64_t remote, size_t bytes)
+/* Copies bytes between this process and `pid`: from there (write 0) or to there (write 1). */
+static int cmaMove(pid_t pid, int write, char *local, uint64_t remote, size_t bytes)
 {
     while (bytes > 0) {
         struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
-        ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
@@ -307,9 +309,17 @@ static int cmaMove(pid_t pid, char *local, uint64_t remote, size_t bytes)
 
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
 {
-    int err = cmaMove(pid, local, remote, bytes);
+    int err = cmaMove(pid, 0, local, remote, bytes);
     if (err && kill(pid, 0) != 0 && errno == ESRCH)
         err = ESRCH; /* the peer is gone, whatever the copy said */
+    return err;
+}
+
+int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes)
+{
+    int err = cmaMove(pid, 1, (char *)(uintptr_t)local, remote, bytes);
+    if (err && kill(pid, 0) != 0 && errno == ESRCH)
+        err = ESRCH;
     return err;
 }
 

@@ -38,6 +38,8 @@ loomResult_t cmaAgree(struct loomOp *op, int *mapped);
  * 0, or the errno of the failed read (ESRCH when the process is gone).
  */
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
+/* Writes `bytes` from `local` at `remote` in process `pid` (a PUT step); as cmaRead. */
+int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes);
 /*
  * Where a PULL_REDUCE_COPY reads the pieces of peers it cannot map:
  * LOOM_STEP_MAXPEERS areas of *each bytes (NULL, 0 without single copies).

@@ -273,7 +273,8 @@ static int pullReduce(struct loomLane *l, const struct loomStep *s, const struct
 
 /*
  * A PULL: the peer's offered elements, read from its memory into dst; a
- * PULL_REDUCE_COPY: those of each of its peers, reduced with src into dst.
+ * PULL_REDUCE_COPY: those of each of its peers, reduced with src into dst;
+ * a PUT: src written into the peer's offered memory.
  *
  * A rank that leaves a call on an error does not wait for its peers to
  * have read what it offered (they may never): it withdraws its offers
@@ -281,7 +282,10 @@ static int pullReduce(struct loomLane *l, const struct loomStep *s, const struct
  * and its caller may reuse the buffer as soon as it returns. So the reader
  * reads each address again after its copy: if it still stands, the copy was
  * made while the buffer still held the call's data; if it was withdrawn, the
- * copy may hold anything and the call fails. A peer that is gone sets
+ * copy may hold anything and the call fails. A PUT finds out the same way,
+ * after its copy: into a buffer withdrawn meanwhile it may have written
+ * (as cma.c's single copies always could), but only the elements the call
+ * was to put there. A peer that is gone sets
  * *gone and leaves the step to be reported as a wait on a dead peer
  * (waitFailure, which prefers a failure the peer had heard of).
  */
@@ -291,7 +295,7 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
     struct pullSource ps[LOOM_STEP_MAXPEERS];
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
     size_t bytes = s->count * l->elemSize;
-    int err = 0, withdrawn = 0, bad = 0;
+    int err = 0, withdrawn = 0, bad = 0, put = s->op == LOOM_STEP_PUT;
     *gone = 0;
     for (int j = 0; j < s->nrecv && !withdrawn; j++) {
         ps[j].peer = s->recvPeers[j];
@@ -307,15 +311,21 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
         memcpy((char *)&o + sizeof(o.addr), in[j] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
         o.addr = ps[j].at;
         memPeerSeen(l->comm, ps[j].peer, o.memGen);
-        ps[j].view = memPeerView(l->comm, ps[j].peer, &o, bytes, 0);
+        ps[j].view = memPeerView(l->comm, ps[j].peer, &o, bytes, put);
     }
     if (!withdrawn) {
-        if (s->op != LOOM_STEP_PULL)
+        const char *src = l->bufs[s->srcBuf] + s->srcOff * l->elemSize;
+        pid_t pid = l->comm->peers[ps[0].peer].pid;
+        if (s->op == LOOM_STEP_PULL_REDUCE_COPY)
             err = pullReduce(l, s, ps, dst, &bad);
+        else if (put && ps[0].view)
+            reduceCopy((char *)(uintptr_t)ps[0].view, src, bytes);
+        else if (put)
+            err = cmaWrite(pid, src, ps[0].at, bytes);
         else if (ps[0].view)
             reduceCopyStream(dst, ps[0].view, bytes);
         else
-            err = cmaRead(l->comm->peers[ps[0].peer].pid, dst, ps[0].at, bytes);
+            err = cmaRead(pid, dst, ps[0].at, bytes);
         /* A read-modify-write (adding 0) orders the check after the copy as a full fence
          * would (fences are refused under -fsanitize=thread). */
         for (int j = 0; j < s->nrecv && !withdrawn; j++)
@@ -332,16 +342,18 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
     if (withdrawn)
         return loomSetError(loomRemoteError,
                             "rank %d (pid %d on %s) left the call on an error (its own, a "
-                            "peer's or an abort) while rank %d read its buffer",
-                            from, (int)peer->pid, peer->hostname, l->comm->rank);
+                            "peer's or an abort) while rank %d %s its buffer",
+                            from, (int)peer->pid, peer->hostname, l->comm->rank,
+                            put ? "wrote" : "read");
     if (err == ESRCH || peerGone(l->comm, from)) {
         *gone = 1; /* exiting, or gone */
         return loomSuccess;
     }
     return loomSetError(loomRemoteError,
-                        "rank %d could not read the buffer of rank %d (pid %d on %s) with "
-                        "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                        l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
+                        "rank %d could not %s the buffer of rank %d (pid %d on %s) with "
+                        "process_vm_%sv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
+                        l->comm->rank, put ? "write" : "read", from, (int)peer->pid, peer->hostname,
+                        put ? "write" : "read", strerror(err));
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -534,7 +546,8 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
-        } else if (s->op == LOOM_STEP_PULL || s->op == LOOM_STEP_PULL_REDUCE_COPY) {
+        } else if ((loomStepUses(s->op) & (LOOM_USES_SLOTLESS | LOOM_USES_RECV)) ==
+                   (LOOM_USES_SLOTLESS | LOOM_USES_RECV)) { /* PULL, PULL_REDUCE_COPY, PUT */
             int gone;
             if ((*err = stepPull(l, s, k.in, &gone)) != loomSuccess)
                 return -1;

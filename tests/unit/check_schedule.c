@@ -312,22 +312,30 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st,
     return 0;
 }
 
-static int simStore(struct sim *s, int r, const struct loomStep *st)
+/* Stores s->tmp (count elements) at buffer b, offset off, of rank `owner` (r's own, or the
+ * peer whose offer r's PUT writes into). */
+static int simStoreAt(struct sim *s, int r, int owner, int b, size_t off, size_t count)
 {
-    struct simRank *rk = &s->ranks[r];
-    if (st->dstOff > rk->len[st->dstBuf] || st->count > rk->len[st->dstBuf] - st->dstOff)
-        return simFail(s, "rank %d step %zu: writes [%zu,+%zu) of a %zu-element buffer", r, rk->pc,
-                       st->dstOff, st->count, rk->len[st->dstBuf]);
-    struct sym *dst = rk->buf[st->dstBuf] + st->dstOff;
-    for (size_t i = 0; i < st->count; i++) {
+    struct simRank *rk = &s->ranks[owner];
+    size_t pc = s->ranks[r].pc;
+    if (off > rk->len[b] || count > rk->len[b] - off)
+        return simFail(s, "rank %d step %zu: writes [%zu,+%zu) of rank %d's %zu-element buffer", r,
+                       pc, off, count, owner, rk->len[b]);
+    struct sym *dst = rk->buf[b] + off;
+    for (size_t i = 0; i < count; i++) {
         if (s->multiWrite && dst[i].valid && dst[i].final)
             return simFail(s, "rank %d step %zu: overwrites finished element %zu of buffer %d", r,
-                           rk->pc, st->dstOff + i, st->dstBuf);
+                           pc, off + i, b);
         uint8_t writes = dst[i].writes;
         dst[i] = s->tmp[i];
         dst[i].writes = (uint8_t)(writes < 255 ? writes + 1 : 255);
     }
     return 0;
+}
+
+static int simStore(struct sim *s, int r, const struct loomStep *st)
+{
+    return simStoreAt(s, r, r, st->dstBuf, st->dstOff, st->count);
 }
 
 static void simPush(struct sim *s, struct simFifo *f, size_t count)
@@ -404,10 +412,19 @@ static int simStep(struct sim *s, int r)
             msgs[k] = sender->buf[b] + off;
         }
     }
-    if (simCompute(s, r, st, msgs, st->nrecv) < 0)
+    /* A PUT's src goes into the offered memory, which it does not read; an OFFER reads nothing
+     * now: its taker reads (or writes) the offered elements later. */
+    int put = st->op == LOOM_STEP_PUT;
+    if (st->op != LOOM_STEP_OFFER && simCompute(s, r, st, msgs, put ? 0 : st->nrecv) < 0)
         return -1;
     if ((loomStepUses(st->op) & LOOM_USES_DST) && simStore(s, r, st) < 0)
         return -1;
+    if (put) {
+        size_t slot = in[0]->head % LOOM_STEPS;
+        if (simStoreAt(s, r, st->recvPeers[0], in[0]->offerBuf[slot], in[0]->offerOff[slot],
+                       st->count) < 0)
+            return -1;
+    }
     for (int k = 0; k < st->nrecv; k++)
         in[k]->head++;
     for (int k = 0; k < st->nsend; k++) {
