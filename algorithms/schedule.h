@@ -533,7 +533,7 @@ loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPla
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
  * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
- * host: schedules of OFFER, PULL, PULL_REDUCE_COPY and DRAIN steps for
+ * host: schedules of OFFER, PULL, PULL_REDUCE_COPY, PUT and DRAIN steps for
  * AlltoAll, AllGather, AllReduce, Reduce, ReduceScatter and Broadcast.
  */
 typedef enum {

@@ -5,13 +5,14 @@
  *
  * The FIFO path (exec.c over transports/shm.c) copies every byte twice: into
  * a slot of the receiver's segment, and out of it. With cross-memory attach a
- * rank reads a peer's user buffer straight into its own, in one copy done by
- * the kernel, or, where the peer's buffer is loomMemAlloc memory, with plain
- * loads from a mapping of it (mem.c). Every collective but AlltoAllv has a
- * single-copy schedule (OFFER, PULL, PULL_REDUCE_COPY and DRAIN steps,
+ * rank reads a peer's user buffer straight into its own (or writes its own
+ * into the peer's), in one copy done by the kernel, or, where the peer's
+ * buffer is loomMemAlloc memory, with plain loads and stores through a
+ * mapping of it (mem.c). Every collective but AlltoAllv has a single-copy
+ * schedule (OFFER, PULL, PULL_REDUCE_COPY, PUT and DRAIN steps,
  * algorithms/direct.c), run by exec.c like any other, in groups too; the
- * reads go through cmaRead below, or through cmaScratch a piece at a time
- * when they are reduced. A call takes them where the tuner picks cma (for
+ * copies go through cmaRead and cmaWrite below, or through cmaScratch a
+ * piece at a time when reads are reduced. A call takes them where the tuner picks cma (for
  * AllReduce, Broadcast, Reduce, ReduceScatter and AllGather where LOOM_ALGO
  * names it; for AlltoAll by its model), or, on its own (not in a group) and
  * of at least LOOM_CMA_MIN_BYTES, where every rank passes loomMemAlloc

@@ -1,7 +1,8 @@
 /*
  * cma.h — single copies between the processes of one host: whether they are
- * possible, whether a call takes them, and the reads of PULL steps
- * (process_vm_readv). The schedules are algorithms/direct.c's. See cma.c.
+ * possible, whether a call takes them, the reads of PULL steps
+ * (process_vm_readv) and the writes of PUT steps (process_vm_writev). The
+ * schedules are algorithms/direct.c's. See cma.c.
  */
 #ifndef LOOM_CMA_H_
 #define LOOM_CMA_H_
