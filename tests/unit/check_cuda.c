@@ -702,6 +702,146 @@ START_TEST(test_fake_launch_timeout)
 }
 END_TEST
 
+/*
+ * A group on device buffers is one launch: an AllReduce and a Broadcast of
+ * one communicator, then a ring of Send/Recv (each rank sends to the next);
+ * then AlltoAllv with counts that differ by peer.
+ */
+static int groupLaunchRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d, e, f;
+    int32_t in[N], out[N], got[N];
+    size_t fatbinBytes;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)) ||
+        lib->memAlloc(&e, sizeof(out)) || lib->memAlloc(&f, sizeof(got)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    void *pd = (void *)(uintptr_t)d, *pe = (void *)(uintptr_t)e, *pf = (void *)(uintptr_t)f;
+    for (int i = 0; i < N; i++)
+        in[i] = i + 100 * rank;
+    if (toDevice(lib, d, in, sizeof(in)))
+        return testRankFail(rank, 11, "copying the input to the device failed");
+    int before = fakeCount("fakecudaInterpretLaunches");
+    loomGroupStart();
+    loomAllReduce(pd, pe, N, loomInt32, loomSum, comm, NULL);
+    loomBroadcast(pd, pf, N, loomInt32, n - 1, comm, NULL);
+    if (loomGroupEnd() != loomSuccess || fakeCount("fakecudaInterpretLaunches") != before + 1)
+        return testRankFail(rank, 12, "a group of two: %s, %d launches", loomGetLastError(comm),
+                            fakeCount("fakecudaInterpretLaunches") - before);
+    if (fromDevice(lib, out, e, sizeof(out)) || fromDevice(lib, got, f, sizeof(got)))
+        return testRankFail(rank, 13, "copying the results from the device failed");
+    for (int i = 0; i < N; i++)
+        if (out[i] != n * i + 100 * n * (n - 1) / 2 || got[i] != i + 100 * (n - 1))
+            return testRankFail(rank, 14, "group: element %d is %d and %d", i, out[i], got[i]);
+    loomGroupStart();
+    loomSend(pd, N, loomInt32, (rank + 1) % n, comm, NULL);
+    loomRecv(pf, N, loomInt32, (rank + n - 1) % n, comm, NULL);
+    if (loomGroupEnd() != loomSuccess || fromDevice(lib, got, f, sizeof(got)))
+        return testRankFail(rank, 15, "Send/Recv ring: %s", loomGetLastError(comm));
+    for (int i = 0; i < N; i++)
+        if (got[i] != i + 100 * ((rank + n - 1) % n))
+            return testRankFail(rank, 16, "Send/Recv: element %d is %d", i, got[i]);
+    /* AlltoAllv: rank r sends peer p p + 1 elements from offset 10 p, and receives r + 1 each. */
+    size_t sc[TEST_MAX_RANKS], sd[TEST_MAX_RANKS], rcn[TEST_MAX_RANKS], rd[TEST_MAX_RANKS];
+    for (int p = 0; p < n; p++)
+        sc[p] = (size_t)p + 1, sd[p] = 10 * (size_t)p, rcn[p] = (size_t)rank + 1,
+        rd[p] = 10 * (size_t)p;
+    if (loomAlltoAllv(pd, sc, sd, pf, rcn, rd, loomInt32, comm, NULL) != loomSuccess ||
+        fromDevice(lib, got, f, sizeof(got)))
+        return testRankFail(rank, 17, "AlltoAllv: %s", loomGetLastError(comm));
+    for (int p = 0; p < n; p++)
+        for (int k = 0; k <= rank; k++)
+            if (got[10 * p + k] != 10 * rank + k + 100 * p)
+                return testRankFail(rank, 18, "AlltoAllv: from rank %d element %d is %d", p, k,
+                                    got[10 * p + k]);
+    return 0;
+}
+
+START_TEST(test_fake_launch_group)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_BUFFSIZE", "4096", 1);
+    fakeDriver(0);
+    runRanks(3, groupLaunchRank);
+}
+END_TEST
+
+/*
+ * Ranks that disagree on the count: the kernel stops on the size word it did
+ * not expect and writes its error record; the call returns the host
+ * executor's line for it on the rank that received the wrong size, and an
+ * error on the other.
+ */
+static int mismatchRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d;
+    size_t fatbinBytes;
+    (void)n;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, N * sizeof(float)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    void *p = (void *)(uintptr_t)d;
+    loomResult_t res = loomAllReduce(p, p, rank ? N / 2 : N, loomFloat32, loomSum, comm, NULL);
+    const char *line = loomGetLastError(NULL);
+    if (res == loomSuccess)
+        return testRankFail(rank, 11, "mismatched counts succeeded");
+    if (res == loomInvalidUsage && strstr(line, "expected") == NULL)
+        return testRankFail(rank, 12, "the mismatch line does not say what was expected: %s", line);
+    if (res != loomInvalidUsage && res != loomRemoteError)
+        return testRankFail(rank, 13, "the call returned %d: %s", res, line);
+    return 0;
+}
+
+START_TEST(test_fake_launch_mismatch)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_TIMEOUT", "20", 1);
+    fakeDriver(0);
+    runRanks(2, mismatchRank);
+}
+END_TEST
+
+/*
+ * A peer that exits without calling: the survivor's launch ends with the
+ * line naming it, long before LOOM_TIMEOUT (300 s here, past the case's
+ * 60 s limit, so a survivor that only timed out fails the case).
+ */
+static int deadPeerRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    cuDevPtr_t d;
+    size_t fatbinBytes;
+    (void)n;
+    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, N * sizeof(float)))
+        return testRankFail(rank, 10, "no driver, or no device memory from it");
+    if (cudaFatbin(&fatbinBytes) == NULL || rank == 1)
+        _exit(0); /* gone, without a word */
+    void *p = (void *)(uintptr_t)d;
+    double t0 = testNowSec();
+    loomResult_t res = loomAllReduce(p, p, N, loomFloat32, loomSum, comm, NULL);
+    const char *line = loomGetLastError(NULL);
+    if (res != loomRemoteError || strstr(line, "rank 1") == NULL || strstr(line, "exited") == NULL)
+        return testRankFail(rank, 11, "the call returned %d after %.1f s: %s", res,
+                            testNowSec() - t0, line);
+    return 0;
+}
+
+START_TEST(test_fake_launch_dead_peer)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_TIMEOUT", "300", 1);
+    fakeDriver(0);
+    runRanks(2, deadPeerRank);
+}
+END_TEST
+
 static void *abortLater(void *comm)
 {
     usleep(300 * 1000);
@@ -830,6 +970,9 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_launch_stream_order);
     tcase_add_test(fake, test_fake_launch_timeout);
     tcase_add_test(fake, test_fake_launch_abort);
+    tcase_add_test(fake, test_fake_launch_group);
+    tcase_add_test(fake, test_fake_launch_mismatch);
+    tcase_add_test(fake, test_fake_launch_dead_peer);
     suite_add_tcase(s, fake);
 #ifdef HAVE_CUDA
     TCase *toolkit = tcase_create("toolkit");
