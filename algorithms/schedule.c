@@ -48,8 +48,6 @@ const char *loomStepName(unsigned op)
         "OFFER",
         "PULL",
         "DRAIN",
-        "PULL_REDUCE_COPY",
-        "PUT",
     };
     return op < LOOM_STEP_NUM_OPS ? names[op] : "?";
 }
@@ -179,17 +177,13 @@ int planUsesPeer(const struct loomPlan *p, int dir, int peer)
 #define DOUBLING LOOM_ALGO_DOUBLING
 #define CMA LOOM_ALGO_CMA
 static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
-    [LOOM_COLL_BROADCAST] =
-        {[RING] = ringBroadcastPlan, [TREE] = treeBroadcastPlan, [CMA] = directBroadcastCmaPlan},
-    [LOOM_COLL_REDUCE] =
-        {[RING] = ringReducePlan, [TREE] = treeReducePlan, [CMA] = directReduceCmaPlan},
+    [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastPlan, [TREE] = treeBroadcastPlan},
+    [LOOM_COLL_REDUCE] = {[RING] = ringReducePlan, [TREE] = treeReducePlan},
     [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReducePlan,
                              [TREE] = treeAllReducePlan,
-                             [DOUBLING] = doublingAllReducePlan,
-                             [CMA] = directAllReduceCmaPlan},
+                             [DOUBLING] = doublingAllReducePlan},
     [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherPlan, [CMA] = directAllGatherCmaPlan},
-    [LOOM_COLL_REDUCESCATTER] =
-        {[RING] = ringReduceScatterPlan, [CMA] = directReduceScatterCmaPlan},
+    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterPlan},
     [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllPlan, [CMA] = directAlltoAllCmaPlan},
     [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvPlan},
     [LOOM_COLL_SEND] = {[DIRECT] = directSendPlan},

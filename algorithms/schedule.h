@@ -32,7 +32,7 @@
  * LOOM_USES_FANOUT). A step runs when every one of its messages has arrived
  * and every one of its send FIFOs has a free slot.
  *
- * and five for single copies between the processes of one host (the cma
+ * and three for single copies between the processes of one host (the cma
  * algorithm), where no data passes through the FIFOs:
  *
  *   OFFER                   the address of src[srcOff..], count ----> sendPeer
@@ -40,20 +40,11 @@
  *                           from its memory (process_vm_readv) -----> dst[dstOff..]
  *   DRAIN                   waits until sendPeer has taken every message sent
  *                           to it (so has finished reading what was offered)
- *   PULL_REDUCE_COPY        recvPeers' offered elements (fan-in), read from
- *                           their memory (+) src[srcOff..] -----> dst[dstOff..]
- *   PUT                     src[srcOff..] -----> written straight into the
- *                           memory recvPeer offered (process_vm_writev)
- *
- * An offer is an address: the step that takes it reads there (PULL,
- * PULL_REDUCE_COPY) or writes there (PUT). A PUT's peer learns that the
- * elements have landed from its DRAIN, which ends only once the PUT has
- * taken the offer, after its copy.
  *
  * A rank must DRAIN every peer it offered to before its schedule ends: that
- * is what keeps its buffers valid until the peers have read them (or
- * written them). OFFER, PULL, PULL_REDUCE_COPY and PUT may move more than
- * chunkElems (nothing goes through a slot); DRAIN has count 0.
+ * is what keeps its buffers valid until the peers have read them. OFFER and
+ * PULL may move more than chunkElems (nothing goes through a slot); DRAIN
+ * has count 0.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -102,8 +93,6 @@ typedef enum {
     LOOM_STEP_OFFER,
     LOOM_STEP_PULL,
     LOOM_STEP_DRAIN,
-    LOOM_STEP_PULL_REDUCE_COPY,
-    LOOM_STEP_PUT,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -135,9 +124,7 @@ enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
  * RECV means nrecv >= 1 (exactly 1 without FANIN), SEND nsend >= 1 (exactly
  * 1 without FANOUT); an op without them has nrecv or nsend 0. A step that
  * writes dst and messages writes the same values to each. Without REDUCE, a
- * step with RECV moves the message, one without moves src; a SLOTLESS step
- * with RECV and SRC but no DST (PUT) moves src into the memory the message
- * offers.
+ * step with RECV moves the message, one without moves src.
  */
 enum {
     LOOM_USES_SRC = 0x01,
@@ -176,11 +163,6 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
         return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SLOTLESS;
     case LOOM_STEP_DRAIN:
         return LOOM_USES_SEND | LOOM_USES_SLOTLESS;
-    case LOOM_STEP_PULL_REDUCE_COPY:
-        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST |
-               LOOM_USES_SLOTLESS | LOOM_USES_FANIN;
-    case LOOM_STEP_PUT:
-        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_SLOTLESS;
     default:
         return 0;
     }
@@ -488,36 +470,6 @@ loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan 
 loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 /* AllGather the same way: every peer is offered this rank's send buffer. */
 loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/*
- * AllGather of a block that fits one slot (hi - lo <= chunkElems), as a
- * barrier that carries data: every Send first (each to its own FIFO), then
- * every Recv, nothing forwarded, so it ends as soon as the last rank has
- * arrived and sent. cma.c's exchange of buffer descriptors.
- */
-loomResult_t directAllGatherSmallPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/*
- * Broadcast by single copies: the root offers its send buffer, every other
- * rank pulls it.
- */
-loomResult_t directBroadcastCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/*
- * The reductions by single copies, each rank reducing a share: rank p owns
- * slice p of [lo, hi) (1/n of it). Every rank offers each peer that peer's
- * slice of its send buffer, and folds the peers' offers of its own slice
- * into it (PULL_REDUCE_COPY, fan-in of up to LOOM_STEP_MAXPEERS peers a
- * step). ReduceScatter: the slices are the per-rank blocks, and that is all.
- * AllReduce: every rank also offers each peer that peer's slice of its
- * receive buffer, and writes its reduced slice into every peer's offer
- * (PUT). Reduce: only the root offers its receive buffer; a rank other than
- * the root reduces its slice into LOOM_BUF_RECV, which must be a scratch
- * area of directCmaSliceMax() elements private to the lane, and PUTs it to
- * the root.
- */
-loomResult_t directAllReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-loomResult_t directReduceCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-loomResult_t directReduceScatterCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/* The most elements of a slice of a single-copy Reduce over `len` elements on n ranks. */
-size_t directCmaSliceMax(size_t len, int nranks);
 loomResult_t directSendPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
@@ -533,8 +485,9 @@ loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPla
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
  * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
- * host: schedules of OFFER, PULL, PULL_REDUCE_COPY, PUT and DRAIN steps for
- * AlltoAll, AllGather, AllReduce, Reduce, ReduceScatter and Broadcast.
+ * host. AlltoAll and AllGather have schedules for it (OFFER, PULL, DRAIN steps); the other
+ * collectives run it without one, in src/cma.c, where LOOM_ALGO names it
+ * and the call can (tunerAllows).
  */
 typedef enum {
     LOOM_ALGO_RING = 0,
@@ -550,7 +503,7 @@ typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct lo
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
  * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce), direct
- * (AlltoAll(v), Send, Recv) or cma (all the collectives but AlltoAllv).
+ * (AlltoAll(v), Send, Recv) or cma (AlltoAll, AllGather).
  * NULL when coll has no such schedule (a tree AllGather) or either is out
  * of range.
  */

@@ -1,24 +1,42 @@
 /*
- * cma.c — single copies between the processes of one host: whether they
- * are possible, whether a call takes them, and the reads themselves
- * (process_vm_readv).
+ * cma.c — single-copy collectives between the processes of one host, with
+ * cross-memory attach (process_vm_readv / process_vm_writev).
  *
  * The FIFO path (exec.c over transports/shm.c) copies every byte twice: into
  * a slot of the receiver's segment, and out of it. With cross-memory attach a
- * rank reads a peer's user buffer straight into its own (or writes its own
- * into the peer's), in one copy done by the kernel, or, where the peer's
- * buffer is loomMemAlloc memory, with plain loads and stores through a
- * mapping of it (mem.c). Every collective but AlltoAllv has a single-copy
- * schedule (OFFER, PULL, PULL_REDUCE_COPY, PUT and DRAIN steps,
- * algorithms/direct.c), run by exec.c like any other, in groups too; the
- * copies go through cmaRead and cmaWrite below, or through cmaScratch a
- * piece at a time when reads are reduced. A call takes them where the tuner picks cma (for
- * AllReduce, Broadcast, Reduce, ReduceScatter and AllGather where LOOM_ALGO
- * names it; for AlltoAll by its model), or, on its own (not in a group) and
- * of at least LOOM_CMA_MIN_BYTES, where every rank passes loomMemAlloc
- * buffers and has a core of its own: cmaAgree finds that out with one
- * exchange of buffer descriptors (a Send to and a Recv from every peer over
- * the FIFOs), and every rank then decides alike.
+ * rank reads a peer's user buffer straight into its own, or writes its own
+ * into the peer's, in one copy done by the kernel. AlltoAll and AllGather
+ * do so as schedules (OFFER, PULL and DRAIN steps, algorithms/direct.c; the
+ * PULL's read is cmaRead below), which the tuner weighs like any other. For
+ * the other collectives: when every rank of a
+ * communicator sits on this host and the kernel lets every rank reach every
+ * other, a collective of at least LOOM_CMA_MIN_BYTES (the size loom-perf
+ * prints: the largest buffer), alone in its plan (not in a group), on host
+ * buffers, runs here instead of as a schedule when LOOM_ALGO names "cma"
+ * (the tuner's LOOM_ALGO_CMA; off by default: measured on the 2-core
+ * development machine the FIFOs, whose slots stay in cache, beat these page
+ * pinning copies about 2x for AllReduce from 2 MiB to 64 MiB on 2 ranks, and
+ * for Broadcast and Reduce; single copies won only under heavy load):
+ *
+ *   1. the ranks exchange their buffer addresses (a Send to and a Recv from
+ *      every peer over the FIFOs, so waiting, abort, timeouts and dead peers
+ *      are handled as for any call; see cmaExchange);
+ *   2. each rank moves its share:
+ *      AllReduce      rank i reduces slice i of the vector (1/n): reads the
+ *                     peers' slices chunk by chunk into a scratch buffer the
+ *                     size of a chunk, reduces into its own recvbuff, and
+ *                     writes the reduced chunk into every peer's recvbuff;
+ *      ReduceScatter  rank i reduces its own block, reading the peers' blocks;
+ *      Reduce         as AllReduce, but each reduced chunk goes to the root only;
+ *      Broadcast      every rank reads the root's sendbuff;
+ *   3. the ranks exchange their status, which is also the barrier that keeps
+ *      a rank from returning (and its caller from reusing its buffers) while a
+ *      peer still reads or writes them.
+ * Every element of a result is written by exactly one rank, and no rank reads
+ * memory another writes in the same call, in place included (NCCL's layout:
+ * ReduceScatter's recvbuff at rank*recvcount of sendbuff). Each
+ * AllReduce slice is reduced by one rank in one order, so all ranks get
+ * bit-identical results.
  *
  * Whether the kernel allows it is found at connect (cmaSetup): each rank
  * reads and writes back a random word of every peer. Yama's ptrace_scope >= 1,
@@ -45,17 +63,22 @@
 #include "reduce.h"
 #include "tuner.h"
 
-/* Reads that are reduced go through scratch in pieces this big, which stay in the L2 cache. */
+/* Elements are reduced in chunks this big, which stay in the L2 cache. */
 #define CMA_CHUNK (128 * 1024)
 
-/* What a rank tells the others when a call may take single copies (cmaAgree). */
+/* What a rank tells the others at the start and at the end of a call. */
 struct cmaDesc {
     struct loomOffer send, recv; /* the buffers, and the loomMemAlloc blocks holding them */
+    int32_t status;              /* 0, or the errno of a failed copy */
+    int32_t peer;                /* the peer that copy was with */
+    int32_t mode;                /* cmaEligible's answer: ranks that differ fail the call */
 };
 
 struct cmaState {
     struct cmaDesc *all;   /* [nranks] */
-    char *scratch;         /* LOOM_STEP_MAXPEERS x CMA_CHUNK: a piece of each peer's (cmaScratch) */
+    const char **sendView; /* [nranks]: peers' send buffers mapped here (mem.c), or NULL */
+    char **recvView;       /* [nranks]: peers' receive buffers mapped for writing, or NULL */
+    char *scratch;         /* 2 x CMA_CHUNK: a peer's chunk, and a chunk reduced for the root */
     struct loomPlan xplan; /* the descriptor exchange (cmaExchange) */
     size_t minBytes;
 };
@@ -136,7 +159,9 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
     if (want) {
         st = calloc(1, sizeof(*st));
         if (st == NULL || (st->all = calloc((size_t)n, sizeof(*st->all))) == NULL ||
-            (st->scratch = malloc(LOOM_STEP_MAXPEERS * CMA_CHUNK)) == NULL)
+            (st->sendView = calloc((size_t)n, sizeof(*st->sendView))) == NULL ||
+            (st->recvView = calloc((size_t)n, sizeof(*st->recvView))) == NULL ||
+            (st->scratch = malloc(2 * CMA_CHUNK)) == NULL)
             want = 0, why = "out of memory";
         else if (cmaExchangePlan(comm, &st->xplan) != loomSuccess)
             want = 0, why = "out of memory";
@@ -163,9 +188,8 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
         comm->cmaOk = 1;
         st = NULL;
         INFO(LOOM_SHM,
-             "cma: single-copy collectives possible from %zu bytes (process_vm_readv, or "
-             "mappings of loomMemAlloc memory); AlltoAll's where the tuner picks them, the "
-             "others' where LOOM_ALGO names cma or every rank passes loomMemAlloc buffers",
+             "cma: single-copy collectives possible from %zu bytes (process_vm_readv/writev); "
+             "AlltoAll's where the tuner picks them, the others' where LOOM_ALGO names cma",
              comm->cma->minBytes);
     } else if (bad >= 0) {
         INFO(LOOM_SHM, "cma: off, rank %d cannot reach rank %d (pid %d): %s; FIFO copies only", me,
@@ -175,6 +199,8 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
     }
     if (st) {
         free(st->all);
+        free(st->sendView);
+        free(st->recvView);
         planFree(&st->xplan);
         free(st->scratch);
         free(st);
@@ -191,6 +217,8 @@ void cmaTeardown(struct loomComm *comm)
     if (st == NULL)
         return;
     free(st->all);
+    free(st->sendView);
+    free(st->recvView);
     planFree(&st->xplan);
     free(st->scratch);
     free(st);
@@ -239,26 +267,24 @@ int cmaEligible(const struct loomOp *op)
 {
     const struct loomComm *comm = op->comm;
     if (!comm->cmaOk || op->count == 0 || opBytes(op) < comm->cma->minBytes)
-        return 0;
+        return CMA_NO;
     switch (op->coll) {
     case LOOM_COLL_ALLREDUCE:
     case LOOM_COLL_REDUCESCATTER:
     case LOOM_COLL_BROADCAST:
     case LOOM_COLL_REDUCE:
-    case LOOM_COLL_ALLGATHER:
-        /* Named in LOOM_ALGO, cma is the tuner's to pick, with no question asked. */
-        return !tunerAllows(op->coll, LOOM_ALGO_CMA) && cmaAsk(comm, op->coll);
+        if (tunerAllows(op->coll, LOOM_ALGO_CMA))
+            return CMA_ASKED;
+        return cmaAsk(comm, op->coll) ? CMA_IF_MAPPED : CMA_NO;
+    case LOOM_COLL_ALLGATHER: /* named in LOOM_ALGO: its schedule (algorithms/direct.c) */
+        return !tunerAllows(op->coll, LOOM_ALGO_CMA) && cmaAsk(comm, op->coll) ? CMA_IF_MAPPED
+                                                                               : CMA_NO;
     default:
-        return 0;
+        return CMA_NO;
     }
 }
 
-/*
- * Whether the call's single-copy schedule has peers read rank p's send
- * buffer, and its receive buffer (AllReduce: the reduced slices). A Reduce
- * off the root offers its slice from plan scratch, which is loomMemAlloc
- * memory.
- */
+/* Whether the call reads rank p's send buffer, and writes its receive buffer, from elsewhere. */
 static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
 {
     *send = 1, *recv = 0;
@@ -269,7 +295,7 @@ static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
     case LOOM_COLL_BROADCAST:
         *send = p == op->root;
         break;
-    case LOOM_COLL_REDUCE: /* the peers PUT their slices into the root's */
+    case LOOM_COLL_REDUCE:
         *recv = p == op->root;
         break;
     default: /* ReduceScatter, AllGather: every send buffer, and each its own recv */
@@ -316,31 +342,151 @@ int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
     return err;
 }
 
-int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes)
+struct cmaCall {
+    struct loomComm *comm;
+    const struct loomOp *op;
+    const char *send; /* this rank's send buffer */
+    char *recv;
+    size_t es;
+    int failPeer;
+};
+
+static int cmaPeerMove(struct cmaCall *c, int p, int write, char *local, uint64_t remote,
+                       size_t bytes)
 {
-    int err = cmaMove(pid, 1, (char *)(uintptr_t)local, remote, bytes);
-    if (err && kill(pid, 0) != 0 && errno == ESRCH)
-        err = ESRCH;
+    pid_t pid = c->comm->peers[p].pid;
+    int err = cmaMove(pid, write, local, remote, bytes);
+    if (err) {
+        c->failPeer = p;
+        if (kill(pid, 0) != 0 && errno == ESRCH)
+            err = ESRCH; /* the peer is gone, whatever the copy said */
+    }
     return err;
 }
 
 /*
+ * Reduces elements [off, off + count) of all ranks' send buffers, a chunk at
+ * a time. Each reduced chunk lands at `acc` (+ its offset in the range), or,
+ * when acc is NULL, in scratch, and is then written to the recv buffer of
+ * every peer (toAll) or of `root` (root >= 0, not this rank), at `off`.
+ */
+static int cmaReduceRange(struct cmaCall *c, size_t off, size_t count, char *acc, int toAll,
+                          int root)
+{
+    struct loomComm *comm = c->comm;
+    struct cmaState *st = comm->cma;
+    const struct loomOp *op = c->op;
+    int n = comm->nranks, me = comm->rank;
+    size_t es = c->es, step = CMA_CHUNK / es;
+    char *in = st->scratch;
+    for (size_t done = 0; done < count; done += step) {
+        size_t m = count - done < step ? count - done : step, pos = (off + done) * es;
+        char *dst = acc ? acc + done * es : st->scratch + CMA_CHUNK;
+        for (int k = 1; k < n; k++) {
+            int p = (me + k) % n;
+            const char *b = st->sendView[p] ? st->sendView[p] + pos : in; /* mapped: no copy */
+            int err = b == in ? cmaPeerMove(c, p, 0, in, st->all[p].send.addr + pos, m * es) : 0;
+            if (err)
+                return err;
+            const char *a = k == 1 ? c->send + pos : dst;
+            if (k == n - 1)
+                reduceApplyFinal(dst, a, b, m, op->dt, op->op, n);
+            else
+                reduceApply(dst, a, b, m, op->dt, op->op);
+        }
+        for (int k = 1; k < n; k++) {
+            int p = (me + k) % n;
+            if (!toAll && p != root)
+                continue;
+            int err = 0;
+            if (st->recvView[p])
+                reduceCopy(st->recvView[p] + pos, dst, m * es);
+            else
+                err = cmaPeerMove(c, p, 1, dst, st->all[p].recv.addr + pos, m * es);
+            if (err)
+                return err;
+        }
+    }
+    return 0;
+}
+
+/* This rank's part of the call; 0 or the errno of a failed copy (c->failPeer says with whom). */
+static int cmaMoveShare(struct cmaCall *c)
+{
+    const struct loomOp *op = c->op;
+    struct cmaState *st = c->comm->cma;
+    int n = c->comm->nranks, me = c->comm->rank;
+    size_t es = c->es, cnt = op->count, blk = cnt * es;
+    size_t lo = cnt * (size_t)me / (size_t)n, hi = cnt * (size_t)(me + 1) / (size_t)n;
+
+    switch (op->coll) {
+    case LOOM_COLL_ALLREDUCE:
+        return cmaReduceRange(c, lo, hi - lo, c->recv + lo * es, 1, -1);
+    case LOOM_COLL_REDUCE:
+        return cmaReduceRange(c, lo, hi - lo, me == op->root ? c->recv + lo * es : NULL, 0,
+                              op->root);
+    case LOOM_COLL_REDUCESCATTER:
+        /* Block `me` of every send buffer; the (in-place) recv buffer is this rank's own. */
+        return cmaReduceRange(c, (size_t)me * cnt, cnt, c->recv, 0, -1);
+    case LOOM_COLL_ALLGATHER: {
+        char *own = c->recv + (size_t)me * blk;
+        if (own != c->send)
+            memcpy(own, c->send, blk);
+        for (int k = 1; k < n; k++) {
+            int p = (me + k) % n, err = 0;
+            if (st->sendView[p])
+                reduceCopyStream(c->recv + (size_t)p * blk, st->sendView[p], blk);
+            else
+                err = cmaPeerMove(c, p, 0, c->recv + (size_t)p * blk, st->all[p].send.addr, blk);
+            if (err)
+                return err;
+        }
+        return 0;
+    }
+    case LOOM_COLL_BROADCAST:
+        if (me != op->root) {
+            if (st->sendView[op->root] == NULL)
+                return cmaPeerMove(c, op->root, 0, c->recv, st->all[op->root].send.addr, blk);
+            reduceCopyStream(c->recv, st->sendView[op->root], blk);
+            return 0;
+        }
+        if (c->send != c->recv)
+            memcpy(c->recv, c->send, blk);
+        return 0;
+    default:
+        return EINVAL;
+    }
+}
+
+/*
  * The plan of the descriptor exchange (cmaExchange), the same for every
- * call: an AllGather of one descriptor a rank, every Send first, then every
- * Recv (algorithms/direct.c). Each message is one slot (cmaSetup checks that
- * a descriptor fits).
+ * call: every Send first (each to its own FIFO; one message a call, so a
+ * free slot is never far), then every Recv, in rank order. Each message is
+ * one slot (cmaSetup checks that a descriptor fits).
  */
 static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan *out)
 {
-    struct loomSchedArgs a = {.coll = LOOM_COLL_ALLGATHER,
-                              .nranks = comm->nranks,
-                              .rank = comm->rank,
-                              .root = -1,
-                              .count = sizeof(struct cmaDesc),
-                              .lo = 0,
-                              .hi = sizeof(struct cmaDesc),
-                              .chunkElems = sizeof(struct cmaDesc)};
-    return directAllGatherSmallPlan(&a, out);
+    int n = comm->nranks, me = comm->rank;
+    loomResult_t res = loomSuccess;
+    planLoop(out);
+    for (int dir = 0; dir < 2; dir++) {
+        for (int p = 0; p < n && res == loomSuccess; p++) {
+            if (p == me)
+                continue;
+            struct loomPlanStep t = {.op = dir == 0 ? LOOM_STEP_SEND : LOOM_STEP_RECV,
+                                     .srcBuf = LOOM_BUF_SEND,
+                                     .dstBuf = LOOM_BUF_RECV,
+                                     .nrecv = dir == 1,
+                                     .nsend = dir == 0,
+                                     .recvPeers = {p},
+                                     .sendPeers = {p},
+                                     .nblocks = 1,
+                                     .len = sizeof(struct cmaDesc),
+                                     .dstBase = dir == 0 ? 0 : (size_t)p * sizeof(struct cmaDesc)};
+            res = planAppend(out, &t);
+        }
+    }
+    return res;
 }
 
 /*
@@ -354,8 +500,10 @@ static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan
 static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
 {
     struct cmaState *st = comm->cma;
+    st->all[comm->rank] = *mine;
     /* Run as a lane of its own, not through the planner, so the exchange neither touches
-     * the schedule cache nor spoils the memo of the call's schedule when the ranks decline. */
+     * the schedule cache nor spoils the memo of the call's schedule when it falls back to
+     * one (CMA_IF_MAPPED declined). */
     struct loomLane lane = {.comm = comm,
                             .channel = 0,
                             .plan = &st->xplan,
@@ -366,23 +514,64 @@ static loomResult_t cmaExchange(struct loomComm *comm, struct cmaDesc *mine)
     return execRun(&lane, 1, NULL);
 }
 
-loomResult_t cmaAgree(struct loomOp *op, int *mapped)
+loomResult_t cmaRun(struct loomOp *op, int mode, int *declined)
 {
     struct loomComm *comm = op->comm;
     struct cmaState *st = comm->cma;
-    struct cmaDesc mine;
-    memOfferFill(op->sendbuff, sendBytes(op), &mine.send);
-    memOfferFill(op->recvbuff, recvBytes(op), &mine.recv);
-    *mapped = 0;
+    struct cmaCall c = {comm, op, op->sendbuff, op->recvbuff, reduceTypeSize(op->dt), -1};
+    struct cmaDesc mine = {.status = 0, .peer = -1, .mode = mode};
+    memOfferFill(c.send, sendBytes(op), &mine.send);
+    memOfferFill(c.recv, recvBytes(op), &mine.recv);
+    mine.recv.memGen = mine.send.memGen; /* one count: a free in between changes nothing here */
+    TRACE(LOOM_COLL, "cma: coll %d count %zu", (int)op->coll, op->count);
+    *declined = 0;
     LOOMCHECK(cmaExchange(comm, &mine));
-    *mapped = cmaAllMapped(op, st->all);
-    if (*mapped)
-        tunerLogCma(comm, op->coll, opBytes(op), 1);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (st->all[p].mode != mode)
+            return loomSetError(loomInvalidUsage,
+                                "ranks %d and %d were told different things about single copies "
+                                "for one call (LOOM_ALGO names cma on rank %d only): LOOM_ALGO "
+                                "must be equal on every rank",
+                                comm->rank, p, mode == CMA_ASKED ? comm->rank : p);
+        if (p != comm->rank) /* before any view is taken: none is dropped while in use */
+            memPeerSeen(comm, p, st->all[p].send.memGen);
+    }
+    int mapped = cmaAllMapped(op, st->all);
+    if (mode == CMA_IF_MAPPED && !mapped) {
+        *declined = 1; /* every rank sees the same descriptors: all decline */
+        return loomSuccess;
+    }
+    tunerLogCma(comm, op->coll, opBytes(op), mapped);
+    for (int p = 0; p < comm->nranks; p++) {
+        int send, recv, peer = p != comm->rank;
+        cmaUses(op, p, &send, &recv);
+        st->sendView[p] =
+            peer && send ? memPeerView(comm, p, &st->all[p].send, sendBytes(op), 0) : NULL;
+        st->recvView[p] =
+            peer && recv ? memPeerView(comm, p, &st->all[p].recv, recvBytes(op), 1) : NULL;
+    }
+    mine.status = cmaMoveShare(&c);
+    mine.peer = c.failPeer;
+    LOOMCHECK(cmaExchange(comm, &mine));
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct cmaDesc *d = &st->all[p];
+        if (d->status == 0)
+            continue;
+        if (d->status == ESRCH) { /* the peer exited in the middle: as a dead peer on the FIFOs */
+            loomSetError(loomRemoteError,
+                         "rank %d (pid %d on %s) exited while rank %d copied data "
+                         "with it",
+                         d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                         d->peer >= 0 ? comm->peers[d->peer].hostname : "?", p);
+            commSetBroken(comm, loomRemoteError, debugLastError(NULL));
+            return loomRemoteError;
+        }
+        return loomSetError(loomSystemError,
+                            "rank %d could not reach rank %d's memory (pid %d) in a single-copy "
+                            "collective: %s; the buffers passed may be invalid "
+                            "(LOOM_CMA_DISABLE=1 turns single copies off)",
+                            p, d->peer, d->peer >= 0 ? (int)comm->peers[d->peer].pid : -1,
+                            debugErrnoText(d->status));
+    }
     return loomSuccess;
-}
-
-char *cmaScratch(struct loomComm *comm, size_t *each)
-{
-    *each = comm->cma ? CMA_CHUNK : 0;
-    return comm->cma ? comm->cma->scratch : NULL;
 }

@@ -1,8 +1,6 @@
 /*
- * cma.h — single copies between the processes of one host: whether they are
- * possible, whether a call takes them, the reads of PULL steps
- * (process_vm_readv) and the writes of PUT steps (process_vm_writev). The
- * schedules are algorithms/direct.c's. See cma.c.
+ * cma.h — single-copy collectives between the processes of one host, with
+ * cross-memory attach (process_vm_readv / process_vm_writev). See cma.c.
  */
 #ifndef LOOM_CMA_H_
 #define LOOM_CMA_H_
@@ -20,31 +18,27 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * 1 if op (one call, not in a group, on host buffers: the caller checks)
- * takes single copies where every rank passes loomMemAlloc buffers, which
- * cmaAgree finds out (tunerZeroCopy, a core for each rank, LOOM_CMA_MIN_BYTES,
- * comm->cmaOk); 0 where it does not, or where LOOM_ALGO names cma, which
- * the tuner then picks by itself. Every rank of a call decides alike.
+ * Whether op runs here (the caller checks for host buffers and no group):
+ * CMA_NO; CMA_ASKED, LOOM_ALGO names cma for it; CMA_IF_MAPPED, it runs here
+ * if every rank passes loomMemAlloc buffers (tunerZeroCopy), which cmaRun
+ * finds out. Never CMA_ASKED for AlltoAll and AllGather, whose single copies
+ * are schedules. All need comm->cmaOk and LOOM_CMA_MIN_BYTES. Every rank of
+ * a call decides alike.
  */
+enum { CMA_NO = 0, CMA_ASKED, CMA_IF_MAPPED };
 int cmaEligible(const struct loomOp *op);
-/*
- * Collective (every rank of op->comm, for an op cmaEligible took): the ranks
- * exchange their buffers' descriptors over the FIFOs; *mapped is 1 where
- * every buffer the call's single-copy schedule reads on another rank is
- * loomMemAlloc memory, the same on every rank.
- */
-loomResult_t cmaAgree(struct loomOp *op, int *mapped);
 /*
  * Reads `bytes` at `remote` in process `pid` into `local` (a PULL step);
  * 0, or the errno of the failed read (ESRCH when the process is gone).
  */
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
-/* Writes `bytes` from `local` at `remote` in process `pid` (a PUT step); as cmaRead. */
-int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes);
 /*
- * Where a PULL_REDUCE_COPY reads the pieces of peers it cannot map:
- * LOOM_STEP_MAXPEERS areas of *each bytes (NULL, 0 without single copies).
+ * Runs op single-copy (collective: every rank of op->comm calls it), `mode`
+ * cmaEligible's answer. With CMA_IF_MAPPED the ranks first exchange their
+ * buffers' descriptors, and where some rank's are not loomMemAlloc memory
+ * every rank returns loomSuccess with *declined set, having moved nothing:
+ * the caller then runs op as a schedule.
  */
-char *cmaScratch(struct loomComm *comm, size_t *each);
+loomResult_t cmaRun(struct loomOp *op, int mode, int *declined);
 
 #endif /* LOOM_CMA_H_ */

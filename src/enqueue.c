@@ -316,8 +316,6 @@ struct planOp {
     size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
     int proto;                                       /* LOOM_PROTO_* (kexec.c) */
     size_t scratchOff;                               /* where it starts in comm->scratch */
-    size_t sliceBytes; /* single-copy Reduce off the root: each lane's slice (comm->cmaScratch) */
-    size_t sliceOff;   /* where the first starts there */
 };
 
 static __thread struct loomLane *tlLanes;
@@ -456,20 +454,15 @@ static size_t alignUp(size_t x)
 }
 
 /*
- * Asks the tuner (unless single copies are decided: cma), cuts the op into
- * lanes, and counts the scratch it needs: an in-place AlltoAll stages its
- * send buffer, since blocks are overwritten before they are sent; a
- * single-copy Reduce off the root reduces its slice into scratch the root
- * maps.
+ * Asks the tuner, cuts the op into lanes, and counts the scratch it needs:
+ * an in-place AlltoAll stages its send buffer, since blocks are overwritten
+ * before they are sent.
  */
-static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched,
-                     int cma)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched)
 {
     struct loomComm *comm = op->comm;
     size_t es = reduceTypeSize(op->dt);
     tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
-    if (cma)
-        p->tune.algo = LOOM_ALGO_CMA;
     /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
      * Device plans take LL only when launched (the host-driven executor has no lines). */
     p->proto = dev && !launched
@@ -486,30 +479,14 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
         p->stageBytes = alignUp(opBytes(op));
     p->scratchOff = comm->scratchTaken;
     comm->scratchTaken += p->stageBytes;
-    p->sliceBytes = 0;
-    if (op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_CMA && op->root != comm->rank)
-        p->sliceBytes =
-            alignUp(directCmaSliceMax(op->count / (size_t)p->lanes + 1, comm->nranks) * es);
-    p->sliceOff = comm->cmaScratchTaken;
-    comm->cmaScratchTaken += (size_t)p->lanes * p->sliceBytes;
 }
 
-/*
- * Grows each communicator's scratch to what the plan's ops took (before any
- * pointer is handed out); the single copies' in loomMemAlloc memory, which
- * the peers map.
+/* Grows each communicator's scratch to what the plan's ops took (before any pointer is handed out).
  */
 static loomResult_t planScratch(struct loomOp *ops, int nops)
 {
     for (int i = 0; i < nops; i++) {
         struct loomComm *comm = ops[i].comm;
-        if (comm->cmaScratchBytes < comm->cmaScratchTaken) {
-            void *p;
-            LOOMCHECK(loomMemAlloc(&p, comm->cmaScratchTaken, NULL));
-            loomMemFree(comm->cmaScratch);
-            comm->cmaScratch = p;
-            comm->cmaScratchBytes = comm->cmaScratchTaken;
-        }
         if (comm->scratchBytes >= comm->scratchTaken)
             continue;
         void *p = realloc(comm->scratch, comm->scratchTaken);
@@ -563,16 +540,13 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
             a.sendcounts = op->v, a.sdispls = op->v + n;
             a.recvcounts = op->v + 2 * n, a.rdispls = op->v + 3 * n;
         }
-        char *recv = op->recvbuff;
-        if (p->sliceBytes)
-            recv = (char *)comm->cmaScratch + p->sliceOff + (size_t)c * p->sliceBytes;
         const struct loomPlan *s;
         LOOMCHECK(scheduleGet(comm, &a, p->tune.algo, es, &s));
         p->sched[c] = s;
         tlLanes[(*nlanes)++] = (struct loomLane){.comm = comm,
                                                  .channel = c,
                                                  .plan = s,
-                                                 .bufs = {(char *)send, recv},
+                                                 .bufs = {(char *)send, op->recvbuff},
                                                  .dt = op->dt,
                                                  .op = op->op,
                                                  .elemSize = es,
@@ -592,21 +566,18 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
-/* launched: a device plan the interpreter runs on the GPU; cma: the single op takes single
- * copies (cmaAgree said every rank's buffers are mapped). */
 static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int launched,
-                              int cma, int *nlanes)
+                              int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
         ops[i].comm->planEpoch++;
         ops[i].comm->poolUsed = 0;
         ops[i].comm->scratchTaken = 0;
-        ops[i].comm->cmaScratchTaken = 0;
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i], dev, launched, cma);
+        planTune(&ops[i], &tlPlan[i], dev, launched);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
@@ -620,8 +591,8 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
  * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
  * the schedules depend only on arguments that match, and schedGen says no
  * cache entry was rebuilt since. Calls that use scratch (an in-place
- * AlltoAll, a single-copy Reduce) or a pool schedule (AlltoAllv), and calls
- * whose single copies the ranks agreed on (cmaAgree), are not kept.
+ * AlltoAll) or a pool schedule (AlltoAllv), and
+ * single copies, are not kept.
  */
 static int memoMatches(const struct loomOp *op)
 {
@@ -638,7 +609,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, loomResult_t res
 {
     struct loomComm *comm = op->comm;
     comm->memo.valid = 0;
-    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->sliceBytes)
+    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes)
         return;
     comm->memo.coll = (int)op->coll, comm->memo.dt = (int)op->dt, comm->memo.op = (int)op->op;
     comm->memo.root = op->root, comm->memo.count = op->count;
@@ -677,7 +648,7 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     int nlanes = 0;
     struct loomStream *s = ops[0].stream && streamIsCuda(ops[0].stream) ? ops[0].stream : NULL;
     cudaPlanUseStream(dev, s ? streamCudaHandle(s) : NULL);
-    loomResult_t res = planLanes(ops, nops, dev, 1, 0, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, 1, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
@@ -697,19 +668,22 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         return planLaunch(ops, nops, dev);
     for (int i = 0; i < nops; i++)
         devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
-    /* Host buffers that every rank's peers map: single copies (cma.c asks them all).
+    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c).
      * Before the memo: every rank must ask, whatever its previous call was. */
-    int cma = 0;
-    if (dev == NULL && nops == 1 && cmaEligible(&ops[0])) {
+    int cma = dev == NULL && nops == 1 ? cmaEligible(&ops[0]) : CMA_NO;
+    if (cma != CMA_NO) {
+        int declined;
         LOOMCHECK(commUsable(&ops[0]));
-        LOOMCHECK(cmaAgree(&ops[0], &cma));
+        loomResult_t res = cmaRun(&ops[0], cma, &declined);
+        if (res != loomSuccess || !declined)
+            return res;
     }
-    if (dev == NULL && nops == 1 && !cma && memoMatches(&ops[0])) {
+    if (dev == NULL && nops == 1 && memoMatches(&ops[0])) {
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, dev, 0, cma, &nlanes);
-    if (dev == NULL && nops == 1 && !cma)
+    loomResult_t res = planLanes(ops, nops, dev, 0, &nlanes);
+    if (dev == NULL && nops == 1)
         memoKeep(&ops[0], tlPlan, res);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,

@@ -225,135 +225,63 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
 
 static int peerGone(const struct loomComm *comm, int p);
 
-/* One peer's offer, as a PULL reads it. */
-struct pullSource {
-    int peer;
-    _Atomic uint64_t *slot;
-    uint64_t at;      /* the offered address; 0 once withdrawn */
-    const char *view; /* the peer's memory mapped here (mem.c), or NULL: process_vm_readv */
-};
-
 /*
- * A PULL_REDUCE_COPY's work: dst = src (+) every peer's offered elements.
- * Mapped peers are read in place, in one pass; otherwise a piece at a time
- * through cma.c's scratch (a piece per peer). 0, or the errno of a failed
- * read with *bad the index of its peer.
- */
-static int pullReduce(struct loomLane *l, const struct loomStep *s, const struct pullSource *ps,
-                      char *dst, int *bad)
-{
-    size_t es = l->elemSize, each = 0, step = s->count;
-    const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
-    int final = (s->flags & LOOM_STEP_FINAL) != 0;
-    const void *ins[LOOM_STEP_MAXPEERS];
-    char *scratch = NULL;
-    for (int j = 0; j < s->nrecv; j++)
-        if (ps[j].view == NULL && scratch == NULL)
-            scratch = cmaScratch(l->comm, &each), step = each / es;
-    if (step == 0)
-        return *bad = 0, ENOMEM;
-    for (size_t at = 0; at < s->count; at += step) {
-        size_t m = s->count - at < step ? s->count - at : step, off = at * es;
-        for (int j = 0; j < s->nrecv; j++) {
-            if (ps[j].view) {
-                ins[j] = ps[j].view + off;
-                continue;
-            }
-            int err = cmaRead(l->comm->peers[ps[j].peer].pid, scratch + (size_t)j * each,
-                              ps[j].at + off, m * es);
-            if (err)
-                return *bad = j, err;
-            ins[j] = scratch + (size_t)j * each;
-        }
-        reduceApplyMany(dst + off, src + off, ins, s->nrecv, m, l->dt, l->op, l->comm->nranks,
-                        final);
-    }
-    return 0;
-}
-
-/*
- * A PULL: the peer's offered elements, read from its memory into dst; a
- * PULL_REDUCE_COPY: those of each of its peers, reduced with src into dst;
- * a PUT: src written into the peer's offered memory.
+ * A PULL: the peer's offered elements, read from its memory into dst.
  *
  * A rank that leaves a call on an error does not wait for its peers to
  * have read what it offered (they may never): it withdraws its offers
  * first (withdrawOffers zeroes the address in every slot not yet taken),
  * and its caller may reuse the buffer as soon as it returns. So the reader
- * reads each address again after its copy: if it still stands, the copy was
+ * reads the address again after its copy: if it still stands, the copy was
  * made while the buffer still held the call's data; if it was withdrawn, the
- * copy may hold anything and the call fails. A PUT finds out the same way,
- * after its copy: into a buffer withdrawn meanwhile it may have written
- * (as cma.c's single copies always could), but only the elements the call
- * was to put there. A peer that is gone sets
+ * copy may hold anything and the call fails. A peer that is gone sets
  * *gone and leaves the step to be reported as a wait on a dead peer
  * (waitFailure, which prefers a failure the peer had heard of).
  */
-static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *const *in,
+static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *in,
                              int *gone)
 {
-    struct pullSource ps[LOOM_STEP_MAXPEERS];
+    _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in;
+    uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
     char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
+    int from = s->recvPeers[0];
+    const struct loomPeerInfo *peer = &l->comm->peers[from];
     size_t bytes = s->count * l->elemSize;
-    int err = 0, withdrawn = 0, bad = 0, put = s->op == LOOM_STEP_PUT;
+    int err = 0, withdrawn = at == 0;
     *gone = 0;
-    for (int j = 0; j < s->nrecv && !withdrawn; j++) {
-        ps[j].peer = s->recvPeers[j];
-        ps[j].slot = (_Atomic uint64_t *)(uintptr_t)in[j];
-        ps[j].at = atomic_load_explicit(ps[j].slot, memory_order_acquire);
-        ps[j].view = NULL;
-        if (ps[j].at == 0) {
-            withdrawn = 1, bad = j;
-            break;
-        }
+    if (!withdrawn) {
         struct loomOffer o;
         /* Not the address: withdrawOffers may be writing it (it was read above). */
-        memcpy((char *)&o + sizeof(o.addr), in[j] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
-        o.addr = ps[j].at;
-        memPeerSeen(l->comm, ps[j].peer, o.memGen);
-        ps[j].view = memPeerView(l->comm, ps[j].peer, &o, bytes, put);
-    }
-    if (!withdrawn) {
-        const char *src = l->bufs[s->srcBuf] + s->srcOff * l->elemSize;
-        pid_t pid = l->comm->peers[ps[0].peer].pid;
-        if (s->op == LOOM_STEP_PULL_REDUCE_COPY)
-            err = pullReduce(l, s, ps, dst, &bad);
-        else if (put && ps[0].view)
-            reduceCopy((char *)(uintptr_t)ps[0].view, src, bytes);
-        else if (put)
-            err = cmaWrite(pid, src, ps[0].at, bytes);
-        else if (ps[0].view)
-            reduceCopyStream(dst, ps[0].view, bytes);
+        memcpy((char *)&o + sizeof(o.addr), in + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
+        o.addr = at;
+        memPeerSeen(l->comm, from, o.memGen);
+        const char *view = memPeerView(l->comm, from, &o, bytes, 0);
+        if (view)
+            reduceCopyStream(dst, view, bytes);
         else
-            err = cmaRead(pid, dst, ps[0].at, bytes);
+            err = cmaRead(peer->pid, dst, at, bytes);
         /* A read-modify-write (adding 0) orders the check after the copy as a full fence
          * would (fences are refused under -fsanitize=thread). */
-        for (int j = 0; j < s->nrecv && !withdrawn; j++)
-            if (atomic_fetch_add_explicit(ps[j].slot, 0, memory_order_seq_cst) != ps[j].at)
-                withdrawn = 1, bad = j;
+        withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
         if (err == 0 && !withdrawn)
             return loomSuccess;
     }
-    int from = s->recvPeers[bad];
-    const struct loomPeerInfo *peer = &l->comm->peers[from];
     loomResult_t heard = execPeerFailure(l->comm); /* what made the peer leave, if posted */
     if (heard != loomSuccess)
         return heard;
     if (withdrawn)
         return loomSetError(loomRemoteError,
                             "rank %d (pid %d on %s) left the call on an error (its own, a "
-                            "peer's or an abort) while rank %d %s its buffer",
-                            from, (int)peer->pid, peer->hostname, l->comm->rank,
-                            put ? "wrote" : "read");
+                            "peer's or an abort) while rank %d read its buffer",
+                            from, (int)peer->pid, peer->hostname, l->comm->rank);
     if (err == ESRCH || peerGone(l->comm, from)) {
         *gone = 1; /* exiting, or gone */
         return loomSuccess;
     }
     return loomSetError(loomRemoteError,
-                        "rank %d could not %s the buffer of rank %d (pid %d on %s) with "
-                        "process_vm_%sv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                        l->comm->rank, put ? "write" : "read", from, (int)peer->pid, peer->hostname,
-                        put ? "write" : "read", strerror(err));
+                        "rank %d could not read the buffer of rank %d (pid %d on %s) with "
+                        "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
+                        l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -367,14 +295,14 @@ static inline void connectorPublished(struct loomConnector *c)
 
 static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
 {
-    int pull = (loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0; /* it expected an offer */
     return loomSetError(loomInvalidUsage,
                         "rank %d received %s from rank %d where it expected %s: the ranks chose "
                         "different algorithms for one call, or called different operations "
                         "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
                         "kind of memory, and calls must match in order, count and datatype)",
-                        lane->comm->rank, pull ? "data" : "a buffer address (single copy)", from,
-                        pull ? "a buffer address (single copy)" : "data");
+                        lane->comm->rank,
+                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)", from,
+                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(const struct loomLane *lane, int from)
@@ -400,7 +328,7 @@ loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep
 {
     size_t want = s->count * l->elemSize;
     /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-    if (((got & LOOM_FIFO_OFFER) != 0) != ((loomStepUses(s->op) & LOOM_USES_SLOTLESS) != 0))
+    if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL))
         return pathMismatch(l, s, from);
     if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
         return protoMismatch(l, from, got);
@@ -546,10 +474,9 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
-        } else if ((loomStepUses(s->op) & (LOOM_USES_SLOTLESS | LOOM_USES_RECV)) ==
-                   (LOOM_USES_SLOTLESS | LOOM_USES_RECV)) { /* PULL, PULL_REDUCE_COPY, PUT */
+        } else if (s->op == LOOM_STEP_PULL) {
             int gone;
-            if ((*err = stepPull(l, s, k.in, &gone)) != loomSuccess)
+            if ((*err = stepPull(l, s, k.in[0], &gone)) != loomSuccess)
                 return -1;
             if (gone)
                 break;
@@ -626,9 +553,8 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
-    for (int j = 0; (loomStepUses(s->op) & LOOM_USES_SLOTLESS) && j < s->nrecv; j++)
-        if (peerGone(l->comm, s->recvPeers[j]))
-            return s->recvPeers[j]; /* its offer came, its memory went */
+    if (s->op == LOOM_STEP_PULL && peerGone(l->comm, s->recvPeers[0]))
+        return s->recvPeers[0]; /* its offer came, its memory went */
     for (int j = 0; j < s->nrecv; j++) {
         int p = s->recvPeers[j];
         const struct loomConnector *rc = &ch->recv[p];

@@ -513,11 +513,9 @@ static void commFree(struct loomComm *comm)
     free(comm->ring);
     free(comm->owner);
     free(comm->scratch);
-    loomMemFree(comm->cmaScratch);
     tunerFree(comm);
     comm->pool = NULL, comm->poolSize = 0;
     comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
-    comm->cmaScratch = NULL, comm->cmaScratchBytes = 0;
     comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
 }
 

@@ -78,7 +78,11 @@ static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_DOUBLING] = "doubling",
                                                      [LOOM_ALGO_CMA] = "cma"};
 
-/* The algorithms coll has a schedule for (algorithms/schedule.c). */
+/*
+ * The algorithms coll has a schedule for (algorithms/schedule.c): cma only
+ * for AlltoAll and AllGather; the other collectives run it without a
+ * schedule where LOOM_ALGO names it (tunerAllows, src/cma.c).
+ */
 static uint32_t collAlgos(loomColl_t coll)
 {
     uint32_t m = 0;
@@ -703,17 +707,6 @@ static double algoTime(const struct tuneCase *c, loomAlgo_t algo)
     return pipeTime(c, &p);
 }
 
-/*
- * The reductions' and Broadcast's single copies have no cost model of their
- * own (cmaTime is AlltoAll's): where LOOM_ALGO allows them (it names cma),
- * they are taken, as they always were.
- */
-static int cmaUnmodelled(loomColl_t coll)
-{
-    return coll == LOOM_COLL_ALLREDUCE || coll == LOOM_COLL_REDUCESCATTER ||
-           coll == LOOM_COLL_BROADCAST || coll == LOOM_COLL_REDUCE;
-}
-
 /* The best chunk for algo: powers of two from the slot down to 1 KiB. */
 static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double *chunk)
 {
@@ -765,15 +758,6 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
     if (!cma && (can & ~ALGO_BIT(LOOM_ALGO_CMA)) == 0) { /* cma alone, and not possible */
         can = collAlgos(coll) & ALGO_FALLBACK;
         res = -1;
-    }
-    if (cma && (can & ALGO_BIT(LOOM_ALGO_CMA)) && cmaUnmodelled(coll)) {
-        c.chunk = (double)shape->slotBytes;
-        out->algo = LOOM_ALGO_CMA;
-        out->predictedUs = cmaTime(&c);
-        out->chunkBytes = shape->slotBytes;
-        out->trees = 0;
-        out->nChannels = shape->channelsSet ? shape->nChannels : 1;
-        return res;
     }
     for (int a = 0; a < LOOM_ALGO_NUM; a++) {
         if (!(can & ALGO_BIT(a)) || (a == LOOM_ALGO_CMA && !cma))

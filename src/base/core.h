@@ -175,11 +175,7 @@ struct loomComm {
     /* Per-plan scratch: in-place AlltoAll staging. */
     void *scratch;
     size_t scratchBytes;
-    size_t scratchTaken; /* bytes handed out to the plan being built */
-    /* The same for single-copy Reduce slices, in loomMemAlloc memory (peers map it). */
-    void *cmaScratch;
-    size_t cmaScratchBytes;
-    size_t cmaScratchTaken;
+    size_t scratchTaken;          /* bytes handed out to the plan being built */
     struct loomTunerState *tuner; /* its decisions, built at init (tuner.c) */
     struct cudaComm *cuda;        /* device binding, p2p slots (src/cuda/p2p.c); NULL if none */
     /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */

@@ -61,7 +61,7 @@
 
 enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
 /* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
-/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single-copy steps);
+/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single copies, src/cma.c);
  * WORK_CMA_A2A: a loop of AlltoAll with LOOM_ALGO=alltoall:cma (single-copy steps). */
 enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA, WORK_CMA_A2A };
 #define HOSTS_SHM 0 /* every rank on this host */
@@ -422,7 +422,7 @@ static void faultRun(const struct faultCase *fc)
  * - SIGKILL cma, SIGSTOP cma: the first two with single copies (a killed
  *   rank's memory vanishes under its peers' process_vm_readv; a stopped
  *   rank's stays readable, so the survivors finish their copies and wait
- *   for it: its offers, or its reads before they DRAIN). Where the kernel refuses cross-memory
+ *   for it in the closing exchange). Where the kernel refuses cross-memory
  *   attach, single copies are off and these repeat the first two cases.
  * - SIGKILL cma alltoall: the same in a loop of single-copy AlltoAll steps
  *   (a peer dies under a PULL, or while the others DRAIN towards it).

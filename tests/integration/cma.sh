@@ -1,7 +1,6 @@
 #!/bin/sh
-# cma.sh — single-copy collectives (the OFFER/PULL/PULL_REDUCE_COPY/DRAIN
-# schedules of algorithms/direct.c, run by exec.c, and src/cma.c, which
-# decides where they run): results, agreement, fallback.
+# cma.sh — single-copy collectives (src/cma.c, and the OFFER/PULL/DRAIN
+# schedules of AlltoAll and AllGather): results, agreement, fallback.
 #
 # With LOOM_ALGO naming cma (single copies are off by default) and
 # LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
