@@ -453,7 +453,8 @@ loomResult_t socketConnectListener(const union socketAddress *addr, uint64_t dea
     if (err != ECONNREFUSED)
         return err == 0 ? loomSuccess : connectFailed(addr, err, lastErr, who);
     socketAddrFormat(addr, name, sizeof(name));
-    return loomSetError(loomRemoteError, "%s: refused by %s: it has exited or left", who, name);
+    return loomSetError(loomRemoteError,
+                        "%s: refused by %s: it has exited or left the communicator", who, name);
 }
 
 loomResult_t socketTryAccept(int listenFd, int *fd, union socketAddress *peer)
