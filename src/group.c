@@ -13,6 +13,7 @@
 
 #include "debug.h"
 #include "enqueue.h"
+#include "plan.h"
 
 static __thread int groupDepth;
 static __thread struct loomOp *groupOps;
