@@ -34,9 +34,15 @@
  * `bytes[slot]` is written before `tail` is released, so the receiver can
  * check that both ends agree on the size of every message; its top bits
  * (LOOM_FIFO_*, fifo.h) say where and how the message went.
+ * `devEnds` (set once, at connect) says which ends launch kernels over a
+ * copy of this FIFO in GPU memory (src/cuda/p2p.c): LOOM_FIFO_END_SEND |
+ * LOOM_FIFO_END_RECV when both do, and then launched kernels use that copy.
  */
+#define LOOM_FIFO_END_SEND 0x1u
+#define LOOM_FIFO_END_RECV 0x2u
 struct loomFifo {
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t tail;
+    _Atomic uint32_t devEnds;
     _Alignas(LOOM_CACHELINE) _Atomic uint64_t head;
     _Alignas(LOOM_CACHELINE) uint64_t bytes[LOOM_STEPS];
 };

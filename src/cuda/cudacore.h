@@ -25,6 +25,7 @@
 
 struct cudaExec;
 struct cudaStreamSync;
+struct loomDevConn;
 
 /* ---- operations (cudaexec.c) ---- */
 
@@ -166,6 +167,12 @@ void *p2pContext(const struct loomComm *comm, int *device);
  * device plans, which report it.
  */
 void p2pPeerConnected(struct loomComm *comm, int p);
+/*
+ * The interpreter's view d (all but pos) of the device copy of comm's FIFO
+ * to (send) or from peer on a channel, and 1, when both ends launch over it
+ * (src/cuda/p2p.c); 0 (d untouched) when launches use the host FIFO.
+ */
+int p2pDevConn(const struct loomComm *comm, int channel, int peer, int send, struct loomDevConn *d);
 /* Releases p2p slots and host registrations; runs before the transports tear down. */
 void p2pFree(struct loomComm *comm);
 

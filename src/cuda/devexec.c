@@ -18,10 +18,15 @@
  * queued on the device, as cudaPlanBegin orders it).
  *
  * What the kernel touches is where the GPU reaches it:
- *   - the FIFOs (counters, size words, slots, LL lines) stay in the shm
- *     segments, registered with the driver (p2p.c, p2pMapHostSlots): a
- *     message goes GPU -> host memory -> GPU (host-staged). Counters in
- *     device memory over CUDA IPC are issue 19's next step (item 4);
+ *   - the FIFOs (counters, size words, slots, LL lines): in GPU memory when
+ *     both ends of a pair launch and reach each other's GPU memory (p2p.c,
+ *     p2pDevConn: tail and slots at the receiver, head at the sender, shared
+ *     over CUDA IPC or, for ranks of this process on one device, by
+ *     address); otherwise the shm segments' FIFOs, registered with the
+ *     driver (p2pMapHostSlots), and a message goes GPU -> host -> GPU
+ *     (host-staged: LOOM_P2P_DISABLE=1, ranks on GPUs without peer access,
+ *     a peer on the host executor). The host never reads a device FIFO:
+ *     the watchdog's progress is the positions below;
  *   - per communicator, a mapped block holds each connector's position and
  *     the interpreter's view of the connectors (struct loomDevConn);
  *   - per launch, a mapped block holds the abort flag, the blocks (each
@@ -32,7 +37,8 @@
  * connector (c->pos), a launch in the mapped block. Whoever runs next takes
  * them over: a launch copies them in when the host had them, and a
  * host-driven run on the communicator first waits for its launches to end
- * and copies them back (devexecReclaim).
+ * and copies them back (devexecReclaim). A connector on a device FIFO is
+ * another FIFO with its own count: its position stays in the mapped block.
  *
  * The watchdog: one thread per process, started by the first launch, looks
  * at every launch in flight every DEVEXEC_WATCH_NS. Ended (its event) ->
@@ -72,6 +78,7 @@ struct devexecComm {
     void *mem;                 /* cuMemHostAlloc'ed (mapped): pos, then conns */
     uint64_t *pos;             /* [channel][2 * nranks]: send connectors, then receive */
     struct loomDevConn *conns; /* the same layout */
+    uint8_t *onDevice;         /* the same layout: the connector's FIFO is in GPU memory */
     int filled;                /* comm->nLinksUp when conns were filled */
     int deviceOwns;            /* the positions are in pos, not in the connectors */
     int inflight;              /* launches not retired (under watchLock) */
@@ -158,11 +165,24 @@ int devexecLaunchable(const struct loomOp *ops, int nops)
 
 /* ---- a communicator's mapped block ---- */
 
-/* Fills d once c is connected; a kernel rings no doorbell (its peers poll). */
-static void connFill(struct loomDevConn *d, const struct loomConnector *c, uint64_t *pos)
+/*
+ * Fills the view of comm's connector to (send) or from peer on channel ch
+ * (index i of the block) once it is connected: the device FIFO when the pair
+ * has one, else the host FIFO. A kernel rings no doorbell (its peers poll).
+ */
+static void connFill(struct loomComm *comm, struct devexecComm *dc, int ch, int peer, int send,
+                     size_t i)
 {
-    if (d->pos == NULL && c->connected)
-        kexecConnView(d, c, pos, NULL);
+    const struct loomConnector *c =
+        send ? &comm->channels[ch].send[peer] : &comm->channels[ch].recv[peer];
+    struct loomDevConn *d = &dc->conns[i];
+    if (d->pos != NULL || !c->connected)
+        return;
+    dc->onDevice[i] = (uint8_t)p2pDevConn(comm, ch, peer, send, d);
+    if (dc->onDevice[i])
+        d->pos = &dc->pos[i];
+    else
+        kexecConnView(d, c, &dc->pos[i], NULL);
 }
 
 /* comm's mapped block, made on first use, with the connectors connected since filled in. */
@@ -173,11 +193,14 @@ static loomResult_t commState(struct loomComm *comm, const struct cudaLib *lib,
     size_t n = 2 * (size_t)comm->nranks * (size_t)comm->nChannels;
     if (dc == NULL) {
         void *mem = NULL;
-        if ((dc = calloc(1, sizeof(*dc))) == NULL)
+        if ((dc = calloc(1, sizeof(*dc))) == NULL || (dc->onDevice = calloc(n, 1)) == NULL) {
+            free(dc);
             return loomSetError(loomSystemError, "out of memory for the launch state");
+        }
         loomResult_t res = mappedAlloc(lib, n * (sizeof(uint64_t) + sizeof(*dc->conns)),
                                        "allocating mapped memory for the launched kernel", &mem);
         if (res != loomSuccess) {
+            free(dc->onDevice);
             free(dc);
             return res;
         }
@@ -193,9 +216,8 @@ static loomResult_t commState(struct loomComm *comm, const struct cudaLib *lib,
     for (int ch = 0; dc->filled != up && ch < comm->nChannels; ch++) {
         size_t base = (size_t)ch * 2 * np;
         for (size_t p = 0; p < np; p++) {
-            connFill(&dc->conns[base + p], &comm->channels[ch].send[p], &dc->pos[base + p]);
-            connFill(&dc->conns[base + np + p], &comm->channels[ch].recv[p],
-                     &dc->pos[base + np + p]);
+            connFill(comm, dc, ch, (int)p, 1, base + p);
+            connFill(comm, dc, ch, (int)p, 0, base + np + p);
         }
     }
     dc->filled = up;
@@ -212,6 +234,8 @@ static void positionsMove(struct loomComm *comm, struct devexecComm *dc, int toD
             struct loomConnector *c =
                 p < np ? &comm->channels[ch].send[p] : &comm->channels[ch].recv[p - np];
             uint64_t *d = &dc->pos[(size_t)ch * 2 * np + p];
+            if (dc->onDevice[(size_t)ch * 2 * np + p])
+                continue; /* another FIFO, with a count of its own */
             if (toDevice)
                 *d = c->pos;
             else
@@ -362,19 +386,20 @@ static loomResult_t descriptorFill(struct devLaunch *L)
 
 /* ---- watching ---- */
 
-/* The counters this rank's kernel publishes on the launch's connectors: moves when it does. */
+/*
+ * The positions of the launch's connectors (mapped memory, which the kernel
+ * moves as it publishes each tail and head): moves when the kernel does.
+ * The FIFOs themselves may be in GPU memory, which the host cannot read.
+ */
 static uint64_t launchProgress(const struct devLaunch *L)
 {
     uint64_t sum = 0;
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
         const struct loomComm *comm = L->lanes[at].comm;
-        const struct loomChannel *ch = &comm->channels[L->lanes[at].channel];
-        for (int p = 0; p < comm->nranks; p++) {
-            if (ch->send[p].connected && ch->send[p].fifo)
-                sum += atomic_load_explicit(&ch->send[p].fifo->tail, memory_order_acquire);
-            if (ch->recv[p].connected && ch->recv[p].fifo)
-                sum += atomic_load_explicit(&ch->recv[p].fifo->head, memory_order_acquire);
-        }
+        const struct devexecComm *dc = comm->devexec;
+        size_t n = 2 * (size_t)comm->nranks, base = (size_t)L->lanes[at].channel * n;
+        for (size_t i = base; i < base + n; i++)
+            sum += __atomic_load_n(&dc->pos[i], __ATOMIC_ACQUIRE);
     }
     return sum;
 }
@@ -398,6 +423,10 @@ static int starvedOn(const struct loomLane *l, const struct loomDevLane *d, int 
     }
     if (!named || !rc->connected || !sc->connected)
         return 0;
+    const struct devexecComm *dc = l->comm->devexec;
+    size_t at = (size_t)l->channel * 2 * (size_t)l->comm->nranks + (size_t)p;
+    if (dc->onDevice[at] || dc->onDevice[at + (size_t)l->comm->nranks])
+        return 1; /* its counters are in GPU memory: a dead peer the plan names is enough */
     return atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <=
                atomic_load_explicit(&rc->fifo->head, memory_order_acquire) ||
            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <=
@@ -737,5 +766,6 @@ void devexecFree(struct loomComm *comm)
     settle(sameComm, comm); /* none is left: destroy waited for its pending operations */
     comm->devexec = NULL;
     dc->lib->memFreeHost(dc->mem);
+    free(dc->onDevice);
     free(dc);
 }

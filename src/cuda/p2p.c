@@ -38,6 +38,29 @@
  * The GPU of each rank travels with the peer information exchanged at init
  * (p2pPeerInfo), so every rank decides the same way whether the handle
  * exchange, a collective, takes place.
+ *
+ * Device FIFOs, for launched kernels (LOOM_EXECUTOR=kernel, devexec.c). A
+ * kernel that waits on counters in host memory pays a PCIe round trip per
+ * look, so the same region also holds, past the slots, a whole FIFO's shared
+ * words for each FIFO this rank receives on, and the head of each FIFO it
+ * sends on: each counter where its reader polls it, as NCCL places them.
+ *
+ *   [ slots (above) ][ fifos: ch x local peer: tail | size words | LL lines ][ heads: ch x local
+ * peer ]
+ *
+ *   FIFO S -> R:  slots, tail, size words, LL lines   in R's region (S writes them remotely)
+ *                 head                                in S's region (R writes it remotely)
+ *
+ * Both ends must use the same copy, and either may lack the other's region
+ * (IPC refused, another GPU, LOOM_P2P_DISABLE, the host executor): so each
+ * end that launches and has mapped the peer's region says so in the host
+ * FIFO's devEnds word when the pair connects, before the connect's last
+ * word (connect.c) or before init's last barrier, and a launch takes the
+ * device copy only when both ends have said so (p2pDevConn). The device
+ * copy counts its messages from zero, apart from the host FIFO: a pair whose
+ * kernels talk through GPU memory must run every call of one kind on both
+ * ends (device buffers on every rank, as NCCL requires), else the two ends
+ * wait on different FIFOs until LOOM_TIMEOUT.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +70,17 @@
 #include "cudacore.h"
 #include "cudalib.h"
 #include "debug.h"
+#include "interp.h"
+#include "kexec.h"
 #include "param.h"
+
+/* The shared words of one device FIFO, in its receiver's region: each group on its own line. */
+struct p2pDevFifo {
+    uint64_t tail[LOOM_CACHELINE / 8];
+    uint64_t bytes[LOOM_STEPS];
+    uint64_t ll[LOOM_STEPS * LOOM_LL_LINES];
+};
+#define P2P_HEAD_BYTES LOOM_CACHELINE
 
 struct hostRegion {
     char *base;
@@ -115,6 +148,35 @@ static size_t slotsOffset(const struct loomComm *comm, int channel, int localIdx
     return ((size_t)channel * comm->localSize + localIdx) * LOOM_STEPS * comm->slotBytes;
 }
 
+/* Where the device FIFOs from local peer localIdx start in a region, and then the heads. */
+static size_t fifoOffset(const struct loomComm *comm, int channel, int localIdx)
+{
+    size_t base = (slotsOffset(comm, comm->nChannels, 0) + 4095) & ~(size_t)4095;
+    return base + ((size_t)channel * comm->localSize + localIdx) * sizeof(struct p2pDevFifo);
+}
+
+static size_t headOffset(const struct loomComm *comm, int channel, int localIdx)
+{
+    return fifoOffset(comm, comm->nChannels, 0) +
+           ((size_t)channel * comm->localSize + localIdx) * P2P_HEAD_BYTES;
+}
+
+/* Zeroes the region's counters and LL lines (GPU memory starts with anything in it). */
+static loomResult_t p2pZeroFifos(struct cudaComm *cc, const struct loomComm *comm)
+{
+    size_t from = fifoOffset(comm, 0, 0), bytes = cc->recvBytes - from;
+    void *zeros = calloc(1, bytes);
+    if (zeros == NULL)
+        return loomSetError(loomSystemError, "out of memory zeroing the device FIFOs");
+    cuResult_t r =
+        cc->lib->memcpyAsync(cc->recvSlots + from, (cuDevPtr_t)(uintptr_t)zeros, bytes, NULL);
+    if (r == CUL_SUCCESS)
+        r = cc->lib->streamSynchronize(NULL);
+    free(zeros);
+    return r == CUL_SUCCESS ? loomSuccess
+                            : cudaLibError(cc->lib, r, "zeroing the device FIFOs in GPU memory");
+}
+
 /* 1 if this process's device can write into memory of the GPU with the given uuid. */
 static int p2pReachable(const struct cudaComm *cc, const char *uuid)
 {
@@ -139,12 +201,13 @@ static int p2pReachable(const struct cudaComm *cc, const char *uuid)
 static loomResult_t p2pAllocate(struct loomComm *comm, struct p2pEntry *mine)
 {
     struct cudaComm *cc = comm->cuda;
-    cc->recvBytes = slotsOffset(comm, comm->nChannels, 0);
+    cc->recvBytes = headOffset(comm, comm->nChannels, 0);
     cuResult_t r = cc->lib->memAlloc(&cc->recvSlots, cc->recvBytes);
     if (r != CUL_SUCCESS) {
         cc->recvSlots = 0;
         return cudaLibError(cc->lib, r, "allocating the p2p receive slots in GPU memory");
     }
+    LOOMCHECK(p2pZeroFifos(cc, comm));
     mine->slots = (uint64_t)cc->recvSlots;
     r = cc->lib->ipcGetMemHandle(&mine->handle, cc->recvSlots);
     if (r != CUL_SUCCESS)
@@ -200,6 +263,13 @@ static int p2pWirePeer(struct loomComm *comm, int p)
         if (sc->connected && peerBase)
             sc->devSlots =
                 (char *)(uintptr_t)(peerBase + slotsOffset(comm, c, comm->peers[me].localRank));
+        /* This end launches over the pair's device FIFOs (p2pDevConn): the FIFOs' readers see it
+         * before the pair's connect (or init) ends. */
+        if (peerBase && kexecUsable(comm) && sc->connected && rc->connected && sc->fifo &&
+            rc->fifo) {
+            atomic_fetch_or_explicit(&sc->fifo->devEnds, LOOM_FIFO_END_SEND, memory_order_release);
+            atomic_fetch_or_explicit(&rc->fifo->devEnds, LOOM_FIFO_END_RECV, memory_order_release);
+        }
     }
     return peerBase != 0;
 }
@@ -315,6 +385,31 @@ loomResult_t p2pDeviceEnter(int dev)
         r = lib->ctxSetCurrent(ctx);
     return r == CUL_SUCCESS ? loomSuccess
                             : cudaLibError(lib, r, "making the device's primary context current");
+}
+
+int p2pDevConn(const struct loomComm *comm, int channel, int peer, int send, struct loomDevConn *d)
+{
+    const struct cudaComm *cc = comm->cuda;
+    const struct loomConnector *c =
+        send ? &comm->channels[channel].send[peer] : &comm->channels[channel].recv[peer];
+    if (cc == NULL || cc->recvSlots == 0 || cc->peerBase == NULL || cc->peerBase[peer] == 0 ||
+        !c->connected || c->fifo == NULL ||
+        atomic_load_explicit(&c->fifo->devEnds, memory_order_acquire) !=
+            (LOOM_FIFO_END_SEND | LOOM_FIFO_END_RECV))
+        return 0;
+    int me = comm->peers[comm->rank].localRank, them = comm->peers[peer].localRank;
+    cuDevPtr_t mine = cc->recvSlots, theirs = cc->peerBase[peer];
+    cuDevPtr_t rx = send ? theirs : mine, tx = send ? mine : theirs; /* receiver's, sender's */
+    int from = send ? me : them, to = send ? them : me;
+    struct p2pDevFifo *f = (struct p2pDevFifo *)(uintptr_t)(rx + fifoOffset(comm, channel, from));
+    memset(d, 0, sizeof(*d));
+    d->tail = f->tail;
+    d->bytes = f->bytes;
+    d->ll = f->ll;
+    d->head = (uint64_t *)(uintptr_t)(tx + headOffset(comm, channel, to));
+    d->slots = (char *)(uintptr_t)(rx + slotsOffset(comm, channel, from));
+    d->slotBytes = comm->slotBytes;
+    return 1;
 }
 
 void *p2pContext(const struct loomComm *comm, int *device)

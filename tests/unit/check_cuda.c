@@ -522,10 +522,15 @@ static int launchOne(int rank, int n, loomComm_t comm, const struct cudaLib *lib
     return 0;
 }
 
+/* Where the launched kernels' FIFOs must live: GPU memory (1), or the host's shm (0). */
+static int fifosOnDevice = 1;
+
 /*
  * Every collective on device buffers, each one launch of loomInterpret
- * (the fake counts them); then a host-buffer AllReduce, which takes the
- * FIFO positions back from the launches, and a launch again.
+ * (the fake counts them), over FIFOs in GPU memory unless p2p is off (the
+ * fake counts where each FIFO a launch used lives); then a host-buffer
+ * AllReduce, which takes the host FIFOs' positions back from the
+ * launches, and a launch again.
  */
 static int launchRank(int rank, int n, loomComm_t comm)
 {
@@ -544,6 +549,12 @@ static int launchRank(int rank, int n, loomComm_t comm)
     if (fakeCount("fakecudaInterpretLaunches") != before + 6)
         return testRankFail(rank, 17, "%d launches of loomInterpret for 6 calls",
                             fakeCount("fakecudaInterpretLaunches") - before);
+    int dev = fakeCount("fakecudaFifosOnDevice"), host = fakeCount("fakecudaFifosOnHost");
+    if ((fifosOnDevice ? host : dev) != 0 || (fifosOnDevice ? dev : host) <= 0)
+        return testRankFail(rank, 19,
+                            "the launches used %d FIFOs in GPU memory and %d in host "
+                            "memory: want them all in %s",
+                            dev, host, fifosOnDevice ? "GPU memory" : "host memory");
     float h[N], g[N];
     for (int i = 0; i < N; i++)
         h[i] = (float)rank;
@@ -559,6 +570,19 @@ START_TEST(test_fake_launch_ranks)
     useFake("FAKECUDA_DELAY_US", "20");
     setenv("LOOM_EXECUTOR", "kernel", 1);
     setenv("LOOM_BUFFSIZE", "4096", 1); /* 512-byte slots: many steps per call */
+    fakeDriver(0);
+    runRanks(3, launchRank);
+}
+END_TEST
+
+/* LOOM_P2P_DISABLE=1: the launched kernels go through the shm FIFOs (host-staged). */
+START_TEST(test_fake_launch_ranks_host_staged)
+{
+    useFake("FAKECUDA_DELAY_US", "20");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_P2P_DISABLE", "1", 1);
+    setenv("LOOM_BUFFSIZE", "4096", 1);
+    fifosOnDevice = 0;
     fakeDriver(0);
     runRanks(3, launchRank);
 }
@@ -966,6 +990,7 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_ranks_host_staged);
     tcase_add_test(fake, test_fake_ranks_tree);
     tcase_add_test(fake, test_fake_launch_ranks);
+    tcase_add_test(fake, test_fake_launch_ranks_host_staged);
     tcase_add_test(fake, test_fake_launch_ranks_ll);
     tcase_add_test(fake, test_fake_launch_stream_order);
     tcase_add_test(fake, test_fake_launch_timeout);

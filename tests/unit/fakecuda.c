@@ -499,7 +499,7 @@ static void pause1us(void)
 
 /* ---- the plan interpreter, run on the CPU ---- */
 
-static _Atomic int interpretLaunches, interpretThreads;
+static _Atomic int interpretLaunches, interpretThreads, fifosOnDevice, fifosOnHost;
 
 /* Not driver functions: launches of loomInterpret so far, and its threads alive now (tests find
  * them with dlsym). */
@@ -511,6 +511,18 @@ EXPORT int fakecudaInterpretLaunches(void)
 EXPORT int fakecudaInterpretThreads(void)
 {
     return atomic_load(&interpretThreads);
+}
+
+/* Not driver functions: the connected FIFOs that launches of loomInterpret used so far, by where
+ * their tail counter lives (GPU memory, or registered host memory). */
+EXPORT int fakecudaFifosOnDevice(void)
+{
+    return atomic_load(&fifosOnDevice);
+}
+
+EXPORT int fakecudaFifosOnHost(void)
+{
+    return atomic_load(&fifosOnHost);
 }
 
 /* port.h's host back-off, as the device's: the fake's threads sleep a little; nothing rings. */
@@ -593,10 +605,49 @@ static void bufsSwap(char **buf, int toView)
     pthread_mutex_unlock(&memLock);
 }
 
+/* The fake's view of a kernel's pointer p (device memory: its shadow; host memory: p). */
+static void *viewOf(const void *p)
+{
+    char *v = (char *)p;
+    bufsSwap(&v, 1);
+    return v;
+}
+
+/*
+ * A lane's connector views, with every FIFO address in GPU memory turned
+ * into the fake's view (the positions are mapped host memory); counts the
+ * FIFOs by where they live. The copy is the caller's to free.
+ */
+static struct loomDevConn *connsView(const struct loomDevLane *l)
+{
+    struct loomDevConn *v = calloc(2 * (size_t)l->nranks, sizeof(*v));
+    if (v == NULL) {
+        fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
+        abort();
+    }
+    for (int p = 0; p < 2 * l->nranks; p++) {
+        const struct loomDevConn *c = p < l->nranks ? &l->send[p] : &l->recv[p - l->nranks];
+        v[p] = *c;
+        if (c->tail == NULL)
+            continue;
+        pthread_mutex_lock(&memLock);
+        struct range *r = rangeFind(c->tail);
+        atomic_fetch_add(r && r->kind != RANGE_HOST ? &fifosOnDevice : &fifosOnHost, 1);
+        pthread_mutex_unlock(&memLock);
+        v[p].tail = viewOf(c->tail);
+        v[p].head = viewOf(c->head);
+        v[p].bytes = viewOf(c->bytes);
+        v[p].slots = viewOf(c->slots);
+        v[p].ll = viewOf(c->ll);
+    }
+    return v;
+}
+
 /*
  * Runs a launch: nthreads pthreads per block, each running the interpreter
- * as a GPU thread would. The lanes' buffers are device pointers, which the
- * CPU cannot touch: they are swapped for the fake's view while it runs.
+ * as a GPU thread would. The lanes' buffers and FIFOs in device memory are
+ * device pointers, which the CPU cannot touch: they are swapped for the
+ * fake's view while it runs.
  */
 static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsigned int nthreads)
 {
@@ -606,10 +657,25 @@ static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsi
         fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
         abort();
     }
+    size_t nl = 0, at = 0;
     for (unsigned int b = 0; b < nblocks; b++)
-        for (uint32_t i = 0; i < blocks[b].nlanes; i++)
+        nl += blocks[b].nlanes;
+    struct loomDevConn **saved = calloc(2 * nl + 1, sizeof(*saved));
+    if (saved == NULL) {
+        fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
+        abort();
+    }
+    for (unsigned int b = 0; b < nblocks; b++) {
+        for (uint32_t i = 0; i < blocks[b].nlanes; i++, at += 2) {
+            struct loomDevLane *l = &blocks[b].lanes[i];
             for (int k = 0; k < 2; k++)
-                bufsSwap(&blocks[b].lanes[i].bufs[k], 1);
+                bufsSwap(&l->bufs[k], 1);
+            saved[at] = l->send;
+            saved[at + 1] = l->recv;
+            l->send = connsView(l);
+            l->recv = l->send + l->nranks;
+        }
+    }
     atomic_fetch_add(&interpretThreads, (int)(nblocks * nthreads));
     for (unsigned int b = 0; b < nblocks; b++) {
         for (unsigned int t = 0; t < nthreads; t++) {
@@ -624,10 +690,18 @@ static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsi
     }
     for (unsigned int i = 0; i < nblocks * nthreads; i++)
         pthread_join(th[i].thread, NULL);
-    for (unsigned int b = 0; b < nblocks; b++)
-        for (uint32_t i = 0; i < blocks[b].nlanes; i++)
+    at = 0;
+    for (unsigned int b = 0; b < nblocks; b++) {
+        for (uint32_t i = 0; i < blocks[b].nlanes; i++, at += 2) {
+            struct loomDevLane *l = &blocks[b].lanes[i];
             for (int k = 0; k < 2; k++)
-                bufsSwap(&blocks[b].lanes[i].bufs[k], 0);
+                bufsSwap(&l->bufs[k], 0);
+            free(l->send);
+            l->send = saved[at];
+            l->recv = saved[at + 1];
+        }
+    }
+    free(saved);
     free(th);
     free(bars);
 }
