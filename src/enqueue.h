@@ -29,15 +29,26 @@ struct loomOp {
     size_t *v; /* AlltoAllv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned */
 };
 
-/* Runs ops (one call or one group) to completion on this thread. */
-loomResult_t planExecute(struct loomOp *ops, int nops);
 /* Frees what an op owns. */
 void opRelease(struct loomOp *op);
-/* Frees this thread's plan scratch (called when a stream thread ends). */
-void enqueueThreadCleanup(void);
-/* Grows a per-thread array *array of *cap elements of elemSize to hold n; loomSystemError if out of
- * memory. */
-loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize);
+
+/* Elements of the op's largest buffer, in units of its count. */
+static inline size_t opBlocks(const struct loomOp *op)
+{
+    switch (op->coll) {
+    case LOOM_COLL_ALLGATHER:
+    case LOOM_COLL_REDUCESCATTER:
+    case LOOM_COLL_ALLTOALL:
+        return (size_t)op->comm->nranks;
+    default:
+        return 1;
+    }
+}
+
+/* opcheck.c */
+/* loomSuccess if op's arguments are valid; else loomInvalidArgument (or the comm's state) and one
+ * line naming fn. */
+loomResult_t opCheck(const struct loomOp *op, const char *fn);
 
 /* group.c */
 int groupActive(void);

@@ -14,6 +14,7 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
+#include "plan.h"
 
 static __thread int groupDepth;
 static __thread struct loomOp *groupOps;

@@ -32,6 +32,7 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
+#include "plan.h"
 #include "exec.h"
 #include "kexec.h"
 #include "mem.h"
@@ -501,21 +502,15 @@ static void commFree(struct loomComm *comm)
         free(comm->channels[c].recv);
         comm->channels[c].send = comm->channels[c].recv = NULL;
     }
-    for (int i = 0; i < LOOM_SCHED_CACHE; i++)
-        planFree(&comm->cache[i].sched);
-    for (int i = 0; i < comm->poolSize; i++)
-        planFree(&comm->pool[i]);
-    free(comm->pool);
+    plannerFree(comm);
     free(comm->peers);
     topoFree(comm->topo);
     free(comm->linkTransport);
     free((void *)comm->lost);
     free(comm->ring);
     free(comm->owner);
-    free(comm->scratch);
     tunerFree(comm);
-    comm->pool = NULL, comm->poolSize = 0;
-    comm->peers = NULL, comm->ring = NULL, comm->owner = NULL, comm->scratch = NULL;
+    comm->peers = NULL, comm->ring = NULL, comm->owner = NULL;
     comm->topo = NULL, comm->linkTransport = NULL, comm->lost = NULL;
 }
 
@@ -557,6 +552,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(commConnect(comm));
     LOOMCHECK(p2pSetup(comm));
     LOOMCHECK(tunerInit(comm)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
+    LOOMCHECK(plannerInit(comm));
     return bootstrapBarrier(comm->bootstrap);
 }
 

@@ -43,6 +43,7 @@
 
 #include "debug.h"
 #include "enqueue.h"
+#include "plan.h"
 #include "interp.h"
 #include "kexec.h"
 #include "param.h"

@@ -31,6 +31,7 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
+#include "plan.h"
 
 #define STREAM_MAGIC 0x4c4f4f4d53545245ULL /* "LOOMSTRE" */
 #define STREAM_DEAD 0x4445414453545245ULL
@@ -190,7 +191,7 @@ static void *streamMain(void *arg)
         free(u);
     }
     pthread_mutex_unlock(&s->lock);
-    enqueueThreadCleanup();
+    planThreadCleanup();
     return NULL;
 }
 

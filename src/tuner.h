@@ -1,7 +1,7 @@
 /*
  * tuner.h — choosing how a collective runs: algorithm, chunk size, channels.
  *
- * The plan (enqueue.c) asks tunerChoose for every operation; the answer
+ * The plan (plan.c) asks tunerChoose for every operation; the answer
  * comes from an alpha-beta cost model (tuner.c) within what LOOM_ALGO
  * allows, evaluated once per communicator for every collective and
  * power-of-two size class when it is built (tunerInit), so that a call,

@@ -89,16 +89,6 @@ struct loomPeerInfo {
 };
 #define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
-/* A cached schedule (see enqueue.c). */
-#define LOOM_SCHED_KEY 5
-struct loomSchedEntry {
-    uint64_t key[LOOM_SCHED_KEY];
-    uint64_t epoch; /* plan that pins it */
-    int valid;
-    struct loomPlan sched;
-};
-#define LOOM_SCHED_CACHE 64
-
 struct loomComm {
     _Atomic uint64_t magic; /* read at every API entry, written by destroy on any thread */
     int rank;
@@ -155,33 +145,9 @@ struct loomComm {
      */
     int (*notifyPeer)(struct loomComm *comm, int peer, loomResult_t code, const char *text);
 
-    /* Schedules: a cache for repeated calls, a pool for one-off ones. */
-    struct loomSchedEntry cache[LOOM_SCHED_CACHE];
-    uint64_t planEpoch;
-    struct loomPlan *pool;
-    int poolSize;
-    int poolUsed;      /* entries taken by the plan being built */
-    uint64_t schedGen; /* bumped whenever a cached or pooled schedule is (re)built */
-    /*
-     * The last single-op host plan (enqueue.c): a call with the same
-     * arguments, buffers included, reuses its schedules without asking the
-     * tuner or the cache again, while schedGen is unchanged.
-     */
-    struct {
-        int valid;
-        int coll, dt, op, root, nlanes, proto;
-        size_t count;
-        const void *send;
-        void *recv;
-        uint64_t gen;
-        const struct loomPlan *sched[LOOM_MAX_CHANNELS];
-    } memo;
+    struct loomPlanner *planner; /* schedule cache, pool, memo, scratch (src/plan.c) */
     /* Lane ownership of connectors inside one plan (exec.c). */
-    int *owner; /* [2 * nChannels * nranks] */
-    /* Per-plan scratch: in-place AlltoAll staging. */
-    void *scratch;
-    size_t scratchBytes;
-    size_t scratchTaken;          /* bytes handed out to the plan being built */
+    int *owner;                   /* [2 * nChannels * nranks] */
     struct loomTunerState *tuner; /* its decisions, built at init (tuner.c) */
     struct cudaComm *cuda;        /* device binding, p2p slots (src/cuda/p2p.c); NULL if none */
     /* Single-copy collectives (cma.c): all ranks agreed they can reach each other's memory. */

@@ -2,8 +2,8 @@
  * cudacore.h — what the core calls in the CUDA parts; each hook is one line at
  * its call site, so the core reads the same with or without a GPU.
  *
- *   enqueue.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
- *              planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun, or
+ *   opcheck.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
+ *   plan.c     planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun, or
  *                              devexecRun (one launch of the interpreter, devexec.c)
  *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
  *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,

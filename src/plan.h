@@ -1,0 +1,26 @@
+/*
+ * plan.h — from operations (one call or one group) to lanes, and running
+ * them (plan.c). Each communicator has a planner: its schedule cache and
+ * pool, the memo of its last call, and the scratch its plans lay out.
+ */
+#ifndef LOOM_PLAN_H_
+#define LOOM_PLAN_H_
+
+#include "enqueue.h"
+
+struct loomPlanner;
+
+/* Gives comm its planner (at init, once its shape is final). */
+loomResult_t plannerInit(struct loomComm *comm);
+/* Frees comm's planner and every schedule it holds; safe if there is none. */
+void plannerFree(struct loomComm *comm);
+
+/* Runs ops (one call or one group) to completion on this thread. */
+loomResult_t planExecute(struct loomOp *ops, int nops);
+/* Frees this thread's plan arrays (called when a stream thread ends). */
+void planThreadCleanup(void);
+/* Grows a per-thread array *array of *cap elements of elemSize to hold n; loomSystemError if out of
+ * memory. */
+loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize);
+
+#endif /* LOOM_PLAN_H_ */
