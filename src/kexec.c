@@ -426,6 +426,7 @@ static loomResult_t blocksBuild(struct loomLane *lanes, int nlanes, struct kexec
         k->dev.llMod = LOOM_LL_MOD;
         k->dev.host = k;
         k->dev.stage = k->stage;
+        k->dev.beat = NULL; /* its watchdog reads the lanes themselves */
     }
     run->nblocks = nb;
     run->blocks = tlBlocks;

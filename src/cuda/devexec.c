@@ -7,10 +7,11 @@
  * (kernels.cu over src/device/interp.h), which waits for the FIFOs, copies,
  * reduces and publishes the counters itself:
  *
- *   the call:    plan -> descriptor in mapped memory -> cuLaunchKernel(S) -> returns
+ *   the call:    plan -> descriptor staged in mapped memory -> on S: copy to the GPU,
+ *                cuLaunchKernel, copy the blocks and lanes back -> returns
  *   S:           ... app work ... [ loomInterpret: every step of every lane ] ... app work ...
- *   watchdog:    polls the launch's event; meanwhile watches the counters and the
- *                failure signals, and raises the launch's abort flag on a failure
+ *   watchdog:    polls the launch's event; meanwhile watches the positions and beats and
+ *                the failure signals, and raises the launch's abort flag on a failure
  *
  * S is the application's stream on a Loom CUDA stream (loomStreamCreateCuda:
  * stream.c launches at once, on the calling thread), else the thread's own
@@ -25,20 +26,26 @@
  *     address); otherwise the shm segments' FIFOs, registered with the
  *     driver (p2pMapHostSlots), and a message goes GPU -> host -> GPU
  *     (host-staged: LOOM_P2P_DISABLE=1, ranks on GPUs without peer access,
- *     a peer on the host executor). The host never reads a device FIFO:
- *     the watchdog's progress is the positions below;
- *   - per communicator, a mapped block holds each connector's position and
- *     the interpreter's view of the connectors (struct loomDevConn);
- *   - per launch, a mapped block holds the abort flag, the blocks (each
- *     with the error record it writes: status, lane, peer, size word), the
- *     lanes, a copy of their plans, the connector ownership and LL staging.
+ *     a peer on the host executor). The host never reads a device FIFO;
+ *   - per communicator, the interpreter's view of the connectors (struct
+ *     loomDevConn) is in GPU memory, copied from mapped memory as links
+ *     connect; the positions of device FIFOs are in GPU memory, those of
+ *     host FIFOs in mapped memory (the host executors take them back);
+ *   - per launch, the blocks (each with the error record it writes: status,
+ *     lane, peer, size word), the lanes, a copy of their plans, the
+ *     connector ownership and the LL staging are in GPU memory, staged in
+ *     mapped memory and copied in on S before the kernel; the blocks and
+ *     lanes are copied back on S after it, so the staging copy is final
+ *     when the launch's event completes. Mapped: the abort flag the host
+ *     raises and each block's beat (steps published), the watchdog's
+ *     progress with the host FIFOs' positions.
  *
  * Positions. The host executors keep a connector's position in the
  * connector (c->pos), a launch in the mapped block. Whoever runs next takes
  * them over: a launch copies them in when the host had them, and a
  * host-driven run on the communicator first waits for its launches to end
  * and copies them back (devexecReclaim). A connector on a device FIFO is
- * another FIFO with its own count: its position stays in the mapped block.
+ * another FIFO with its own count: its position stays in GPU memory.
  *
  * The watchdog: one thread per process, started by the first launch, looks
  * at every launch in flight every DEVEXEC_WATCH_NS. Ended (its event) ->
@@ -72,16 +79,25 @@
 #define DEVEXEC_WATCH_NS (200 * 1000LL) /* the watchdog's period while launches are in flight */
 #define DEVEXEC_ALIGN 64
 
-/* A communicator's connectors as launched kernels see them: one mapped block. */
+/*
+ * A communicator's connectors as launched kernels see them: the views in GPU
+ * memory (copied from mapped memory as connectors connect), the positions of
+ * host FIFOs in mapped memory (the host executors take them back), those of
+ * device FIFOs in GPU memory.
+ */
 struct devexecComm {
     const struct cudaLib *lib;
-    void *mem;                 /* cuMemHostAlloc'ed (mapped): pos, then conns */
+    void *mem;                 /* cuMemHostAlloc'ed (mapped): pos, zeros, conns */
     uint64_t *pos;             /* [channel][2 * nranks]: send connectors, then receive */
-    struct loomDevConn *conns; /* the same layout */
+    const uint64_t *zeros;     /* the same size, never written: what dpos starts from */
+    struct loomDevConn *conns; /* the same layout: the views, as copied to dconns */
     uint8_t *onDevice;         /* the same layout: the connector's FIFO is in GPU memory */
-    int filled;                /* comm->nLinksUp when conns were filled */
-    int deviceOwns;            /* the positions are in pos, not in the connectors */
-    int inflight;              /* launches not retired (under watchLock) */
+    cuDevPtr_t dmem;           /* GPU memory: dconns, then dpos */
+    struct loomDevConn *dconns;
+    uint64_t *dpos; /* positions of the connectors on device FIFOs */
+    int filled;     /* comm->nLinksUp when conns were filled */
+    int deviceOwns; /* the positions are in pos, not in the connectors */
+    int inflight;   /* launches not retired (under watchLock) */
 };
 
 /* One launch, from the call to its retirement. */
@@ -90,11 +106,14 @@ struct devLaunch {
     const struct cudaLib *lib;
     cuContext_t ctx;
     cuEvent_t event; /* recorded after the kernel */
-    char *mem;       /* mapped: the descriptor below */
+    char *mem;       /* mapped: the abort flag, the beats, and the staging copy of the descriptor */
+    cuDevPtr_t dmem; /* GPU memory: the descriptor the kernel reads (the same layout) */
     size_t memBytes;
+    size_t descBytes, backBytes; /* copied in before the kernel; copied back after it */
     int32_t *abort;
-    struct loomDevBlock *blocks;
-    struct loomDevLane *devLanes; /* block by block */
+    uint64_t *beats; /* [2 * nblocks], mapped: each block's beat (interp.h): steps, waited peer */
+    struct loomDevBlock *blocks;  /* the staging copy: final once the launch has ended */
+    struct loomDevLane *devLanes; /* block by block, staging */
     int nblocks;
     struct loomLane *lanes; /* exec.c's view of devLanes, in the same order */
     int nlanes, laneCap;
@@ -107,6 +126,8 @@ struct devLaunch {
     /* the watchdog's */
     uint64_t progress, idleSince, lastLiveCheck;
     int stopping; /* the abort flag is up for stopErr (heard: an abort or a peer's notice) */
+    int deadSeen; /* 1 + a dead peer a block waited for at the last look, with no progress */
+    uint64_t deadProgress;
     int heard;
     loomResult_t stopErr;
     char stopWhy[512];
@@ -166,61 +187,94 @@ int devexecLaunchable(const struct loomOp *ops, int nops)
     return devexecWanted(ops, nops) && cudaPlanIsDevice(ops, nops);
 }
 
-/* ---- a communicator's mapped block ---- */
+/* ---- a communicator's launch state ---- */
 
 /*
  * Fills the view of comm's connector to (send) or from peer on channel ch
  * (index i of the block) once it is connected: the device FIFO when the pair
- * has one, else the host FIFO. A kernel rings no doorbell (its peers poll).
+ * has one, else the host FIFO; the view goes to GPU memory on `stream`,
+ * ahead of the kernel that reads it. A kernel rings no doorbell (its peers
+ * poll).
  */
-static void connFill(struct loomComm *comm, struct devexecComm *dc, int ch, int peer, int send,
-                     size_t i)
+static loomResult_t connFill(struct loomComm *comm, struct devexecComm *dc, int ch, int peer,
+                             int send, size_t i, cuStream_t stream)
 {
     const struct loomConnector *c =
         send ? &comm->channels[ch].send[peer] : &comm->channels[ch].recv[peer];
     struct loomDevConn *d = &dc->conns[i];
     if (d->pos != NULL || !c->connected)
-        return;
+        return loomSuccess;
     dc->onDevice[i] = (uint8_t)p2pDevConn(comm, ch, peer, send, d);
     if (dc->onDevice[i])
-        d->pos = &dc->pos[i];
+        d->pos = &dc->dpos[i];
     else
         kexecConnView(d, c, &dc->pos[i], NULL);
+    cuResult_t r = dc->lib->memcpyAsync((cuDevPtr_t)(uintptr_t)&dc->dconns[i],
+                                        (cuDevPtr_t)(uintptr_t)d, sizeof(*d), stream);
+    return r == CUL_SUCCESS ? loomSuccess
+                            : cudaLibError(dc->lib, r, "copying a connector's view to the GPU");
 }
 
-/* comm's mapped block, made on first use, with the connectors connected since filled in. */
-static loomResult_t commState(struct loomComm *comm, const struct cudaLib *lib,
+/* comm's launch state, made on first use: mapped and GPU memory, the positions zeroed. */
+static loomResult_t commStateMake(struct loomComm *comm, const struct cudaLib *lib,
+                                  cuStream_t stream, struct devexecComm **out)
+{
+    size_t n = 2 * (size_t)comm->nranks * (size_t)comm->nChannels;
+    struct devexecComm *dc = calloc(1, sizeof(*dc));
+    void *mem = NULL;
+    if (dc == NULL || (dc->onDevice = calloc(n, 1)) == NULL) {
+        free(dc);
+        return loomSetError(loomSystemError, "out of memory for the launch state");
+    }
+    dc->lib = lib;
+    loomResult_t res = mappedAlloc(lib, n * (2 * sizeof(uint64_t) + sizeof(*dc->conns)),
+                                   "allocating mapped memory for the launched kernel", &mem);
+    cuResult_t r = CUL_SUCCESS;
+    if (res == loomSuccess &&
+        (r = lib->memAlloc(&dc->dmem, n * (sizeof(uint64_t) + sizeof(*dc->conns)))) != CUL_SUCCESS)
+        res = cudaLibError(lib, r, "allocating GPU memory for the launched kernel's connectors");
+    if (res != loomSuccess)
+        goto fail_free;
+    dc->mem = mem;
+    dc->pos = mem;
+    dc->zeros = dc->pos + n;
+    dc->conns = (struct loomDevConn *)(dc->pos + 2 * n);
+    dc->dconns = (struct loomDevConn *)(uintptr_t)dc->dmem;
+    dc->dpos = (uint64_t *)(dc->dconns + n);
+    r = lib->memcpyAsync((cuDevPtr_t)(uintptr_t)dc->dpos, (cuDevPtr_t)(uintptr_t)dc->zeros,
+                         n * sizeof(uint64_t), stream);
+    if (r != CUL_SUCCESS) {
+        res = cudaLibError(lib, r, "zeroing the launched kernel's positions");
+        goto fail_free;
+    }
+    dc->filled = -1;
+    comm->devexec = dc;
+    *out = dc;
+    return loomSuccess;
+fail_free:
+    if (dc->dmem)
+        lib->memFree(dc->dmem);
+    if (mem)
+        lib->memFreeHost(mem);
+    free(dc->onDevice);
+    free(dc);
+    return res;
+}
+
+/* comm's launch state, with the connectors connected since filled in (copies on `stream`). */
+static loomResult_t commState(struct loomComm *comm, const struct cudaLib *lib, cuStream_t stream,
                               struct devexecComm **out)
 {
     struct devexecComm *dc = comm->devexec;
-    size_t n = 2 * (size_t)comm->nranks * (size_t)comm->nChannels;
-    if (dc == NULL) {
-        void *mem = NULL;
-        if ((dc = calloc(1, sizeof(*dc))) == NULL || (dc->onDevice = calloc(n, 1)) == NULL) {
-            free(dc);
-            return loomSetError(loomSystemError, "out of memory for the launch state");
-        }
-        loomResult_t res = mappedAlloc(lib, n * (sizeof(uint64_t) + sizeof(*dc->conns)),
-                                       "allocating mapped memory for the launched kernel", &mem);
-        if (res != loomSuccess) {
-            free(dc->onDevice);
-            free(dc);
-            return res;
-        }
-        dc->lib = lib;
-        dc->mem = mem;
-        dc->pos = mem;
-        dc->conns = (struct loomDevConn *)(dc->pos + n);
-        dc->filled = -1;
-        comm->devexec = dc;
-    }
+    if (dc == NULL)
+        LOOMCHECK(commStateMake(comm, lib, stream, &dc));
     int up = atomic_load_explicit(&comm->nLinksUp, memory_order_acquire);
     size_t np = (size_t)comm->nranks;
     for (int ch = 0; dc->filled != up && ch < comm->nChannels; ch++) {
         size_t base = (size_t)ch * 2 * np;
         for (size_t p = 0; p < np; p++) {
-            connFill(comm, dc, ch, (int)p, 1, base + p);
-            connFill(comm, dc, ch, (int)p, 0, base + np + p);
+            LOOMCHECK(connFill(comm, dc, ch, (int)p, 1, base + p, stream));
+            LOOMCHECK(connFill(comm, dc, ch, (int)p, 0, base + np + p, stream));
         }
     }
     dc->filled = up;
@@ -267,7 +321,7 @@ static loomResult_t launchTake(const struct cudaLib *lib, struct devLaunch **out
     }
     L->lib = lib;
     L->next = NULL;
-    L->stopping = L->heard = L->done = 0;
+    L->stopping = L->heard = L->done = L->deadSeen = 0;
     L->err = loomSuccess;
     *out = L;
     return loomSuccess;
@@ -308,8 +362,12 @@ static loomResult_t lanesOrder(struct devLaunch *L, const struct loomLane *lanes
     return loomSuccess;
 }
 
-/* The descriptor's bytes; off[]: where the blocks, lanes, plans, owners and stages start. */
-static size_t descriptorBytes(const struct devLaunch *L, size_t off[5])
+/*
+ * The descriptor's bytes; off[]: where the blocks, lanes, plans, owners,
+ * stages and (mapped only) beats start. The abort flag comes first, in the
+ * mapped copy only.
+ */
+static size_t descriptorBytes(const struct devLaunch *L, size_t off[6])
 {
     size_t steps = 0, owners = 0;
     for (int i = 0; i < L->nlanes; i++)
@@ -317,82 +375,188 @@ static size_t descriptorBytes(const struct devLaunch *L, size_t off[5])
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++])
         if (L->blockLanes[b] > 1)
             owners += 2 * (size_t)L->lanes[at].comm->nranks;
-    off[0] = DEVEXEC_ALIGN; /* the abort flag comes first */
+    off[0] = DEVEXEC_ALIGN;
     off[1] = off[0] + alignUp((size_t)L->nblocks * sizeof(struct loomDevBlock));
     off[2] = off[1] + alignUp((size_t)L->nlanes * sizeof(struct loomDevLane));
     off[3] = off[2] + alignUp(steps * sizeof(struct loomPlanStep));
     off[4] = off[3] + alignUp(owners * sizeof(int32_t));
-    return off[4] + (size_t)L->nblocks * LOOM_DEV_STAGE_BYTES;
+    off[5] = off[4] + (size_t)L->nblocks * LOOM_DEV_STAGE_BYTES;
+    return off[5] + 2 * (size_t)L->nblocks * sizeof(uint64_t);
 }
 
-/* The launch's mapped memory, at least `bytes` (kept from launch to launch). */
+/* The launch's mapped and GPU memory, at least `bytes` each (kept from launch to launch). */
 static loomResult_t descriptorMemory(struct devLaunch *L, size_t bytes)
 {
     if (L->memBytes >= bytes)
         return loomSuccess;
     size_t want = bytes > 2 * L->memBytes ? bytes : 2 * L->memBytes;
     void *mem = NULL;
+    cuDevPtr_t dmem = 0;
     LOOMCHECK(mappedAlloc(L->lib, want, "allocating mapped memory for a launch's plans", &mem));
-    if (L->mem) /* its last kernel has ended: it was retired */
+    cuResult_t r = L->lib->memAlloc(&dmem, want);
+    if (r != CUL_SUCCESS) {
+        L->lib->memFreeHost(mem);
+        return cudaLibError(L->lib, r, "allocating GPU memory for a launch's plans");
+    }
+    if (L->mem) { /* its last kernel has ended: it was retired */
         L->lib->memFreeHost(L->mem);
+        L->lib->memFree(L->dmem);
+    }
     L->mem = mem;
+    L->dmem = dmem;
     L->memBytes = want;
     return loomSuccess;
 }
 
-/* Fills the descriptor: the interpreter's blocks and lanes over copies of the plans. */
+/* Where the kernel sees byte `at` of the descriptor (GPU memory). */
+static void *deviceAt(const struct devLaunch *L, size_t at)
+{
+    return (void *)(uintptr_t)(L->dmem + at);
+}
+
+/* The staging copy of what the descriptor's device pointer p points to. */
+static const void *stagingOf(const struct devLaunch *L, const void *p)
+{
+    return L->mem + ((uintptr_t)p - (uintptr_t)L->dmem);
+}
+
+/*
+ * Fills the staging copy of the descriptor (device addresses throughout,
+ * but the abort flag and the beats, which stay in mapped memory): the
+ * interpreter's blocks and lanes over copies of the plans.
+ */
 static loomResult_t descriptorFill(struct devLaunch *L)
 {
-    size_t off[5];
+    size_t off[6];
     LOOMCHECK(descriptorMemory(L, descriptorBytes(L, off)));
     L->abort = (int32_t *)L->mem;
     *L->abort = 0;
+    L->beats = (uint64_t *)(L->mem + off[5]);
     L->blocks = (struct loomDevBlock *)(L->mem + off[0]);
     L->devLanes = (struct loomDevLane *)(L->mem + off[1]);
+    L->descBytes = off[4] - off[0];
+    L->backBytes = off[2] - off[0];
     struct loomPlanStep *steps = (struct loomPlanStep *)(L->mem + off[2]);
-    int32_t *owners = (int32_t *)(L->mem + off[3]);
+    size_t owners = off[3];
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
         struct loomComm *comm = L->lanes[at].comm;
         struct devexecComm *dc = comm->devexec;
-        struct loomDevConn *conns = dc->conns + (size_t)L->lanes[at].channel * 2 * comm->nranks;
+        struct loomDevConn *conns = dc->dconns + (size_t)L->lanes[at].channel * 2 * comm->nranks;
         struct loomDevBlock *d = &L->blocks[b];
         memset(d, 0, sizeof(*d));
-        d->lanes = &L->devLanes[at];
+        d->lanes = deviceAt(L, off[1] + (size_t)at * sizeof(struct loomDevLane));
         d->nlanes = (uint32_t)L->blockLanes[b];
         d->nranks = comm->nranks;
         if (d->nlanes > 1) {
-            d->owner = owners;
-            owners += 2 * (size_t)comm->nranks;
+            d->owner = deviceAt(L, owners);
+            owners += 2 * (size_t)comm->nranks * sizeof(int32_t);
         }
         d->abort = L->abort;
         d->llMod = LOOM_LL_MOD;
         d->host = NULL; /* the device backs off by itself (port.h) */
-        d->stage = L->mem + off[4] + (size_t)b * LOOM_DEV_STAGE_BYTES;
+        d->stage = deviceAt(L, off[4] + (size_t)b * LOOM_DEV_STAGE_BYTES);
+        L->beats[2 * b] = L->beats[2 * b + 1] = 0;
+        d->beat = &L->beats[2 * b];
         for (int i = at; i < at + L->blockLanes[b]; i++) {
             const struct loomLane *l = &L->lanes[i];
             memcpy(steps, l->plan->steps, l->plan->nsteps * sizeof(*steps));
-            L->devLanes[i] = (struct loomDevLane){.steps = steps,
-                                                  .nsteps = l->plan->nsteps,
-                                                  .elemSize = (uint32_t)l->elemSize,
-                                                  .dt = l->dt,
-                                                  .op = l->op,
-                                                  .nranks = comm->nranks,
-                                                  .proto = l->proto,
-                                                  .bufs = {l->bufs[0], l->bufs[1]},
-                                                  .send = conns,
-                                                  .recv = conns + comm->nranks};
+            L->devLanes[i] =
+                (struct loomDevLane){.steps = deviceAt(L, (size_t)((char *)steps - L->mem)),
+                                     .nsteps = l->plan->nsteps,
+                                     .elemSize = (uint32_t)l->elemSize,
+                                     .dt = l->dt,
+                                     .op = l->op,
+                                     .nranks = comm->nranks,
+                                     .proto = l->proto,
+                                     .bufs = {l->bufs[0], l->bufs[1]},
+                                     .send = conns,
+                                     .recv = conns + comm->nranks};
             steps += l->plan->nsteps;
         }
     }
     return loomSuccess;
 }
 
+/* The Loom CUDA streams of ops other than the launch's own (a group's), each once. */
+static loomResult_t joinedFind(struct devLaunch *L, const struct loomOp *ops, int nops)
+{
+    L->njoined = 0;
+    for (int i = 0; i < nops; i++) {
+        struct loomStream *s = ops[i].stream;
+        int seen = s == NULL || s == L->stream || !streamIsCuda(s);
+        for (int j = 0; j < L->njoined && !seen; j++)
+            seen = L->joined[j] == s;
+        if (seen)
+            continue;
+        LOOMCHECK(
+            arrayReserve((void **)&L->joined, &L->joinedCap, L->njoined + 1, sizeof(*L->joined)));
+        L->joined[L->njoined++] = s;
+    }
+    if (L->njoined > 0 && L->joinEvent == NULL) {
+        cuResult_t r = L->lib->eventCreate(&L->joinEvent, CUL_EVENT_DISABLE_TIMING);
+        if (r != CUL_SUCCESS) {
+            L->joinEvent = NULL;
+            return cudaLibError(L->lib, r, "creating the event that joins a group's streams");
+        }
+    }
+    return loomSuccess;
+}
+
+/*
+ * Before the launch (on stream `on`): it waits for the work queued so far on
+ * each joined stream (a wait takes the event's last record, so one event
+ * serves every stream in turn).
+ */
+static loomResult_t joinBefore(struct devLaunch *L, cuStream_t on)
+{
+    for (int j = 0; j < L->njoined; j++) {
+        cuResult_t r = L->lib->eventRecord(L->joinEvent, streamCudaHandle(L->joined[j]));
+        if (r == CUL_SUCCESS)
+            r = L->lib->streamWaitEvent(on, L->joinEvent, 0);
+        if (r != CUL_SUCCESS)
+            return cudaLibError(L->lib, r, "ordering a group's launch after its other streams");
+    }
+    return loomSuccess;
+}
+
+/* After the launch: each joined stream waits for it (L->event, recorded after the kernel). */
+static loomResult_t joinAfter(struct devLaunch *L)
+{
+    for (int j = 0; j < L->njoined; j++) {
+        cuResult_t r = L->lib->streamWaitEvent(streamCudaHandle(L->joined[j]), L->event, 0);
+        if (r != CUL_SUCCESS)
+            return cudaLibError(L->lib, r, "ordering a group's other streams after its launch");
+    }
+    return loomSuccess;
+}
+
+/*
+ * Queues the launch on `stream`: the descriptor copied to GPU memory, the
+ * kernel, the blocks and lanes copied back (their status, error records and
+ * final steps, for the watchdog once the launch has ended).
+ */
+static loomResult_t descriptorLaunch(struct devLaunch *L, struct cudaExec *ex, cuStream_t stream)
+{
+    const struct cudaLib *lib = L->lib;
+    cuDevPtr_t staged = (cuDevPtr_t)(uintptr_t)L->blocks, dev = L->dmem + DEVEXEC_ALIGN;
+    cuResult_t r = lib->memcpyAsync(dev, staged, L->descBytes, stream);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "copying a launch's plans to the GPU");
+    LOOMCHECK(joinBefore(L, stream));
+    LOOMCHECK(cudaKernelInterpret(ex, (void *)(uintptr_t)dev, (unsigned int)L->nblocks,
+                                  LOOM_KERNEL_THREADS));
+    r = lib->memcpyAsync(staged, dev, L->backBytes, stream);
+    return r == CUL_SUCCESS ? loomSuccess
+                            : cudaLibError(lib, r, "copying a launch's error records back");
+}
+
 /* ---- watching ---- */
 
 /*
- * The positions of the launch's connectors (mapped memory, which the kernel
- * moves as it publishes each tail and head): moves when the kernel does.
- * The FIFOs themselves may be in GPU memory, which the host cannot read.
+ * The positions of the launch's host FIFOs and the beats of its blocks (mapped
+ * memory, which the kernel moves as it publishes each tail and head): moves
+ * when the kernel does. The device FIFOs and their positions are in GPU
+ * memory, which the host cannot read.
  */
 static uint64_t launchProgress(const struct devLaunch *L)
 {
@@ -403,6 +567,7 @@ static uint64_t launchProgress(const struct devLaunch *L)
         size_t n = 2 * (size_t)comm->nranks, base = (size_t)L->lanes[at].channel * n;
         for (size_t i = base; i < base + n; i++)
             sum += __atomic_load_n(&dc->pos[i], __ATOMIC_ACQUIRE);
+        sum += __atomic_load_n(&L->beats[2 * b], __ATOMIC_ACQUIRE);
     }
     return sum;
 }
@@ -412,13 +577,15 @@ static uint64_t launchProgress(const struct devLaunch *L)
  * plan cache moves on) names peer p, and the FIFO from p is empty or the one
  * to p is full.
  */
-static int starvedOn(const struct loomLane *l, const struct loomDevLane *d, int p)
+static int starvedOn(const struct devLaunch *L, const struct loomLane *l,
+                     const struct loomDevLane *d, int p)
 {
     const struct loomChannel *ch = &l->comm->channels[l->channel];
     const struct loomConnector *rc = &ch->recv[p], *sc = &ch->send[p];
     int named = 0;
+    const struct loomPlanStep *steps = stagingOf(L, d->steps);
     for (uint32_t k = 0; k < d->nsteps && !named; k++) {
-        const struct loomPlanStep *s = &d->steps[k];
+        const struct loomPlanStep *s = &steps[k];
         for (int j = 0; j < s->nrecv; j++)
             named |= s->recvPeers[j] == p;
         for (int j = 0; j < s->nsend; j++)
@@ -429,21 +596,52 @@ static int starvedOn(const struct loomLane *l, const struct loomDevLane *d, int 
     const struct devexecComm *dc = l->comm->devexec;
     size_t at = (size_t)l->channel * 2 * (size_t)l->comm->nranks + (size_t)p;
     if (dc->onDevice[at] || dc->onDevice[at + (size_t)l->comm->nranks])
-        return 1; /* its counters are in GPU memory: a dead peer the plan names is enough */
+        return 0; /* its counters are in GPU memory: the blocks' waits say (blockWaitsOnDead) */
     return atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <=
                atomic_load_explicit(&rc->fifo->head, memory_order_acquire) ||
            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <=
                atomic_load_explicit(&sc->fifo->tail, memory_order_acquire);
 }
 
-/* A peer the kernel may be waiting for that has failed: its error, recorded; else loomSuccess. */
-static loomResult_t deadPeer(const struct devLaunch *L)
+/*
+ * A dead peer that a block of L reports waiting for (beat[1]) on a device
+ * FIFO, seen twice in a row with no progress in between (a message the peer
+ * wrote just before it died is still used): the peer, else -1; *comm its
+ * communicator.
+ */
+static int blockWaitsOnDead(struct devLaunch *L, const struct loomComm **comm)
 {
+    int seen = -1;
+    for (int b = 0, at = 0; b < L->nblocks && seen < 0; at += L->blockLanes[b++]) {
+        const struct loomLane *l = &L->lanes[at];
+        int p = (int)__atomic_load_n(&L->beats[2 * b + 1], __ATOMIC_ACQUIRE) - 1;
+        size_t i = (size_t)l->channel * 2 * (size_t)l->comm->nranks + (size_t)p;
+        if (p >= 0 && p < l->comm->nranks && l->comm->devexec->onDevice[i] &&
+            execPeerFailed(l->comm, p)) {
+            seen = p;
+            *comm = l->comm;
+        }
+    }
+    int again = seen >= 0 && L->deadSeen == seen + 1 && L->deadProgress == L->progress;
+    L->deadSeen = seen + 1;
+    L->deadProgress = L->progress;
+    return again ? seen : -1;
+}
+
+/* A peer the kernel may be waiting for that has failed: its error, recorded; else loomSuccess. */
+static loomResult_t deadPeer(struct devLaunch *L)
+{
+    const struct loomComm *dc = NULL;
+    int dp = blockWaitsOnDead(L, &dc);
+    if (dp >= 0)
+        return loomSetError(loomRemoteError,
+                            "rank %d (pid %d on %s) exited while rank %d's kernel waited for it",
+                            dp, dc->peers[dp].pid, dc->peers[dp].hostname, dc->rank);
     for (int i = 0; i < L->nlanes; i++) {
         const struct loomComm *comm = L->lanes[i].comm;
         for (int p = 0; p < comm->nranks; p++)
             if (p != comm->rank && execPeerFailed(comm, p) &&
-                starvedOn(&L->lanes[i], &L->devLanes[i], p))
+                starvedOn(L, &L->lanes[i], &L->devLanes[i], p))
                 return loomSetError(loomRemoteError,
                                     "rank %d (pid %d on %s) exited while rank %d's kernel waited "
                                     "for it",
@@ -490,9 +688,10 @@ static loomResult_t launchError(struct devLaunch *L, int *post)
     *post = !L->heard;
     kexecLanesSync(L->devLanes, L->lanes, L->nlanes);
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
-        const struct loomDevBlock *d = &L->blocks[b];
-        if (d->status != LOOM_DEV_OK && d->status != LOOM_DEV_STOPPED)
-            return kexecBlockError(d, &L->lanes[at], 1);
+        struct loomDevBlock d = L->blocks[b];
+        d.lanes = &L->devLanes[at]; /* the staging copy, final now */
+        if (d.status != LOOM_DEV_OK && d.status != LOOM_DEV_STOPPED)
+            return kexecBlockError(&d, &L->lanes[at], 1);
     }
     if (L->stopErr != loomTimeout || L->heard)
         return loomSetError(L->stopErr, "%s", L->stopWhy);
@@ -645,12 +844,12 @@ static void nap(void)
 /* ---- the entry points ---- */
 
 /* Takes the positions of the launch's communicators for the device, and counts the launch. */
-static loomResult_t launchCommsTake(struct devLaunch *L)
+static loomResult_t launchCommsTake(struct devLaunch *L, cuStream_t stream)
 {
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
         struct devexecComm *dc = NULL;
         struct loomComm *comm = L->lanes[at].comm;
-        LOOMCHECK(commState(comm, L->lib, &dc));
+        LOOMCHECK(commState(comm, L->lib, stream, &dc));
         if (!dc->deviceOwns) {
             positionsMove(comm, dc, 1);
             dc->deviceOwns = 1;
@@ -673,59 +872,6 @@ static void launchCount(struct devLaunch *L)
     }
 }
 
-/* The Loom CUDA streams of ops other than the launch's own (a group's), each once. */
-static loomResult_t joinedFind(struct devLaunch *L, const struct loomOp *ops, int nops)
-{
-    L->njoined = 0;
-    for (int i = 0; i < nops; i++) {
-        struct loomStream *s = ops[i].stream;
-        int seen = s == NULL || s == L->stream || !streamIsCuda(s);
-        for (int j = 0; j < L->njoined && !seen; j++)
-            seen = L->joined[j] == s;
-        if (seen)
-            continue;
-        LOOMCHECK(
-            arrayReserve((void **)&L->joined, &L->joinedCap, L->njoined + 1, sizeof(*L->joined)));
-        L->joined[L->njoined++] = s;
-    }
-    if (L->njoined > 0 && L->joinEvent == NULL) {
-        cuResult_t r = L->lib->eventCreate(&L->joinEvent, CUL_EVENT_DISABLE_TIMING);
-        if (r != CUL_SUCCESS) {
-            L->joinEvent = NULL;
-            return cudaLibError(L->lib, r, "creating the event that joins a group's streams");
-        }
-    }
-    return loomSuccess;
-}
-
-/*
- * Before the launch (on stream `on`): it waits for the work queued so far on
- * each joined stream (a wait takes the event's last record, so one event
- * serves every stream in turn).
- */
-static loomResult_t joinBefore(struct devLaunch *L, cuStream_t on)
-{
-    for (int j = 0; j < L->njoined; j++) {
-        cuResult_t r = L->lib->eventRecord(L->joinEvent, streamCudaHandle(L->joined[j]));
-        if (r == CUL_SUCCESS)
-            r = L->lib->streamWaitEvent(on, L->joinEvent, 0);
-        if (r != CUL_SUCCESS)
-            return cudaLibError(L->lib, r, "ordering a group's launch after its other streams");
-    }
-    return loomSuccess;
-}
-
-/* After the launch: each joined stream waits for it (L->event, recorded after the kernel). */
-static loomResult_t joinAfter(struct devLaunch *L)
-{
-    for (int j = 0; j < L->njoined; j++) {
-        cuResult_t r = L->lib->streamWaitEvent(streamCudaHandle(L->joined[j]), L->event, 0);
-        if (r != CUL_SUCCESS)
-            return cudaLibError(L->lib, r, "ordering a group's other streams after its launch");
-    }
-    return loomSuccess;
-}
-
 loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
                         struct loomStream *stream, const struct loomOp *ops, int nops)
 {
@@ -740,10 +886,9 @@ loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
     L->stream = stream;
     if ((err = lanesOrder(L, lanes, nlanes)) != loomSuccess ||
         (err = joinedFind(L, ops, nops)) != loomSuccess ||
-        (err = launchCommsTake(L)) != loomSuccess || (err = descriptorFill(L)) != loomSuccess ||
-        (err = joinBefore(L, cudaPlanStream(ex))) != loomSuccess ||
-        (err = cudaKernelInterpret(ex, L->blocks, (unsigned int)L->nblocks, LOOM_KERNEL_THREADS)) !=
-            loomSuccess) {
+        (err = launchCommsTake(L, cudaPlanStream(ex))) != loomSuccess ||
+        (err = descriptorFill(L)) != loomSuccess ||
+        (err = descriptorLaunch(L, ex, cudaPlanStream(ex))) != loomSuccess) {
         launchGive(L);
         execMarkBroken(lanes, nlanes, err, 1);
         return err;
@@ -832,6 +977,7 @@ void devexecFree(struct loomComm *comm)
     settle(sameComm, comm); /* none is left: destroy waited for its pending operations */
     comm->devexec = NULL;
     dc->lib->memFreeHost(dc->mem);
+    dc->lib->memFree(dc->dmem);
     free(dc->onDevice);
     free(dc);
 }

@@ -102,6 +102,14 @@ struct loomDevBlock {
     uint64_t llMod; /* LL flag modulus: LOOM_LL_MOD, or smaller in tests */
     void *host;     /* the host executor's context for portIdle */
     char *stage;    /* LOOM_DEV_STAGE_BYTES: LL messages received, the LL message to send */
+    /*
+     * For a watchdog on the host (mapped memory), or NULL: beat[0] counts the
+     * steps published, beat[1] is 1 + the peer thread 0 last found the block
+     * waiting for (its message, or a free slot towards it), 0 if none yet.
+     */
+    uint64_t *beat;
+    uint64_t beats;            /* thread 0's: beat[0] */
+    int32_t waitOn, waitShown; /* thread 0's: the peer of this sweep's first wait; beat[1] - 1 */
     /* Thread 0 writes these before a barrier; all read them after it. */
     int32_t sel; /* lane whose step runs, or -1: finished, -2: stopped (status) */
     int32_t status;
@@ -426,6 +434,14 @@ static inline LOOM_HOSTDEV int loomDevFail(struct loomDevBlock *b, int status, u
     return -1;
 }
 
+/* Thread 0: lane's step waits for peer (the sweep's first such peer is kept); returns 0. */
+static inline LOOM_HOSTDEV int loomDevWaitOn(struct loomDevBlock *b, int32_t peer)
+{
+    if (b->waitOn < 0)
+        b->waitOn = peer;
+    return 0;
+}
+
 /*
  * Thread 0: 1 if lane i's next step can run now: every message it takes has
  * come and every FIFO it sends to has a free slot (b->in, b->out set); 0 if
@@ -450,9 +466,9 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
         if (ll) {
             const uint64_t *line = rc->ll + (pos % LOOM_STEPS) * LOOM_LL_LINES;
             if ((uint32_t)(portLoadLine(line) >> 32) != LOOM_LL_FLAG(pos, b->llMod))
-                return 0;
+                return loomDevWaitOn(b, from);
         } else if (portLoadAcquire(rc->tail) <= pos) {
-            return 0;
+            return loomDevWaitOn(b, from);
         }
         uint64_t got = portLoadAcquire(&rc->bytes[pos % LOOM_STEPS]);
         if (got != (bytes | (ll ? LOOM_FIFO_LL : 0)))
@@ -469,7 +485,7 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
         if (ll && (sc->ll == NULL || bytes > LOOM_LL_BYTES))
             return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, to, 0);
         if (portLoadAcquire(sc->head) + LOOM_STEPS <= pos)
-            return 0;
+            return loomDevWaitOn(b, to);
         b->out[j] = ll ? b->stage + LOOM_STEP_MAXPEERS * LOOM_LL_BYTES
                        : sc->slots + (pos % LOOM_STEPS) * sc->slotBytes;
     }
@@ -481,6 +497,7 @@ static inline LOOM_HOSTDEV int32_t loomDevSelect(struct loomDevBlock *b)
 {
     for (uint32_t spins = 0;; spins++) {
         int left = 0;
+        b->waitOn = -1;
         if (portLoad32Acquire(b->abort)) {
             b->status = LOOM_DEV_STOPPED;
             return -2;
@@ -504,6 +521,10 @@ static inline LOOM_HOSTDEV int32_t loomDevSelect(struct loomDevBlock *b)
         }
         if (!left)
             return -1;
+        if (b->beat && b->waitOn != b->waitShown) { /* the watchdog's, once per change */
+            b->waitShown = b->waitOn;
+            portStoreRelease(&b->beat[1], (uint64_t)(b->waitOn + 1));
+        }
         portIdle(b->host, spins + 1);
     }
 }
@@ -607,6 +628,8 @@ static inline LOOM_HOSTDEV void loomDevPublish(struct loomDevBlock *b)
     }
     l->cur++;
     l->more = loomPlanNext(l->steps, l->nsteps, &l->it, &l->step);
+    if (b->beat)
+        portStoreRelease(b->beat, ++b->beats);
 }
 
 /*
@@ -618,6 +641,8 @@ static inline LOOM_HOSTDEV int loomDevRun(struct loomDevBlock *b, struct loomPor
 {
     if (t->tid == 0) {
         b->status = LOOM_DEV_OK;
+        b->beats = 0;
+        b->waitShown = -1;
         for (uint32_t i = 0; i < b->nlanes; i++) {
             struct loomDevLane *l = &b->lanes[i];
             l->it.k = 0;

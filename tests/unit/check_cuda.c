@@ -527,8 +527,9 @@ static int fifosOnDevice = 1;
 
 /*
  * Every collective on device buffers, each one launch of loomInterpret
- * (the fake counts them), over FIFOs in GPU memory unless p2p is off (the
- * fake counts where each FIFO a launch used lives); then a host-buffer
+ * (the fake counts them), reading its plans from GPU memory, over FIFOs in
+ * GPU memory unless p2p is off (the fake counts where each descriptor and
+ * each FIFO a launch used lives); then a host-buffer
  * AllReduce, which takes the host FIFOs' positions back from the
  * launches, and a launch again.
  */
@@ -549,6 +550,12 @@ static int launchRank(int rank, int n, loomComm_t comm)
     if (fakeCount("fakecudaInterpretLaunches") != before + 6)
         return testRankFail(rank, 17, "%d launches of loomInterpret for 6 calls",
                             fakeCount("fakecudaInterpretLaunches") - before);
+    if (fakeCount("fakecudaDescriptorsOnHost") != 0 || fakeCount("fakecudaDescriptorsOnDevice") < 6)
+        return testRankFail(rank, 20,
+                            "%d launches read their plans from host memory, %d from GPU "
+                            "memory: want them all in GPU memory",
+                            fakeCount("fakecudaDescriptorsOnHost"),
+                            fakeCount("fakecudaDescriptorsOnDevice"));
     int dev = fakeCount("fakecudaFifosOnDevice"), host = fakeCount("fakecudaFifosOnHost");
     if ((fifosOnDevice ? host : dev) != 0 || (fifosOnDevice ? dev : host) <= 0)
         return testRankFail(rank, 19,

@@ -24,11 +24,13 @@
  *   - a launch of loomInterpret (the plan interpreter, src/device/interp.h)
  *     runs the host build of the same interpreter, in stream order: its
  *     blocks and FAKECUDA_THREADS (default 4, at most the block's size)
- *     threads each stand for a block's threads (pthreads). At the launch,
- *     every address in its descriptor must be device memory or registered
- *     host memory (the FIFOs, the positions, the plans, the abort flag), else
- *     the launch fails as an illegal address; the user buffers (device
- *     memory) are read and written through the fake's own view;
+ *     threads each stand for a block's threads (pthreads). The descriptor
+ *     must be device memory or registered host memory, else the launch
+ *     fails as an illegal address; when the launch runs, every address in
+ *     it must be too (the FIFOs, the positions, the plans, the abort flag),
+ *     else the process aborts, as a GPU would fault; the fake runs on a copy
+ *     of the descriptor whose addresses are its own views of device memory,
+ *     and writes back what the kernel leaves (status, error records, lanes);
  *   - stream capture: commands queued while a stream is captured are the
  *     graph's and never run; synchronising or querying the stream then fails
  *     and invalidates the capture, as the driver does;
@@ -507,6 +509,7 @@ static void pause1us(void)
 /* ---- the plan interpreter, run on the CPU ---- */
 
 static _Atomic int interpretLaunches, interpretThreads, fifosOnDevice, fifosOnHost;
+static _Atomic int descriptorsOnDevice, descriptorsOnHost;
 
 /* Not driver functions: launches of loomInterpret so far, and its threads alive now (tests find
  * them with dlsym). */
@@ -530,6 +533,18 @@ EXPORT int fakecudaFifosOnDevice(void)
 EXPORT int fakecudaFifosOnHost(void)
 {
     return atomic_load(&fifosOnHost);
+}
+
+/* Not driver functions: launches so far whose descriptor (blocks, lanes, plans, connector views,
+ * staging, and the positions of device FIFOs) was all in GPU memory, or not. */
+EXPORT int fakecudaDescriptorsOnDevice(void)
+{
+    return atomic_load(&descriptorsOnDevice);
+}
+
+EXPORT int fakecudaDescriptorsOnHost(void)
+{
+    return atomic_load(&descriptorsOnHost);
 }
 
 /* port.h's host back-off, as the device's: the fake's threads sleep a little; nothing rings. */
@@ -569,35 +584,6 @@ static int reachable(const void *p, size_t bytes)
     return p == NULL || translate(p, bytes ? bytes : 1, 1) != NULL;
 }
 
-/* 1 if every address of the descriptor is one the kernel may touch. */
-static int descriptorReachable(const struct loomDevBlock *blocks, unsigned int nblocks)
-{
-    if (!reachable(blocks, nblocks * sizeof(*blocks)))
-        return 0;
-    for (unsigned int b = 0; b < nblocks; b++) {
-        const struct loomDevBlock *d = &blocks[b];
-        int ok = reachable(d->lanes, d->nlanes * sizeof(*d->lanes)) && d->abort &&
-                 reachable(d->abort, 4) && reachable(d->stage, LOOM_DEV_STAGE_BYTES) &&
-                 reachable(d->owner, 2 * (size_t)d->nranks * sizeof(int32_t));
-        for (uint32_t i = 0; ok && i < d->nlanes; i++) {
-            const struct loomDevLane *l = &d->lanes[i];
-            ok = reachable(l->steps, l->nsteps * sizeof(*l->steps)) &&
-                 reachable(l->send, (size_t)l->nranks * sizeof(*l->send)) &&
-                 reachable(l->recv, (size_t)l->nranks * sizeof(*l->recv));
-            for (int p = 0; ok && p < 2 * l->nranks; p++) {
-                const struct loomDevConn *c = p < l->nranks ? &l->send[p] : &l->recv[p - l->nranks];
-                ok = c->bell == NULL && reachable(c->tail, 8) && reachable(c->head, 8) &&
-                     reachable(c->bytes, LOOM_STEPS * 8) && reachable(c->pos, 8) &&
-                     reachable(c->slots, LOOM_STEPS * c->slotBytes) &&
-                     reachable(c->ll, LOOM_STEPS * LOOM_LL_LINES * 8);
-            }
-        }
-        if (!ok)
-            return 0;
-    }
-    return 1;
-}
-
 /* A buffer of a lane: the device address <-> the fake's view (toView), when it is device memory. */
 static void bufsSwap(char **buf, int toView)
 {
@@ -620,74 +606,167 @@ static void *viewOf(const void *p)
     return v;
 }
 
-/*
- * A lane's connector views, with every FIFO address in GPU memory turned
- * into the fake's view (the positions are mapped host memory); counts the
- * FIFOs by where they live. The copy is the caller's to free.
- */
-static struct loomDevConn *connsView(const struct loomDevLane *l)
+static void *fakeAlloc(size_t n, size_t size)
 {
-    struct loomDevConn *v = calloc(2 * (size_t)l->nranks, sizeof(*v));
-    if (v == NULL) {
+    void *p = calloc(n ? n : 1, size);
+    if (p == NULL) {
         fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
         abort();
     }
-    for (int p = 0; p < 2 * l->nranks; p++) {
-        const struct loomDevConn *c = p < l->nranks ? &l->send[p] : &l->recv[p - l->nranks];
-        v[p] = *c;
+    return p;
+}
+
+/* 1 if p is in GPU memory (NULL counts as such: nothing there). */
+static int onDevice(const void *p)
+{
+    pthread_mutex_lock(&memLock);
+    struct range *r = p ? rangeFind(p) : NULL;
+    int dev = p == NULL || (r && r->kind != RANGE_HOST);
+    pthread_mutex_unlock(&memLock);
+    return dev;
+}
+
+/* A launch whose descriptor names memory the GPU cannot reach: a GPU would fault. */
+static void illegalAddress(const char *what)
+{
+    fprintf(stderr,
+            "fakecuda: loomInterpret reached %s at an address the GPU cannot reach (an "
+            "illegal address on a GPU)\n",
+            what);
+    abort();
+}
+
+/*
+ * A lane's connector views (the kernel's array of 2 x nranks), with every
+ * FIFO address and position turned into the fake's view, after checking
+ * that the kernel may reach each; counts the FIFOs by where their tail
+ * lives. The copy is the caller's to free.
+ */
+static struct loomDevConn *connsView(const struct loomDevConn *conns, int nranks, int *dev)
+{
+    size_t n = 2 * (size_t)nranks;
+    struct loomDevConn *v = fakeAlloc(n, sizeof(*v));
+    if (!reachable(conns, n * sizeof(*conns)))
+        illegalAddress("the connectors");
+    memcpy(v, viewOf(conns), n * sizeof(*v));
+    *dev &= onDevice(conns);
+    for (size_t p = 0; p < n; p++) {
+        struct loomDevConn *c = &v[p];
         if (c->tail == NULL)
             continue;
-        pthread_mutex_lock(&memLock);
-        struct range *r = rangeFind(c->tail);
-        atomic_fetch_add(r && r->kind != RANGE_HOST ? &fifosOnDevice : &fifosOnHost, 1);
-        pthread_mutex_unlock(&memLock);
-        v[p].tail = viewOf(c->tail);
-        v[p].head = viewOf(c->head);
-        v[p].bytes = viewOf(c->bytes);
-        v[p].slots = viewOf(c->slots);
-        v[p].ll = viewOf(c->ll);
+        if (c->bell != NULL || !reachable(c->tail, 8) || !reachable(c->head, 8) ||
+            !reachable(c->bytes, LOOM_STEPS * 8) || !reachable(c->pos, 8) ||
+            !reachable(c->slots, LOOM_STEPS * c->slotBytes) ||
+            !reachable(c->ll, LOOM_STEPS * LOOM_LL_LINES * 8))
+            illegalAddress("a FIFO");
+        int fifoDev = onDevice(c->tail);
+        atomic_fetch_add(fifoDev ? &fifosOnDevice : &fifosOnHost, 1);
+        *dev &= !fifoDev || onDevice(c->pos);
+        c->tail = viewOf(c->tail);
+        c->head = viewOf(c->head);
+        c->bytes = viewOf(c->bytes);
+        c->slots = viewOf(c->slots);
+        c->ll = viewOf(c->ll);
+        c->pos = viewOf(c->pos);
     }
     return v;
 }
 
 /*
+ * The fake's copy of a launch's blocks and their lanes (lanes[b]: block
+ * b's), read from the kernel's descriptor (GPU or registered host memory)
+ * when the launch runs, every address in it checked and turned into the
+ * fake's view.
+ */
+static struct loomDevBlock *descriptorView(const struct loomDevBlock *blocks, unsigned int nblocks,
+                                           struct loomDevLane **lanes)
+{
+    struct loomDevBlock *v = fakeAlloc(nblocks, sizeof(*v));
+    if (!reachable(blocks, nblocks * sizeof(*blocks)))
+        illegalAddress("its blocks");
+    memcpy(v, viewOf(blocks), nblocks * sizeof(*v));
+    int dev = onDevice(blocks);
+    for (unsigned int b = 0; b < nblocks; b++) {
+        struct loomDevBlock *d = &v[b];
+        dev &= onDevice(d->lanes) && onDevice(d->owner) && onDevice(d->stage);
+        if (!reachable(d->lanes, d->nlanes * sizeof(*d->lanes)) || d->abort == NULL ||
+            !reachable(d->abort, 4) || !reachable(d->stage, LOOM_DEV_STAGE_BYTES) ||
+            !reachable(d->owner, 2 * (size_t)d->nranks * sizeof(int32_t)) || !reachable(d->beat, 8))
+            illegalAddress("a block");
+        lanes[b] = fakeAlloc(d->nlanes, sizeof(*lanes[b]));
+        memcpy(lanes[b], viewOf(d->lanes), d->nlanes * sizeof(*lanes[b]));
+        for (uint32_t i = 0; i < d->nlanes; i++) {
+            struct loomDevLane *l = &lanes[b][i];
+            if (!reachable(l->steps, l->nsteps * sizeof(*l->steps)) ||
+                l->recv != l->send + l->nranks)
+                illegalAddress("a lane");
+            dev &= onDevice(l->steps);
+            l->steps = viewOf(l->steps);
+            for (int k = 0; k < 2; k++)
+                bufsSwap(&l->bufs[k], 1);
+            l->send = connsView(l->send, l->nranks, &dev);
+            l->recv = l->send + l->nranks;
+        }
+        d->lanes = lanes[b];
+        d->abort = viewOf(d->abort);
+        d->stage = viewOf(d->stage);
+        d->owner = viewOf(d->owner);
+        d->beat = viewOf(d->beat);
+    }
+    atomic_fetch_add(dev ? &descriptorsOnDevice : &descriptorsOnHost, 1);
+    return v;
+}
+
+/*
+ * Writes back what the kernel leaves in its descriptor (each block's status
+ * and error record, each lane's state), keeping the descriptor's own
+ * addresses; frees the fake's copy.
+ */
+static void descriptorStore(struct loomDevBlock *blocks, unsigned int nblocks,
+                            struct loomDevBlock *v, struct loomDevLane **lanes)
+{
+    struct loomDevBlock *out = viewOf(blocks);
+    for (unsigned int b = 0; b < nblocks; b++) {
+        struct loomDevLane *outLanes = viewOf(out[b].lanes);
+        for (uint32_t i = 0; i < v[b].nlanes; i++) {
+            struct loomDevLane l = lanes[b][i];
+            free(l.send);
+            l.steps = outLanes[i].steps;
+            l.send = outLanes[i].send;
+            l.recv = outLanes[i].recv;
+            l.bufs[0] = outLanes[i].bufs[0];
+            l.bufs[1] = outLanes[i].bufs[1];
+            outLanes[i] = l;
+        }
+        struct loomDevBlock d = v[b];
+        d.lanes = out[b].lanes;
+        d.abort = out[b].abort;
+        d.stage = out[b].stage;
+        d.owner = out[b].owner;
+        d.beat = out[b].beat;
+        out[b] = d;
+        free(lanes[b]);
+    }
+    free(v);
+}
+
+/*
  * Runs a launch: nthreads pthreads per block, each running the interpreter
- * as a GPU thread would. The lanes' buffers and FIFOs in device memory are
- * device pointers, which the CPU cannot touch: they are swapped for the
- * fake's view while it runs.
+ * as a GPU thread would, on the fake's copy of the descriptor (whose
+ * addresses are the fake's views of device memory, which the CPU cannot
+ * touch at the addresses the library holds).
  */
 static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsigned int nthreads)
 {
-    struct interpThread *th = calloc((size_t)nblocks * nthreads, sizeof(*th));
-    struct loomPortBarrier *bars = calloc(nblocks, sizeof(*bars));
-    if (th == NULL || bars == NULL) {
-        fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
-        abort();
-    }
-    size_t nl = 0, at = 0;
-    for (unsigned int b = 0; b < nblocks; b++)
-        nl += blocks[b].nlanes;
-    struct loomDevConn **saved = calloc(2 * nl + 1, sizeof(*saved));
-    if (saved == NULL) {
-        fprintf(stderr, "fakecuda: out of memory running loomInterpret\n");
-        abort();
-    }
-    for (unsigned int b = 0; b < nblocks; b++) {
-        for (uint32_t i = 0; i < blocks[b].nlanes; i++, at += 2) {
-            struct loomDevLane *l = &blocks[b].lanes[i];
-            for (int k = 0; k < 2; k++)
-                bufsSwap(&l->bufs[k], 1);
-            saved[at] = l->send;
-            saved[at + 1] = l->recv;
-            l->send = connsView(l);
-            l->recv = l->send + l->nranks;
-        }
-    }
+    struct interpThread *th = fakeAlloc((size_t)nblocks * nthreads, sizeof(*th));
+    struct loomPortBarrier *bars = fakeAlloc(nblocks, sizeof(*bars));
+    struct loomDevLane **lanes = fakeAlloc(nblocks, sizeof(*lanes));
+    struct loomDevBlock *v = descriptorView(blocks, nblocks, lanes);
     atomic_fetch_add(&interpretThreads, (int)(nblocks * nthreads));
     for (unsigned int b = 0; b < nblocks; b++) {
         for (unsigned int t = 0; t < nthreads; t++) {
             struct interpThread *it = &th[b * nthreads + t];
-            it->block = &blocks[b];
+            it->block = &v[b];
             it->t = (struct loomPortThread){t, nthreads, &bars[b], 0};
             if (pthread_create(&it->thread, NULL, interpMain, it) != 0) {
                 fprintf(stderr, "fakecuda: cannot start a thread of loomInterpret\n");
@@ -697,18 +776,8 @@ static void interpretRun(struct loomDevBlock *blocks, unsigned int nblocks, unsi
     }
     for (unsigned int i = 0; i < nblocks * nthreads; i++)
         pthread_join(th[i].thread, NULL);
-    at = 0;
-    for (unsigned int b = 0; b < nblocks; b++) {
-        for (uint32_t i = 0; i < blocks[b].nlanes; i++, at += 2) {
-            struct loomDevLane *l = &blocks[b].lanes[i];
-            for (int k = 0; k < 2; k++)
-                bufsSwap(&l->bufs[k], 0);
-            free(l->send);
-            l->send = saved[at];
-            l->recv = saved[at + 1];
-        }
-    }
-    free(saved);
+    descriptorStore(blocks, nblocks, v, lanes);
+    free(lanes);
     free(th);
     free(bars);
 }
@@ -1215,7 +1284,7 @@ EXPORT cuResult_t cuLaunchKernel(cuFunction_t f, unsigned int gx, unsigned int g
     }
     if (f->interpret) {
         struct loomDevBlock *blocks = *(struct loomDevBlock **)params[0];
-        if (!descriptorReachable(blocks, gx))
+        if (!reachable(blocks, gx * sizeof(*blocks))) /* its contents: when it runs */
             goto illegal;
         int threads = envInt("FAKECUDA_THREADS", 4);
         c->kind = CMD_INTERPRET;
