@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 
+#include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "plan.h"
@@ -64,13 +65,27 @@ static void groupClear(void)
     groupError = loomSuccess;
 }
 
+/*
+ * One stream for the whole group, except a group launched as one kernel
+ * (devexec.c) on Loom CUDA streams: the launch goes on operation 0's, and
+ * the others join it with events.
+ */
 static loomResult_t groupCheckStreams(void)
 {
+    int cuda = 1, same = 1;
+    for (int i = 0; i < groupCount; i++) {
+        same &= groupOps[i].stream == groupOps[0].stream;
+        cuda &= groupOps[i].stream != NULL && streamIsCuda(groupOps[i].stream);
+    }
+    if (same || (cuda && devexecLaunchable(groupOps, groupCount)))
+        return loomSuccess;
     for (int i = 1; i < groupCount; i++)
         if (groupOps[i].stream != groupOps[0].stream)
             return loomSetError(loomInvalidUsage,
                                 "loomGroupEnd: operation %d of the group uses a different stream "
-                                "than operation 0; all operations of a group must share a stream",
+                                "than operation 0; all operations of a group must share a stream "
+                                "(except device buffers on CUDA streams under "
+                                "LOOM_EXECUTOR=kernel, launched as one kernel)",
                                 i);
     return loomSuccess;
 }

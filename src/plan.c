@@ -443,7 +443,7 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
-        res = devexecRun(dev, tlLanes, nlanes, s);
+        res = devexecRun(dev, tlLanes, nlanes, s, ops, nops);
     }
     cudaPlanEnd(dev, res);
     return res;

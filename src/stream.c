@@ -238,17 +238,36 @@ static void drainLocked(struct loomStream *s)
  */
 static loomResult_t launchNow(struct loomStream *s, struct loomOp *ops, int nops)
 {
-    pthread_mutex_lock(&s->lock);
-    drainLocked(s);
-    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < nops; i++) { /* a group's ops may be on several streams (devexec.c) */
+        struct loomStream *t = ops[i].stream ? ops[i].stream : s;
+        pthread_mutex_lock(&t->lock);
+        drainLocked(t);
+        pthread_mutex_unlock(&t->lock);
+    }
     loomResult_t res = planExecute(ops, nops);
     for (int i = 0; i < nops; i++)
         opRelease(&ops[i]);
     return res;
 }
 
+/* loomInvalidUsage (ops released) when a CUDA stream of ops is being captured into a graph. */
+static loomResult_t captureRefuse(struct loomStream *s, struct loomOp *ops, int nops)
+{
+    loomResult_t res = loomSuccess;
+    for (int i = -1; i < nops && res == loomSuccess; i++) {
+        struct loomStream *t = i < 0 ? s : ops[i].stream;
+        if (t && t->cuda)
+            res = cudaStreamCaptureCheck(t->cuda,
+                                         nops > 1 ? "loomGroupEnd" : loomCollName(ops[0].coll));
+    }
+    for (int i = 0; res != loomSuccess && i < nops; i++)
+        opRelease(&ops[i]);
+    return res;
+}
+
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
 {
+    LOOMCHECK(captureRefuse(s, ops, nops));
     if (s->cuda && devexecLaunchable(ops, nops))
         return launchNow(s, ops, nops);
     pthread_mutex_lock(&s->lock);

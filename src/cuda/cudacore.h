@@ -102,6 +102,11 @@ loomResult_t cudaStreamFence(struct cudaStreamSync *cs, void **event, uint32_t *
 loomResult_t cudaStreamUnitBegin(struct cudaStreamSync *cs, void *event);
 /* After the unit, whatever its result: lets the CUDA stream go on past it. */
 void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
+/*
+ * loomInvalidUsage naming fn when the application is capturing the CUDA
+ * stream into a graph (Loom's work cannot be captured yet), else loomSuccess.
+ */
+loomResult_t cudaStreamCaptureCheck(struct cudaStreamSync *cs, const char *fn);
 /* Waits for the CUDA stream itself (after every unit ran). */
 loomResult_t cudaStreamSync(struct cudaStreamSync *cs);
 /* loomSuccess if the CUDA stream is idle, loomInProgress if not. */
@@ -134,15 +139,17 @@ int devexecWanted(const struct loomOp *ops, int nops);
  */
 int devexecLaunchable(const struct loomOp *ops, int nops);
 /*
- * Runs the lanes of a device plan (after cudaPlanBegin) as one launch of
- * loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the
- * application's stream and the call returns at once; a failure is reported
- * by loomStreamSynchronize/Query and as the communicators' async error.
- * Otherwise it goes on ex's stream and the call returns when it has ended,
- * with its error. loomSuccess, or the error (recorded).
+ * Runs the lanes of a device plan (after cudaPlanBegin) of ops as one launch
+ * of loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the
+ * application's stream and the call returns at once; the other Loom CUDA
+ * streams of a group's ops join it with events (the launch waits for the
+ * work queued on them, and they for the launch); a failure is reported
+ * by loomStreamSynchronize/Query on any of them and as the communicators'
+ * async error. Otherwise it goes on ex's stream and the call returns when
+ * it has ended, with its error. loomSuccess, or the error (recorded).
  */
 loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
-                        struct loomStream *stream);
+                        struct loomStream *stream, const struct loomOp *ops, int nops);
 /* Before a host-driven run on comm: waits for comm's launches to end, takes its positions back. */
 void devexecReclaim(struct loomComm *comm);
 /* After loomStreamSynchronize's wait on the CUDA stream: retires the launches made on s. */

@@ -74,6 +74,8 @@ static const struct {
     SYM("cuStreamQuery", streamQuery),
     SYM("cuStreamGetCtx", streamGetCtx),
     SYM("cuStreamWaitValue32_v2", streamWaitValue32),
+    SYM("cuStreamWaitEvent", streamWaitEvent),
+    SYM("cuStreamIsCapturing", streamIsCapturing),
     SYM("cuEventCreate", eventCreate),
     SYM("cuEventRecord", eventRecord),
     SYM("cuEventQuery", eventQuery),

@@ -68,6 +68,7 @@ typedef struct {
 #define CUL_STREAM_NON_BLOCKING 0x1
 #define CUL_STREAM_WAIT_VALUE_GEQ 0x0
 #define CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#define CUL_STREAM_CAPTURE_STATUS_NONE 0
 
 /* The driver functions Loom uses; each member is named for the driver's function without "cu". */
 struct cudaLib {
@@ -101,6 +102,8 @@ struct cudaLib {
     cuResult_t (*streamGetCtx)(cuStream_t s, cuContext_t *ctx);
     cuResult_t (*streamWaitValue32)(cuStream_t s, cuDevPtr_t addr, uint32_t value,
                                     unsigned int flags);
+    cuResult_t (*streamWaitEvent)(cuStream_t s, cuEvent_t e, unsigned int flags);
+    cuResult_t (*streamIsCapturing)(cuStream_t s, int *status);
     cuResult_t (*eventCreate)(cuEvent_t *e, unsigned int flags);
     cuResult_t (*eventRecord)(cuEvent_t e, cuStream_t s);
     cuResult_t (*eventQuery)(cuEvent_t e);

@@ -100,6 +100,23 @@ fail_free:
     return res;
 }
 
+loomResult_t cudaStreamCaptureCheck(struct cudaStreamSync *cs, const char *fn)
+{
+    int status = CUL_STREAM_CAPTURE_STATUS_NONE;
+    cuResult_t r = cs->lib->streamIsCapturing(cs->stream, &status);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(cs->lib, r, "asking whether the CUDA stream is being captured");
+    if (status == CUL_STREAM_CAPTURE_STATUS_NONE)
+        return loomSuccess;
+    /* A captured call would be replayed without the host work that orders, watches and retires
+     * it (the progress thread, the launch watchdog, the FIFO positions), so it is refused before
+     * anything touches the stream: the capture stays valid. */
+    return loomSetError(loomInvalidUsage,
+                        "%s: the CUDA stream is being captured into a CUDA graph, and Loom calls "
+                        "cannot be captured yet; make the call outside the capture",
+                        fn);
+}
+
 void *cudaStreamHandle(const struct cudaStreamSync *cs)
 {
     return cs->stream;

@@ -100,7 +100,10 @@ struct devLaunch {
     int nlanes, laneCap;
     int *blockLanes; /* [nblocks]: lanes of each block */
     int blockCap;
-    struct loomStream *stream; /* the Loom CUDA stream, or NULL: a caller waits */
+    struct loomStream *stream;  /* the Loom CUDA stream, or NULL: a caller waits */
+    struct loomStream **joined; /* the group's other Loom CUDA streams (they wait on event) */
+    int njoined, joinedCap;
+    cuEvent_t joinEvent; /* recorded on each joined stream before the launch */
     /* the watchdog's */
     uint64_t progress, idleSince, lastLiveCheck;
     int stopping; /* the abort flag is up for stopErr (heard: an abort or a peer's notice) */
@@ -541,6 +544,8 @@ static void launchRetire(struct devLaunch *L, cuResult_t r)
         }
         if (L->stream)
             streamRecordError(L->stream, err, L->why);
+        for (int j = 0; j < L->njoined; j++)
+            streamRecordError(L->joined[j], err, L->why);
         launchCascade(L);
     }
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
@@ -668,8 +673,61 @@ static void launchCount(struct devLaunch *L)
     }
 }
 
+/* The Loom CUDA streams of ops other than the launch's own (a group's), each once. */
+static loomResult_t joinedFind(struct devLaunch *L, const struct loomOp *ops, int nops)
+{
+    L->njoined = 0;
+    for (int i = 0; i < nops; i++) {
+        struct loomStream *s = ops[i].stream;
+        int seen = s == NULL || s == L->stream || !streamIsCuda(s);
+        for (int j = 0; j < L->njoined && !seen; j++)
+            seen = L->joined[j] == s;
+        if (seen)
+            continue;
+        LOOMCHECK(
+            arrayReserve((void **)&L->joined, &L->joinedCap, L->njoined + 1, sizeof(*L->joined)));
+        L->joined[L->njoined++] = s;
+    }
+    if (L->njoined > 0 && L->joinEvent == NULL) {
+        cuResult_t r = L->lib->eventCreate(&L->joinEvent, CUL_EVENT_DISABLE_TIMING);
+        if (r != CUL_SUCCESS) {
+            L->joinEvent = NULL;
+            return cudaLibError(L->lib, r, "creating the event that joins a group's streams");
+        }
+    }
+    return loomSuccess;
+}
+
+/*
+ * Before the launch (on stream `on`): it waits for the work queued so far on
+ * each joined stream (a wait takes the event's last record, so one event
+ * serves every stream in turn).
+ */
+static loomResult_t joinBefore(struct devLaunch *L, cuStream_t on)
+{
+    for (int j = 0; j < L->njoined; j++) {
+        cuResult_t r = L->lib->eventRecord(L->joinEvent, streamCudaHandle(L->joined[j]));
+        if (r == CUL_SUCCESS)
+            r = L->lib->streamWaitEvent(on, L->joinEvent, 0);
+        if (r != CUL_SUCCESS)
+            return cudaLibError(L->lib, r, "ordering a group's launch after its other streams");
+    }
+    return loomSuccess;
+}
+
+/* After the launch: each joined stream waits for it (L->event, recorded after the kernel). */
+static loomResult_t joinAfter(struct devLaunch *L)
+{
+    for (int j = 0; j < L->njoined; j++) {
+        cuResult_t r = L->lib->streamWaitEvent(streamCudaHandle(L->joined[j]), L->event, 0);
+        if (r != CUL_SUCCESS)
+            return cudaLibError(L->lib, r, "ordering a group's other streams after its launch");
+    }
+    return loomSuccess;
+}
+
 loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
-                        struct loomStream *stream)
+                        struct loomStream *stream, const struct loomOp *ops, int nops)
 {
     const struct cudaLib *lib;
     struct devLaunch *L = NULL;
@@ -681,7 +739,9 @@ loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
     L->ctx = cudaPlanContext(ex);
     L->stream = stream;
     if ((err = lanesOrder(L, lanes, nlanes)) != loomSuccess ||
+        (err = joinedFind(L, ops, nops)) != loomSuccess ||
         (err = launchCommsTake(L)) != loomSuccess || (err = descriptorFill(L)) != loomSuccess ||
+        (err = joinBefore(L, cudaPlanStream(ex))) != loomSuccess ||
         (err = cudaKernelInterpret(ex, L->blocks, (unsigned int)L->nblocks, LOOM_KERNEL_THREADS)) !=
             loomSuccess) {
         launchGive(L);
@@ -689,6 +749,7 @@ loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
         return err;
     }
     cuResult_t r = lib->eventRecord(L->event, cudaPlanStream(ex));
+    loomResult_t joined = r == CUL_SUCCESS ? joinAfter(L) : loomSuccess;
     pthread_mutex_lock(&watchLock);
     L->progress = launchProgress(L);
     L->idleSince = L->lastLiveCheck = loomClockNs();
@@ -696,6 +757,8 @@ loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
     L->next = inflight;
     inflight = L;
     err = r == CUL_SUCCESS ? watchStart() : cudaLibError(lib, r, "recording a launch's event");
+    if (err == loomSuccess && joined != loomSuccess)
+        err = loomSetError(joined, "%s", debugLastError(NULL));
     pthread_cond_signal(&watchWork);
     if (stream != NULL || err != loomSuccess) {
         pthread_mutex_unlock(&watchLock);
@@ -728,6 +791,9 @@ static int sameComm(const struct devLaunch *L, const void *comm)
 
 static int sameStream(const struct devLaunch *L, const void *stream)
 {
+    for (int j = 0; j < L->njoined; j++)
+        if (L->joined[j] == stream)
+            return 1;
     return L->stream == stream;
 }
 

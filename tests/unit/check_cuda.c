@@ -793,6 +793,194 @@ START_TEST(test_fake_launch_group)
 }
 END_TEST
 
+/* A device buffer, a CUDA stream held by a flag (mapped host memory), and its Loom stream. */
+struct heldStream {
+    cuDevPtr_t in, out, flagDev;
+    cuStream_t cs;
+    loomStream_t s;
+    uint32_t *flag;
+};
+
+static int heldStreamMake(const struct cudaLib *lib, size_t bytes, struct heldStream *h)
+{
+    void *flag;
+    if (lib->memAlloc(&h->in, bytes) || lib->memAlloc(&h->out, bytes) ||
+        lib->streamCreateWithPriority(&h->cs, 0, 0) ||
+        lib->memHostAlloc(&flag, 64, CUL_MEMHOSTALLOC_DEVICEMAP) ||
+        lib->memHostGetDevicePointer(&h->flagDev, flag, 0) ||
+        loomStreamCreateCuda(&h->s, h->cs) != loomSuccess)
+        return -1;
+    h->flag = flag;
+    return 0;
+}
+
+static void heldStreamFree(const struct cudaLib *lib, struct heldStream *h)
+{
+    loomStreamDestroy(h->s);
+    lib->streamDestroy(h->cs);
+    lib->memFreeHost(h->flag);
+    lib->memFree(h->in);
+    lib->memFree(h->out);
+}
+
+/*
+ * A group whose two AllReduces are on two Loom CUDA streams is one launch,
+ * on the first's stream, ordered after the work queued on both and before
+ * the work queued on both after it. Both CUDA streams are held, each with
+ * the copy of its input queued behind the hold and the copy of its result
+ * after the call (every command of the fake delayed). Round 0 releases the
+ * first stream alone for a while: the launch must still wait for the second
+ * stream's input. Round 1 releases the second alone: its copy back must
+ * still wait for the launch, so it reads nothing yet.
+ */
+static int joinRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    struct heldStream h[2];
+    int32_t in[2][N], out[2][N];
+    size_t fatbinBytes;
+    if (cudaLibGet(&lib) != loomSuccess || heldStreamMake(lib, sizeof(in[0]), &h[0]) ||
+        heldStreamMake(lib, sizeof(in[0]), &h[1]))
+        return testRankFail(rank, 10, "no driver, streams or device memory: %s",
+                            loomGetLastError(NULL));
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < 2; k++) {
+            __atomic_store_n(h[k].flag, round, __ATOMIC_RELEASE);
+            for (int i = 0; i < N; i++)
+                in[k][i] = (k + 1) * i + rank + round, out[k][i] = 0;
+            if (lib->streamWaitValue32(h[k].cs, h[k].flagDev, round + 1,
+                                       CUL_STREAM_WAIT_VALUE_GEQ) ||
+                lib->memcpyAsync(h[k].in, (cuDevPtr_t)(uintptr_t)in[k], sizeof(in[k]), h[k].cs))
+                return testRankFail(rank, 11, "queueing the hold and the copy failed");
+        }
+        int before = fakeCount("fakecudaInterpretLaunches");
+        loomGroupStart();
+        for (int k = 0; k < 2; k++)
+            loomAllReduce((void *)(uintptr_t)h[k].in, (void *)(uintptr_t)h[k].out, N, loomInt32,
+                          loomSum, comm, h[k].s);
+        if (loomGroupEnd() != loomSuccess)
+            return testRankFail(rank, 12, "a group on two CUDA streams: %s",
+                                loomGetLastError(comm));
+        for (int k = 0; k < 2; k++)
+            if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out[k], h[k].out, sizeof(out[k]), h[k].cs))
+                return testRankFail(rank, 13, "queueing the copy back failed");
+        int launches = fakeCount("fakecudaInterpretLaunches") - before;
+        int first = round == 0 ? 0 : 1; /* the stream released alone */
+        __atomic_store_n(h[first].flag, round + 1, __ATOMIC_RELEASE);
+        usleep(100000);
+        int early = out[1][N - 1];
+        __atomic_store_n(h[1 - first].flag, round + 1, __ATOMIC_RELEASE);
+        if (lib->streamSynchronize(h[1].cs) || lib->streamSynchronize(h[0].cs))
+            return testRankFail(rank, 14, "cuStreamSynchronize failed");
+        if (launches != 1 || early != 0)
+            return testRankFail(rank, 15,
+                                "%d launches; with the first stream held, the second "
+                                "stream's copy back read %d: it was not ordered after the launch",
+                                launches, early);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < N; i++)
+                if (out[k][i] != ((k + 1) * i + round) * n + n * (n - 1) / 2)
+                    return testRankFail(rank, 16, "round %d, stream %d: out[%d] = %d, want %d",
+                                        round, k, i, out[k][i],
+                                        ((k + 1) * i + round) * n + n * (n - 1) / 2);
+    }
+    for (int k = 0; k < 2; k++)
+        if (loomStreamSynchronize(h[k].s) != loomSuccess)
+            return testRankFail(rank, 17, "stream %d reports %s", k, loomGetLastError(NULL));
+    heldStreamFree(lib, &h[0]);
+    heldStreamFree(lib, &h[1]);
+    return 0;
+}
+
+START_TEST(test_fake_launch_group_streams)
+{
+    useFake("FAKECUDA_DELAY_US", "2000");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    fakeDriver(0);
+    runRanks(2, joinRank);
+}
+END_TEST
+
+/* A symbol of the fake driver that cudaLib does not carry. */
+static void *fakeSym(const char *name)
+{
+    void *h = dlopen(fakePath, RTLD_NOW | RTLD_NOLOAD);
+    return h ? dlsym(h, name) : NULL;
+}
+
+/*
+ * Loom calls on a CUDA stream being captured into a graph are refused with
+ * a line, before anything is queued on the stream (the capture stays valid
+ * and holds none of Loom's work); after the capture the same calls run.
+ */
+static int captureRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    struct heldStream h;
+    int32_t in[N], out[N];
+    size_t fatbinBytes;
+    void *graph = NULL;
+    cuResult_t (*begin)(cuStream_t, int) =
+        (cuResult_t(*)(cuStream_t, int))fakeSym("cuStreamBeginCapture_v2");
+    cuResult_t (*end)(cuStream_t, void **) =
+        (cuResult_t(*)(cuStream_t, void **))fakeSym("cuStreamEndCapture");
+    if (cudaLibGet(&lib) != loomSuccess || heldStreamMake(lib, sizeof(in), &h) || !begin || !end)
+        return testRankFail(rank, 10, "no driver, stream or device memory: %s",
+                            loomGetLastError(NULL));
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    void *pi = (void *)(uintptr_t)h.in, *po = (void *)(uintptr_t)h.out;
+    if (begin(h.cs, 0) != CUL_SUCCESS)
+        return testRankFail(rank, 11, "cuStreamBeginCapture failed");
+    loomResult_t res = loomAllReduce(pi, po, N, loomInt32, loomSum, comm, h.s);
+    if (res != loomInvalidUsage || !strstr(loomGetLastError(NULL), "captured into a CUDA graph"))
+        return testRankFail(rank, 12, "AllReduce under capture: %s, '%s'", loomGetErrorString(res),
+                            loomGetLastError(NULL));
+    loomGroupStart();
+    loomAllReduce(pi, po, N, loomInt32, loomSum, comm, h.s);
+    loomBroadcast(pi, po, N, loomInt32, 0, comm, h.s);
+    res = loomGroupEnd();
+    if (res != loomInvalidUsage || !strstr(loomGetLastError(NULL), "loomGroupEnd"))
+        return testRankFail(rank, 13, "a group under capture: %s, '%s'", loomGetErrorString(res),
+                            loomGetLastError(NULL));
+    int (*captured)(void) = (int (*)(void))fakeSym("fakecudaLastCapture");
+    if (end(h.cs, &graph) != CUL_SUCCESS || captured == NULL || captured() != 0)
+        return testRankFail(rank, 14, "the capture was invalidated, or holds %d commands of Loom",
+                            captured ? captured() : -1);
+    for (int i = 0; i < N; i++)
+        in[i] = i + rank, out[i] = 0;
+    __atomic_store_n(h.flag, 1, __ATOMIC_RELEASE);
+    if (lib->memcpyAsync(h.in, (cuDevPtr_t)(uintptr_t)in, sizeof(in), h.cs) ||
+        loomAllReduce(pi, po, N, loomInt32, loomSum, comm, h.s) != loomSuccess ||
+        lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, h.out, sizeof(out), h.cs) ||
+        lib->streamSynchronize(h.cs) || loomStreamSynchronize(h.s) != loomSuccess)
+        return testRankFail(rank, 15, "AllReduce after the capture: %s", loomGetLastError(comm));
+    for (int i = 0; i < N; i++)
+        if (out[i] != n * i + n * (n - 1) / 2)
+            return testRankFail(rank, 16, "after the capture: out[%d] = %d", i, out[i]);
+    heldStreamFree(lib, &h);
+    return 0;
+}
+
+START_TEST(test_fake_capture_refused)
+{
+    useFake(NULL, NULL);
+    fakeDriver(0);
+    runRanks(2, captureRank);
+}
+END_TEST
+
+START_TEST(test_fake_launch_capture_refused)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    fakeDriver(0);
+    runRanks(2, captureRank);
+}
+END_TEST
+
 /*
  * Ranks that disagree on the count: the kernel stops on the size word it did
  * not expect and writes its error record; the call returns the host
@@ -949,6 +1137,7 @@ START_TEST(test_constants_match_cuda_h)
     ck_assert_int_eq(CUL_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
     ck_assert_int_eq(CUL_STREAM_WAIT_VALUE_GEQ, CU_STREAM_WAIT_VALUE_GEQ);
     ck_assert_int_eq(CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    ck_assert_int_eq(CUL_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_STATUS_NONE);
     ck_assert_uint_eq(sizeof(cuIpcHandle_t), sizeof(CUipcMemHandle));
     ck_assert_uint_eq(sizeof(cuUuid_t), sizeof(CUuuid));
     ck_assert_uint_eq(sizeof(cuDevPtr_t), sizeof(CUdeviceptr));
@@ -996,6 +1185,9 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_launch_timeout);
     tcase_add_test(fake, test_fake_launch_abort);
     tcase_add_test(fake, test_fake_launch_group);
+    tcase_add_test(fake, test_fake_launch_group_streams);
+    tcase_add_test(fake, test_fake_capture_refused);
+    tcase_add_test(fake, test_fake_launch_capture_refused);
     tcase_add_test(fake, test_fake_launch_mismatch);
     tcase_add_test(fake, test_fake_launch_dead_peer);
     suite_add_tcase(s, fake);

@@ -29,6 +29,9 @@
  *     host memory (the FIFOs, the positions, the plans, the abort flag), else
  *     the launch fails as an illegal address; the user buffers (device
  *     memory) are read and written through the fake's own view;
+ *   - stream capture: commands queued while a stream is captured are the
+ *     graph's and never run; synchronising or querying the stream then fails
+ *     and invalidates the capture, as the driver does;
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
  *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit.
  * Only the functions Loom and its tools call exist; the types are those of
@@ -57,6 +60,8 @@
 #define FAKE_ERROR_NOT_FOUND 500
 #define FAKE_ERROR_ILLEGAL_ADDRESS 700
 #define FAKE_ERROR_NOT_SUPPORTED 801
+#define FAKE_ERROR_CAPTURE_UNSUPPORTED 900
+#define FAKE_ERROR_CAPTURE_INVALIDATED 901
 #define FAKE_ERROR_UNKNOWN 999
 #define FAKE_FATBIN_MAGIC 0xba55ed50u
 
@@ -464,6 +469,8 @@ struct cuStreamOpaque {
     struct cmd *head, *tail;
     uint64_t enqueued, done;
     int stop;
+    int capturing, invalidated; /* cuStreamBeginCapture: commands go to the graph, never run */
+    int captured;               /* commands in the graph being captured */
     pthread_t thread;
     struct cuStreamOpaque *nextOfAll;
 };
@@ -817,6 +824,12 @@ static cuResult_t enqueue(cuStream_t h, struct cmd *c)
     }
     c->next = NULL;
     pthread_mutex_lock(&s->lock);
+    if (s->capturing) { /* a node of the graph, which this fake never runs */
+        s->captured++;
+        pthread_mutex_unlock(&s->lock);
+        free(c);
+        return CUL_SUCCESS;
+    }
     if (s->tail)
         s->tail->next = c;
     else
@@ -870,15 +883,81 @@ EXPORT cuResult_t cuStreamDestroy_v2(cuStream_t h)
     return CUL_SUCCESS;
 }
 
+/* A call the driver refuses on a stream being captured: it also invalidates the capture. */
+static int captureBroken(struct cuStreamOpaque *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int capturing = s->capturing;
+    s->invalidated |= capturing;
+    pthread_mutex_unlock(&s->lock);
+    return capturing;
+}
+
 EXPORT cuResult_t cuStreamSynchronize(cuStream_t h)
 {
+    if (streamOf(h) && captureBroken(streamOf(h)))
+        return FAKE_ERROR_CAPTURE_UNSUPPORTED;
     streamDrain(streamOf(h));
     return CUL_SUCCESS;
+}
+
+/*
+ * Capture (cuStreamBeginCapture ... cuStreamEndCapture): commands queued on
+ * the stream meanwhile become the graph's and are not run; a synchronisation
+ * or query of the stream fails and invalidates the capture, as the driver
+ * does. The graph handed out is only a count: nothing here instantiates it.
+ */
+static int lastCapture = -1;
+
+EXPORT cuResult_t cuStreamBeginCapture_v2(cuStream_t h, int mode)
+{
+    (void)mode;
+    struct cuStreamOpaque *s = streamOf(h);
+    if (s == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&s->lock);
+    s->capturing = 1;
+    s->invalidated = s->captured = 0;
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamEndCapture(cuStream_t h, void **graph)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    if (s == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&s->lock);
+    int bad = !s->capturing || s->invalidated;
+    s->capturing = 0;
+    lastCapture = s->captured;
+    pthread_mutex_unlock(&s->lock);
+    *graph = bad ? NULL : (void *)&lastCapture;
+    return bad ? FAKE_ERROR_CAPTURE_INVALIDATED : CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamIsCapturing(cuStream_t h, int *status)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    if (s == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&s->lock);
+    *status = s->capturing ? (s->invalidated ? 2 : 1) : 0;
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+/* Not a driver function: the commands the last capture ended with (tests find it by dlsym). */
+EXPORT int fakecudaLastCapture(void)
+{
+    return lastCapture;
 }
 
 EXPORT cuResult_t cuStreamQuery(cuStream_t h)
 {
     struct cuStreamOpaque *s = streamOf(h);
+    if (s && captureBroken(s))
+        return FAKE_ERROR_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&s->lock);
     int idle = s->done == s->enqueued;
     pthread_mutex_unlock(&s->lock);
@@ -943,6 +1022,11 @@ EXPORT cuResult_t cuEventRecord(cuEvent_t e, cuStream_t h)
 {
     struct cuStreamOpaque *s = streamOf(h);
     pthread_mutex_lock(&s->lock);
+    if (s->capturing) { /* a node of the graph: the event itself is not recorded now */
+        s->captured++;
+        pthread_mutex_unlock(&s->lock);
+        return CUL_SUCCESS;
+    }
     e->stream = s;
     e->ticket = s->enqueued;
     pthread_mutex_unlock(&s->lock);
