@@ -35,7 +35,7 @@ trap 'rm -rf "$work"' EXIT
 echo "run-fuzz: building with $CLANG -fsanitize=fuzzer,address,undefined"
 "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -I"$build" -I"$top/include" -I"$top/algorithms" -I"$top/src/base" \
-    "$here/fuzz_bootstrap.c" "$top/src/base/bootstrap.c" "$top/src/base/socket.c" \
+    "$here/fuzz_bootstrap.c" "$top"/src/base/boot*.c "$top/src/base/socket.c" \
     "$top/src/base/debug.c" "$top/src/base/param.c" -lpthread -o "$work/fuzz_bootstrap"
 
 mkdir "$work/corpus" "$work/crashes"
