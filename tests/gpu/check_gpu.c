@@ -225,6 +225,113 @@ START_TEST(test_stream_order)
 }
 END_TEST
 
+/* Launches the fatbin's Int32 Sum kernel on stream cs: out = a + b (the application's kernel). */
+static void appKernel(cuModule_t mod, cuStream_t cs, void *out, const void *a, const void *b,
+                      size_t count)
+{
+    cuFunction_t f;
+    ck_assert_int_eq(lib->moduleGetFunction(&f, mod, LOOM_KERNEL_PREFIX "i32_sum"), CUL_SUCCESS);
+    struct loomReduceArgs args = {out, NULL, a, b, count, 1, 0};
+    void *params[] = {&args};
+    ck_assert_int_eq(
+        lib->launchKernel(f, 256, 1, 1, LOOM_KERNEL_THREADS, 1, 1, 0, cs, params, NULL),
+        CUL_SUCCESS);
+}
+
+/*
+ * kernel -> AllReduce -> kernel on each rank's CUDA stream, with no host
+ * synchronisation in between: two ranks of this process on the one GPU
+ * (loomCommInitAll), each with a stream of its own. The first kernel
+ * doubles the input into the send buffer, the second doubles the result;
+ * only the final copy back is waited for. Run by tests/gpu/run with and
+ * without LOOM_EXECUTOR=kernel (the launched interpreter, or the host-driven
+ * executor).
+ */
+START_TEST(test_kernel_allreduce_kernel)
+{
+    enum { RANKS = 2 };
+    size_t n = 4 << 20, fatbinBytes;
+    int devs[RANKS] = {0, 0};
+    loomComm_t comms[RANKS];
+    cuStream_t cs[RANKS];
+    loomStream_t s[RANKS];
+    char *x[RANKS], *d[RANKS], *e[RANKS], *f[RANKS];
+    cuModule_t mod;
+    gpuUp();
+    ck_assert_msg(loomCommInitAll(comms, RANKS, devs) == loomSuccess, "%s", loomGetLastError(NULL));
+    gpuUp();
+    ck_assert_int_eq(lib->moduleLoadData(&mod, cudaFatbin(&fatbinBytes)), CUL_SUCCESS);
+    int32_t *h = malloc(n * 4);
+    for (int r = 0; r < RANKS; r++) {
+        ck_assert_int_eq(lib->streamCreateWithPriority(&cs[r], CUL_STREAM_NON_BLOCKING, 0),
+                         CUL_SUCCESS);
+        ck_assert_int_eq(loomStreamCreateCuda(&s[r], cs[r]), loomSuccess);
+        x[r] = devAlloc(n * 4), d[r] = devAlloc(n * 4), e[r] = devAlloc(n * 4);
+        f[r] = devAlloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            h[i] = (int32_t)(i % 1000 + r);
+        toDevice(x[r], h, n * 4);
+    }
+    for (int round = 0; round < 3; round++) {
+        for (int r = 0; r < RANKS; r++) {
+            appKernel(mod, cs[r], d[r], x[r], x[r], n);
+            ck_assert_msg(loomAllReduce(d[r], e[r], n, loomInt32, loomSum, comms[r], s[r]) ==
+                              loomSuccess,
+                          "%s", loomGetLastError(comms[r]));
+            appKernel(mod, cs[r], f[r], e[r], e[r], n);
+        }
+        for (int r = 0; r < RANKS; r++) {
+            ck_assert_int_eq(lib->memcpyAsync((cuDevPtr_t)(uintptr_t)h, (cuDevPtr_t)(uintptr_t)f[r],
+                                              n * 4, cs[r]),
+                             CUL_SUCCESS);
+            ck_assert_int_eq(lib->streamSynchronize(cs[r]), CUL_SUCCESS);
+            for (size_t i = 0; i < n; i += 997)
+                ck_assert_msg(h[i] == (int32_t)(4 * (RANKS * (i % 1000)) + 4 * (RANKS - 1)),
+                              "round %d, rank %d: element %zu is %d", round, r, i, h[i]);
+        }
+    }
+    for (int r = 0; r < RANKS; r++) {
+        ck_assert_int_eq(loomStreamSynchronize(s[r]), loomSuccess);
+        ck_assert_int_eq(loomStreamDestroy(s[r]), loomSuccess);
+        ck_assert_int_eq(loomCommDestroy(comms[r]), loomSuccess);
+    }
+    free(h);
+}
+END_TEST
+
+/*
+ * A forced timeout on the launched path: rank 1 of two (this process, one
+ * GPU) never calls; rank 0's AllReduce is launched on its CUDA stream and
+ * spins in the kernel until the watchdog raises its abort flag after
+ * LOOM_TIMEOUT (2 s): loomStreamSynchronize returns loomTimeout naming
+ * rank 1, and the CUDA stream is idle (no kernel left spinning).
+ */
+START_TEST(test_launch_timeout)
+{
+    int devs[2] = {0, 0};
+    loomComm_t comms[2];
+    cuStream_t cs;
+    loomStream_t s;
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_TIMEOUT", "2", 1);
+    gpuUp();
+    ck_assert_msg(loomCommInitAll(comms, 2, devs) == loomSuccess, "%s", loomGetLastError(NULL));
+    gpuUp();
+    char *d = devAlloc(COUNT * 4);
+    ck_assert_int_eq(lib->streamCreateWithPriority(&cs, CUL_STREAM_NON_BLOCKING, 0), CUL_SUCCESS);
+    ck_assert_int_eq(loomStreamCreateCuda(&s, cs), loomSuccess);
+    ck_assert_int_eq(loomAllReduce(d, d, COUNT, loomInt32, loomSum, comms[0], s), loomSuccess);
+    loomResult_t res = loomStreamSynchronize(s);
+    const char *line = loomGetLastError(NULL);
+    ck_assert_msg(res == loomTimeout && strstr(line, "rank 1") != NULL,
+                  "loomStreamSynchronize: %d, \"%s\"", res, line);
+    ck_assert_int_eq(lib->streamQuery(cs), CUL_SUCCESS);
+    loomStreamDestroy(s);
+    loomCommAbort(comms[0]);
+    loomCommAbort(comms[1]);
+}
+END_TEST
+
 int main(void)
 {
     const struct cudaLib *probe;
@@ -249,6 +356,8 @@ int main(void)
     tcase_add_test(tc, test_solo_collectives);
     tcase_add_test(tc, test_mixed_buffers);
     tcase_add_test(tc, test_stream_order);
+    tcase_add_test(tc, test_kernel_allreduce_kernel);
+    tcase_add_test(tc, test_launch_timeout);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
