@@ -339,6 +339,27 @@ END_TEST
  * the send connector to the next rank has device slots exactly when p2p is
  * expected. The fake's streams are made after the fork, in each rank.
  */
+/* deviceRankStart's answer when the rank body goes on. */
+#define RANK_GO (-1)
+
+/*
+ * The start of a rank body on device buffers: the driver in *lib and nbufs
+ * device buffers of `bytes` each in bufs[]. RANK_GO to go on; otherwise
+ * what the body returns: 0 in a build without CUDA (no kernels to launch;
+ * deviceRank checks the refusal), or a failure (status 10, with its line).
+ */
+static int deviceRankStart(int rank, const struct cudaLib **lib, size_t bytes, int nbufs,
+                           cuDevPtr_t *bufs)
+{
+    size_t fatbinBytes;
+    if (cudaLibGet(lib) != loomSuccess)
+        return testRankFail(rank, 10, "no driver: %s", loomGetLastError(NULL));
+    for (int i = 0; i < nbufs; i++)
+        if ((*lib)->memAlloc(&bufs[i], bytes) != CUL_SUCCESS)
+            return testRankFail(rank, 10, "no device memory from the driver");
+    return cudaFatbin(&fatbinBytes) == NULL ? 0 : RANK_GO;
+}
+
 static int deviceRank(int rank, int n, loomComm_t comm)
 {
     const struct cudaLib *lib;
@@ -404,14 +425,12 @@ END_TEST
 static int deviceTreeRank(int rank, int n, loomComm_t comm)
 {
     const struct cudaLib *lib;
-    cuDevPtr_t d, e;
+    cuDevPtr_t b[2];
     float in[N], out[N];
-    size_t fatbinBytes;
-    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)) ||
-        lib->memAlloc(&e, sizeof(out)))
-        return testRankFail(rank, 10, "no driver, or no device memory from it");
-    if (cudaFatbin(&fatbinBytes) == NULL)
-        return 0; /* built without CUDA: deviceRank checks the refusal */
+    int st = deviceRankStart(rank, &lib, sizeof(in), 2, b);
+    if (st != RANK_GO)
+        return st;
+    cuDevPtr_t d = b[0], e = b[1];
     static const char *const names[] = {"AllReduce", "Reduce", "Broadcast"};
     for (int c = 0; c < 3; c++) {
         int root = c == 1 ? 1 % n : 2 % n;
@@ -536,13 +555,11 @@ static int fifosOnDevice = 1;
 static int launchRank(int rank, int n, loomComm_t comm)
 {
     const struct cudaLib *lib;
-    cuDevPtr_t d, e;
-    size_t fatbinBytes;
-    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, 4 * N * sizeof(float)) ||
-        lib->memAlloc(&e, 4 * N * sizeof(float)))
-        return testRankFail(rank, 10, "no driver, or no device memory from it");
-    if (cudaFatbin(&fatbinBytes) == NULL)
-        return 0; /* built without CUDA: deviceRank checks the refusal */
+    cuDevPtr_t b[2];
+    int st = deviceRankStart(rank, &lib, 4 * N * sizeof(float), 2, b);
+    if (st != RANK_GO)
+        return st;
+    cuDevPtr_t d = b[0], e = b[1];
     int before = fakeCount("fakecudaInterpretLaunches"), rc;
     for (int c = 0; c < 6; c++)
         if ((rc = launchOne(rank, n, comm, lib, d, e, c)) != 0)
@@ -741,14 +758,12 @@ END_TEST
 static int groupLaunchRank(int rank, int n, loomComm_t comm)
 {
     const struct cudaLib *lib;
-    cuDevPtr_t d, e, f;
+    cuDevPtr_t b[3];
     int32_t in[N], out[N], got[N];
-    size_t fatbinBytes;
-    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)) ||
-        lib->memAlloc(&e, sizeof(out)) || lib->memAlloc(&f, sizeof(got)))
-        return testRankFail(rank, 10, "no driver, or no device memory from it");
-    if (cudaFatbin(&fatbinBytes) == NULL)
-        return 0;
+    int st = deviceRankStart(rank, &lib, sizeof(in), 3, b);
+    if (st != RANK_GO)
+        return st;
+    cuDevPtr_t d = b[0], e = b[1], f = b[2];
     void *pd = (void *)(uintptr_t)d, *pe = (void *)(uintptr_t)e, *pf = (void *)(uintptr_t)f;
     for (int i = 0; i < N; i++)
         in[i] = i + 100 * rank;
@@ -998,12 +1013,10 @@ static int mismatchRank(int rank, int n, loomComm_t comm)
 {
     const struct cudaLib *lib;
     cuDevPtr_t d;
-    size_t fatbinBytes;
     (void)n;
-    if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, N * sizeof(float)))
-        return testRankFail(rank, 10, "no driver, or no device memory from it");
-    if (cudaFatbin(&fatbinBytes) == NULL)
-        return 0;
+    int st = deviceRankStart(rank, &lib, N * sizeof(float), 1, &d);
+    if (st != RANK_GO)
+        return st;
     void *p = (void *)(uintptr_t)d;
     loomResult_t res = loomAllReduce(p, p, rank ? N / 2 : N, loomFloat32, loomSum, comm, NULL);
     const char *line = loomGetLastError(NULL);
