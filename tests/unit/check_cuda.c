@@ -599,6 +599,51 @@ START_TEST(test_fake_launch_ranks)
 }
 END_TEST
 
+/*
+ * Two ranks of this process on one device (loomCommInitAll), driven by one
+ * thread in a group: one launch with a block per rank, whose FIFOs are in
+ * GPU memory, shared by address (the driver opens no IPC handle in the
+ * process that made it).
+ */
+START_TEST(test_fake_launch_initall)
+{
+    int devs[2] = {0, 0};
+    loomComm_t comms[2];
+    cuDevPtr_t d[2], e[2];
+    int32_t in[N], out[N];
+    size_t fatbinBytes;
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    const struct cudaLib *lib = fakeDriver(0);
+    ck_assert_msg(loomCommInitAll(comms, 2, devs) == loomSuccess, "%s", loomGetLastError(NULL));
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return; /* built without CUDA: deviceRank checks the refusal */
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < N; i++)
+            in[i] = 3 * i + r;
+        ck_assert_int_eq(lib->memAlloc(&d[r], sizeof(in)), CUL_SUCCESS);
+        ck_assert_int_eq(lib->memAlloc(&e[r], sizeof(out)), CUL_SUCCESS);
+        ck_assert_int_eq(toDevice(lib, d[r], in, sizeof(in)), 0);
+    }
+    int before = fakeCount("fakecudaInterpretLaunches");
+    loomGroupStart();
+    for (int r = 0; r < 2; r++)
+        loomAllReduce((void *)(uintptr_t)d[r], (void *)(uintptr_t)e[r], N, loomInt32, loomSum,
+                      comms[r], NULL);
+    ck_assert_msg(loomGroupEnd() == loomSuccess, "%s", loomGetLastError(NULL));
+    ck_assert_int_eq(fakeCount("fakecudaInterpretLaunches"), before + 1);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(fromDevice(lib, out, e[r], sizeof(out)), 0);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(out[i] == 6 * i + 1, "rank %d: out[%d] = %d", r, i, out[i]);
+    }
+    ck_assert_int_eq(fakeCount("fakecudaFifosOnHost"), 0);
+    ck_assert_int_gt(fakeCount("fakecudaFifosOnDevice"), 0);
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(loomCommDestroy(comms[r]), loomSuccess);
+}
+END_TEST
+
 /* LOOM_P2P_DISABLE=1: the launched kernels go through the shm FIFOs (host-staged). */
 START_TEST(test_fake_launch_ranks_host_staged)
 {
@@ -1200,6 +1245,7 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_ranks_tree);
     tcase_add_test(fake, test_fake_launch_ranks);
     tcase_add_test(fake, test_fake_launch_ranks_host_staged);
+    tcase_add_test(fake, test_fake_launch_initall);
     tcase_add_test(fake, test_fake_launch_ranks_ll);
     tcase_add_test(fake, test_fake_launch_stream_order);
     tcase_add_test(fake, test_fake_launch_timeout);
