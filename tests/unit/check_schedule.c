@@ -548,8 +548,8 @@ static loomAlgo_t collAlgo(const struct coll *c)
     return scheduleGenerator(c->coll, LOOM_ALGO_RING) ? LOOM_ALGO_RING : LOOM_ALGO_DIRECT;
 }
 
-static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
-                                 struct loomSchedule *out)
+/* The plan of rank a->rank for c (a holds the rank, the lane range and the chunk). */
+static loomResult_t collPlan(const struct coll *c, struct loomSchedArgs *a, struct loomPlan *out)
 {
     a->hosts = c->hosts;
     a->order = c->order;
@@ -560,18 +560,30 @@ static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
         a->sdispls = c->sd + a->rank * c->n;
         a->recvcounts = c->rc + a->rank * c->n;
         a->rdispls = c->rd + a->rank * c->n;
-        return viaPlan(directAlltoAllvPlan, a, out);
+        return directAlltoAllvPlan(a, out);
     case LOOM_COLL_SEND: /* a sender and a receiver; the other ranks have nothing to do */
         a->coll = a->rank == c->root ? LOOM_COLL_SEND : LOOM_COLL_RECV;
         a->root = a->rank == c->root ? c->peer : c->root;
         if (a->rank == c->root)
-            return viaPlan(directSendPlan, a, out);
-        return a->rank == c->peer ? viaPlan(directRecvPlan, a, out) : loomSuccess;
+            return directSendPlan(a, out);
+        return a->rank == c->peer ? directRecvPlan(a, out) : loomSuccess;
     default: {
         loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
-        return gen ? viaPlan(gen, a, out) : loomInternalError;
+        return gen ? gen(a, out) : loomInternalError;
     }
     }
+}
+
+/* The same plan, expanded: the steps the simulator runs. */
+static loomResult_t collSchedule(const struct coll *c, struct loomSchedArgs *a,
+                                 struct loomSchedule *out)
+{
+    struct loomPlan plan = {0};
+    loomResult_t res = collPlan(c, a, &plan);
+    if (res == loomSuccess)
+        res = planExpand(&plan, out);
+    planFree(&plan);
+    return res;
 }
 
 static rankSet allRanks(int n)
@@ -1853,25 +1865,33 @@ static int diffMatches(const struct sym *e, uint64_t v)
            (v >> 32) == (uint64_t)__builtin_popcountll(mask) * ((uint64_t)e->idx + 1);
 }
 
-/* One rank: builds its plan as the simulator did, runs it with exec.c, compares every element. */
+/* The lanes the case is cut in: [diffCuts[l], diffCuts[l + 1]) on channel l. */
+static int diffLanes;
+static size_t diffCuts[LOOM_MAX_CHANNELS + 1];
+
+/*
+ * One rank: builds its plans (one per lane) as the simulator did, runs them
+ * together with exec.c, compares every element. A single-copy case where
+ * the kernel refuses cross-memory attach is a skip, said once by rank 0.
+ */
 static int diffRank(int rank, int nranks, loomComm_t comm)
 {
     const struct coll *c = diffCase;
     const struct simRank *sim = &diffRanks[rank];
-    struct loomSchedArgs a = {.coll = c->coll,
-                              .nranks = nranks,
-                              .rank = rank,
-                              .ring = c->ring,
-                              .root = c->root,
-                              .count = c->count,
-                              .lo = 0,
-                              .hi = c->count,
-                              .chunkElems = c->chunk,
-                              .hosts = c->hosts,
-                              .order = c->order,
-                              .trees = c->trees};
-    struct loomPlan plan = {0};
+    struct loomPlan plans[LOOM_MAX_CHANNELS] = {{0}};
+    struct loomLane lanes[LOOM_MAX_CHANNELS];
     uint64_t *buf[2];
+    if (c->cma && nranks > 1 && !comm->cmaOk) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "differential: single copies are off here (cross-memory attach "
+                    "refused or LOOM_CMA_DISABLE): coll %d skipped\n",
+                    c->coll);
+        return 0;
+    }
+    if (comm->nChannels < diffLanes)
+        return testRankFail(rank, 6, "%d lanes need %d channels, the comm has %d (LOOM_NCHANNELS)",
+                            diffLanes, diffLanes, comm->nChannels);
     for (int b = 0; b < 2; b++)
         buf[b] = malloc((sim->len[b] + 1) * sizeof(uint64_t));
     if (buf[0] == NULL || buf[1] == NULL)
@@ -1881,48 +1901,73 @@ static int diffRank(int rank, int nranks, loomComm_t comm)
         buf[0][j] = diffInput(rank, j);
     for (size_t i = 0; i < sim->len[1]; i++)
         buf[1][i] = DIFF_POISON;
-    loomGenerator_t gen = scheduleGenerator(c->coll, collAlgo(c));
-    if (gen == NULL || gen(&a, &plan) != loomSuccess)
-        return testRankFail(rank, 3, "no plan from the generator of collective %d, algorithm %d",
-                            (int)c->coll, (int)collAlgo(c));
-    struct loomLane lane = {.comm = comm,
-                            .channel = 0,
-                            .plan = &plan,
-                            .bufs = {(char *)buf[0], (char *)buf[1]},
-                            .dt = loomUint64,
-                            .op = loomSum,
-                            .elemSize = sizeof(uint64_t)};
-    loomResult_t res = execRun(&lane, 1, NULL);
+    for (int l = 0; l < diffLanes; l++) {
+        struct loomSchedArgs a = {.coll = c->coll,
+                                  .nranks = nranks,
+                                  .rank = rank,
+                                  .ring = c->ring,
+                                  .root = c->root,
+                                  .count = c->count,
+                                  .lo = diffCuts[l],
+                                  .hi = diffCuts[l + 1],
+                                  .chunkElems = c->chunk};
+        if (collPlan(c, &a, &plans[l]) != loomSuccess)
+            return testRankFail(rank, 3, "the generator of coll %d failed", c->coll);
+        lanes[l] = (struct loomLane){.comm = comm,
+                                     .channel = l,
+                                     .plan = &plans[l],
+                                     .bufs = {(char *)buf[0], (char *)buf[1]},
+                                     .dt = loomUint64,
+                                     .op = loomSum,
+                                     .elemSize = sizeof(uint64_t)};
+    }
+    loomResult_t res = execRun(lanes, diffLanes, NULL);
     if (res != loomSuccess)
-        return testRankFail(rank, 4, "execRun: %s", loomGetLastError(comm));
+        return testRankFail(rank, 4, "execRun of coll %d: %s", c->coll, loomGetLastError(comm));
     for (int b = 0; b < 2; b++) {
         for (size_t i = 0; i < sim->len[b]; i++) {
             if (!diffMatches(&sim->buf[b][i], buf[b][i]))
                 return testRankFail(rank, 5,
-                                    "buffer %d element %zu is %#llx, the simulator has {mask "
-                                    "%#llx idx %u valid %d}",
-                                    b, i, (unsigned long long)buf[b][i],
+                                    "coll %d: buffer %d element %zu is %#llx, the simulator has "
+                                    "{mask %#llx idx %u valid %d}",
+                                    c->coll, b, i, (unsigned long long)buf[b][i],
                                     (unsigned long long)sim->buf[b][i].mask, sim->buf[b][i].idx,
                                     sim->buf[b][i].valid);
         }
     }
-    planFree(&plan);
+    for (int l = 0; l < diffLanes; l++)
+        planFree(&plans[l]);
     free(buf[0]);
     free(buf[1]);
     return 0;
 }
 
-/* Simulates c's plans, then runs them on c->n real processes and compares. */
-static void diffRun(const struct coll *c)
+/*
+ * Simulates c's plans, lane after lane, then runs them on c->n real
+ * processes, all lanes at once, and compares. nlanes > 1 cuts the count (of
+ * a per-rank block) in near-equal lanes, as the core does.
+ */
+static void diffRunLanes(const struct coll *c, int nlanes)
 {
     char err[ERR_LEN];
     uint64_t rng = 1;
     memset(diffRanks, 0, sizeof(diffRanks));
     collAllocBuffers(c, diffRanks);
-    int rc = collRunLane(c, diffRanks, schedPool, 0, c->count, 0, &rng, err);
-    ck_assert_msg(rc == 0, "simulator: coll %d n %d: %s", c->coll, c->n, err);
+    diffLanes = nlanes;
+    for (int l = 0; l <= nlanes; l++)
+        diffCuts[l] = c->count * (size_t)l / (size_t)nlanes;
+    for (int l = 0; l < nlanes; l++) {
+        int rc = collRunLane(c, diffRanks, schedPool, diffCuts[l], diffCuts[l + 1], 0, &rng, err);
+        ck_assert_msg(rc == 0, "simulator: coll %d n %d lane %d of %d: %s", c->coll, c->n, l,
+                      nlanes, err);
+    }
     diffCase = c;
     runRanks(c->n, diffRank);
+}
+
+static void diffRun(const struct coll *c)
+{
+    diffRunLanes(c, 1);
 }
 
 START_TEST(test_differential)
@@ -1948,6 +1993,68 @@ START_TEST(test_differential)
             }
         }
     }
+}
+END_TEST
+
+/*
+ * The rest of what plans do: AlltoAllv's uneven counts, Send/Recv, trees
+ * whose nodes fold three children (hosts, so chains hang below tree
+ * nodes), and several lanes on several channels at once.
+ */
+START_TEST(test_differential_more)
+{
+    uint64_t rng = 0xd1ff;
+    /* Parameters are read once per process: before this test's first communicator, so that
+     * every rank forked below has the channels the lanes case needs. */
+    setenv("LOOM_NCHANNELS", "3", 1);
+    for (int n = 2; n <= 5; n += 3) {
+        size_t nn = (size_t)n * (size_t)n;
+        size_t *sc = calloc(nn, sizeof(size_t)), *sd = calloc(nn, sizeof(size_t));
+        size_t *rc = calloc(nn, sizeof(size_t)), *rd = calloc(nn, sizeof(size_t));
+        size_t *vlen = calloc(2 * (size_t)n, sizeof(size_t));
+        ck_assert(sc && sd && rc && rd && vlen);
+        makeAlltoAllv(n, 11, &rng, sc, sd, rc, rd, vlen);
+        struct coll v = {.coll = LOOM_COLL_ALLTOALLV,
+                         .n = n,
+                         .chunk = 3,
+                         .sc = sc,
+                         .sd = sd,
+                         .rc = rc,
+                         .rd = rd,
+                         .vlen = vlen};
+        diffRun(&v);
+        free(sc), free(sd), free(rc), free(rd), free(vlen);
+    }
+    struct coll p2p = {
+        .coll = LOOM_COLL_SEND, .n = 3, .root = 2, .peer = 0, .count = 31, .chunk = 4};
+    diffRun(&p2p);
+    static const int hosts[] = {0, 0, 1, 1, 2, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        static const loomColl_t tc[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_REDUCE, LOOM_COLL_BROADCAST};
+        struct coll t = {.coll = tc[k],
+                         .n = 7,
+                         .root = 3,
+                         .count = 41,
+                         .chunk = 3,
+                         .tree = 1,
+                         .trees = 2,
+                         .hosts = hosts};
+        diffRun(&t);
+    }
+    static const loomColl_t lanes[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_ALLGATHER,
+                                       LOOM_COLL_REDUCESCATTER, LOOM_COLL_ALLTOALL,
+                                       LOOM_COLL_BROADCAST};
+    for (size_t i = 0; i < sizeof(lanes) / sizeof(lanes[0]); i++) {
+        for (int algo = 0; algo < 4; algo += 3) {
+            struct coll c = {
+                .coll = lanes[i], .n = 3, .root = 1, .count = 37, .chunk = 4, .cma = algo == 3};
+            if (scheduleGenerator(c.coll, collAlgo(&c)) != NULL)
+                diffRunLanes(&c, 3);
+        }
+    }
+    struct coll tree = {
+        .coll = LOOM_COLL_ALLREDUCE, .n = 4, .count = 50, .chunk = 3, .tree = 1, .trees = 2};
+    diffRunLanes(&tree, 2);
 }
 END_TEST
 
@@ -2000,6 +2107,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("tree lanes", test_tree_lanes));
     suite_add_tcase(s, tcase("tree bad args", test_tree_refuses_bad_args));
     suite_add_tcase(s, tcase("differential", test_differential));
+    suite_add_tcase(s, tcase("differential more", test_differential_more));
     return s;
 }
 
