@@ -27,7 +27,9 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "comms.h"
@@ -231,16 +233,38 @@ static int allAtInit(int rank, int n, loomComm_t comm)
     return alltoallAll(rank, n, comm, 0);
 }
 
-/* Rank DEAD_RANK exits at once; the others' AlltoAll, which would connect to it, must fail. */
+/*
+ * How many ranks have finished the AllReduce before the death, in memory the parent maps
+ * shared before it forks the ranks: a test's own channel, outside Loom.
+ */
+static atomic_int *survivorsReady;
+
+/*
+ * Rank DEAD_RANK exits once every other rank has finished an AllReduce; the others' AlltoAll,
+ * which would connect to it, must fail.
+ */
 static int peerDies(int rank, int n, loomComm_t comm)
 {
-    /* Everyone is past init (and its bootstrap traffic) once this returns. */
     int one = 1;
     if (loomAllReduce(&one, &one, 1, loomInt32, loomSum, comm, NULL) != loomSuccess || one != n)
         return testRankFail(rank, 39, "AllReduce before the death: %d (%s)", one,
                             loomGetLastError(comm));
-    if (rank == DEAD_RANK)
+    /*
+     * A rank's AllReduce can end before another's has (its last piece in flight), and a
+     * survivor's failed AlltoAll notifies everyone: without this wait that notice could end
+     * an AllReduce that was still finishing, which is not what is tested here.
+     */
+    if (rank != DEAD_RANK) {
+        atomic_fetch_add(survivorsReady, 1);
+    } else {
+        double t0 = testNowSec();
+        while (atomic_load(survivorsReady) < n - 1)
+            if (testNowSec() - t0 > 60)
+                return testRankFail(rank, 38, "the other ranks did not finish the AllReduce");
+            else
+                usleep(1000);
         _exit(0); /* gone, without a word: no destroy, no notice */
+    }
     int send[NRANKS] = {0}, recv[NRANKS] = {0};
     for (int p = 0; p < n; p++)
         send[p] = p;
@@ -331,7 +355,12 @@ END_TEST
 
 START_TEST(test_peer_dies_before_connect)
 {
+    survivorsReady = mmap(NULL, sizeof(*survivorsReady), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(survivorsReady, MAP_FAILED);
+    atomic_init(survivorsReady, 0);
     runRanksWith(NRANKS, peerDies, _i ? twoHosts : oneHost);
+    munmap(survivorsReady, sizeof(*survivorsReady));
 }
 END_TEST
 
