@@ -3,7 +3,7 @@
  * call: the cold start that a benchmark with few warm-up iterations (nccl-tests
  * runs 5) or a job whose sizes change from step to step meets.
  *
- *   tools/loomrun -n 2 bench/first-calls [COLL] [MIN] [MAX] [CALLS]
+ *   tools/loomrun -n 2 bench/first-calls [COLL] [MIN] [MAX] [CALLS] [one-core]
  *
  * COLL: allreduce, allgather (default), reducescatter, alltoall, broadcast,
  * reduce. For each size from MIN to MAX floats per rank (doubling; defaults
@@ -19,9 +19,16 @@
  *
  * A fault count that stays above zero for the first calls of a size and
  * then drops means the call reaches memory mapped on first touch; the
- * wall and CPU columns say what that costs. Built with the project (never
- * installed).
+ * wall and CPU columns say what that costs.
+ *
+ * With `one-core` every rank binds itself, after init, to the first core it
+ * may run on: the ranks share one core although init saw them each on a
+ * core of their own, which is where the scheduler can put two ranks of a
+ * 2-core machine after a wake-up. A rank that spins for a peer waiting for
+ * that very core costs about a millisecond a call there (src/exec.c).
+ * Built with the project (never installed).
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +84,10 @@ int main(int argc, char **argv)
     size_t lo = argc > 2 ? strtoul(argv[2], NULL, 0) : 4096;
     size_t hi = argc > 3 ? strtoul(argv[3], NULL, 0) : 65536;
     int calls = argc > 4 ? atoi(argv[4]) : 12;
-    if (lo == 0 || hi < lo || calls < 1 || calls > MAX_CALLS) {
-        fprintf(stderr, "usage: first-calls [COLL] [MIN] [MAX] [CALLS <= %d]\n", MAX_CALLS);
+    int oneCore = argc > 5 && strcmp(argv[5], "one-core") == 0;
+    if (lo == 0 || hi < lo || calls < 1 || calls > MAX_CALLS || (argc > 5 && !oneCore)) {
+        fprintf(stderr, "usage: first-calls [COLL] [MIN] [MAX] [CALLS <= %d] [one-core]\n",
+                MAX_CALLS);
         return 2;
     }
     loomComm_t comm;
@@ -90,6 +99,19 @@ int main(int argc, char **argv)
     int rank, nranks;
     loomCommUserRank(comm, &rank);
     loomCommCount(comm, &nranks);
+    cpu_set_t set;
+    if (oneCore && sched_getaffinity(0, sizeof(set), &set) == 0) {
+        int first = 0;
+        while (first < CPU_SETSIZE && !CPU_ISSET(first, &set))
+            first++;
+        CPU_ZERO(&set);
+        CPU_SET(first, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+            perror("first-calls: sched_setaffinity");
+            return 1;
+        }
+        printf("rank %d bound to core %d after init\n", rank, first);
+    }
     size_t bytes = hi * (size_t)nranks * sizeof(float);
     float *s = malloc(bytes), *r = malloc(bytes);
     if (s == NULL || r == NULL) {

@@ -22,7 +22,15 @@
  * AllReduce on 2 ranks took ~20 us instead of ~0.5 us (Open MPI polls
  * without yielding). With more ranks than cores a peer may need this very
  * core, so the spin stage is cut to 32 pauses there and sched_yield hands it
- * the core at once. Yielding goes on for a millisecond, then the thread
+ * the core at once. The same holds whenever a peer the wait is for shares
+ * this thread's core, as two ranks on two cores do after the scheduler
+ * happened to wake one onto the other's core: each rank publishes the core
+ * it waits on in its doorbell, and a wait for a local peer last seen on
+ * this core skips the spin stage (peerOnThisCore). Without that, two
+ * blocking calls in a row on 2 ranks of the 2-core machine could settle
+ * into turns of ~2 ms a call, each rank spinning out its stage while the
+ * other waited for the core (`bench/first-calls`; docs/performance.md).
+ * Yielding goes on for a millisecond, then the thread
  * sleeps. A wait on a network connector skips the spin
  * stage and polls the network itself between yields (pollNetwork), so no
  * thread hand-off sits on the latency path.
@@ -715,6 +723,40 @@ loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, s
 }
 
 /*
+ * Publishes the core this thread waits on in its doorbell (only when it
+ * changed, so the line stays shared), and returns 1 if a peer on this host
+ * that a blocked step waits for last waited on the same core: spinning
+ * would only keep that peer off it. The peer's core is where it last
+ * began to wait, a hint that may be stale; a wrong guess costs a yield.
+ */
+static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0)
+        return 0;
+    int32_t mine = cpu + 1;
+    int found = 0;
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomLane *l = &lanes[i];
+        struct loomDoorbell *own = l->comm->bell;
+        if (atomic_load_explicit(&own->cpu, memory_order_relaxed) != mine)
+            atomic_store_explicit(&own->cpu, mine, memory_order_relaxed);
+        if (l->done || found)
+            continue;
+        const struct loomStep *s = &l->step;
+        const struct loomChannel *ch = &l->comm->channels[l->channel];
+        for (int j = 0; j < s->nrecv + s->nsend && !found; j++) {
+            const struct loomConnector *c =
+                j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
+            /* A network connector's bell is this process's own: no peer's core there. */
+            found = c->peerBell != NULL && c->peerBell != own &&
+                    atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine;
+        }
+    }
+    return found;
+}
+
+/*
  * One pass over the lanes; returns how many are unfinished (a device plan
  * is unfinished while the GPU still has steps in flight), -1 on error.
  */
@@ -946,9 +988,10 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         if (w.spins == 0) {
             w.idleSince = loomClockNs();
             w.network = pollNetwork(lanes, nlanes);
+            w.crowded = !w.network && peerOnThisCore(lanes, nlanes);
         }
         w.spins++;
-        if (!w.network && w.spins < spinLimit) {
+        if (!w.network && !w.crowded && w.spins < spinLimit) {
             cpuRelax();
             if ((w.spins & 1023) == 0 &&
                 atomic_load_explicit(&lanes[0].comm->abortFlag, memory_order_relaxed))

@@ -30,10 +30,16 @@
  * proxy, which also waits for sockets) sets `wakeFd` to an eventfd of its
  * own, which ringers write instead; 0 (as in zeroed shared memory) means
  * the futex. Such bells are process-local.
+ *
+ * `cpu` is the core its owner's thread was on when it last began to wait,
+ * plus one (0: not known yet). A peer about to spin for this owner on that
+ * same core yields instead (exec.c): the owner it waits for cannot run
+ * there while it spins.
  */
 struct loomDoorbell {
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t seq;
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t sleeping;
+    _Alignas(LOOM_CACHELINE) _Atomic int32_t cpu;
     _Alignas(LOOM_CACHELINE) _Atomic uint32_t noticeState;
     int32_t noticeCode; /* loomResult_t */
     int32_t noticeFrom; /* rank that posted it */
