@@ -54,8 +54,9 @@
  * copies for AllReduce, Broadcast and Reduce; docs/performance.md) — except
  * for AlltoAll, whose single copies are a schedule (algorithms/direct.c) that
  * the model weighs like the others (see cmaByteNs). AllGather has such a
- * schedule too, weighed only where ranks share cores (tunerModel), the one
- * place it measured faster than the ring.
+ * schedule too, which the model weighs as well (tunerDefaultAllowed), but
+ * which is left out of what LOOM_ALGO allows so that src/cma.c still asks
+ * for loomMemAlloc buffers first (cmaEligible).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -723,21 +724,18 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 }
 
 /*
- * What LOOM_ALGO allows for coll on this shape. AllGather's single copies are
- * weighed where ranks share cores unless LOOM_ALGO rules them out: there they
- * measured as fast as the ring on ordinary buffers and faster on loomMemAlloc
- * ones (docs/performance.md), and there src/cma.c does not ask whether every
- * rank passes loomMemAlloc buffers (cmaAsk). With a core per rank they lost
- * to the ring from 1 MiB on ordinary buffers, and src/cma.c takes the
- * loomMemAlloc case. The shape's ranks and CPUs are the most crowded host's,
- * agreed at init, so every rank allows the same.
+ * What LOOM_ALGO allows for coll. AllGather's single copies are weighed
+ * unless LOOM_ALGO rules them out: on ordinary buffers they beat the ring
+ * from 1 MiB on 2 ranks with a core each (docs/performance.md, 2026-12-03)
+ * and match it where ranks share cores. A call on loomMemAlloc buffers
+ * everywhere never gets here: src/cma.c runs it through the mappings.
  */
 uint32_t tunerDefaultAllowed(const struct loomTuneShape *shape, loomColl_t coll)
 {
+    (void)shape;
     pthread_once(&tuneOnce, tuneRead);
     uint32_t allowed = algoAllowed[coll];
-    if (coll == LOOM_COLL_ALLGATHER && shape->localRanks > shape->cpus &&
-        (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
+    if (coll == LOOM_COLL_ALLGATHER && (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
         allowed |= ALGO_BIT(LOOM_ALGO_CMA);
     return allowed;
 }

@@ -65,8 +65,8 @@ static const struct paramRow paramTable[] = {
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
                          "algorithms allowed: ring, tree, doubling (AllReduce), cma (single "
-                         "copies: weighed for AlltoAll, and for AllGather where ranks share "
-                         "cores; for the others taken where every rank passes loomMemAlloc "
+                         "copies: weighed for AlltoAll and AllGather; for the others taken "
+                         "where every rank passes loomMemAlloc "
                          "buffers; else off unless named), e.g. ring "
                          "or ^tree (NCCL list syntax); unset: the tuner chooses per call"},
     [LOOM_PARAM_NCHANNELS] = {"LOOM_NCHANNELS", PARAM_INT, "1", 1, 32, "a channel count", NULL,
@@ -124,7 +124,7 @@ static const struct paramRow paramTable[] = {
                                 "(process_vm_readv/writev, mappings of loomMemAlloc buffers): not "
                                 "AlltoAll's by default, not on loomMemAlloc buffers, nor where "
                                 "LOOM_ALGO names cma"},
-    [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "524288", 4096, 1099511627776LL,
+    [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "131072", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,
                                   "smallest collective (largest buffer, as loom-perf's size) "
                                   "run single-copy when all ranks share a host; the largest "

@@ -500,7 +500,7 @@ static void zeroCopyEnv(int rank)
     (void)rank;
     setenv("LOOM_ALGO", "alltoall:cma", 1); /* the others as by default */
     unsetenv("LOOM_CMA_DISABLE");
-    unsetenv("LOOM_CMA_MIN_BYTES"); /* 512 KiB: below the calls' 768 KiB */
+    unsetenv("LOOM_CMA_MIN_BYTES"); /* 128 KiB: below the calls' 768 KiB */
     setenv("LOOM_TIMEOUT", "20", 1);
 }
 
