@@ -162,7 +162,7 @@ START_TEST(env_unset_gives_defaults)
     ck_assert_int_eq(paramInt(LOOM_PARAM_NCHANNELS), 1);
     ck_assert_int_eq(paramInt(LOOM_PARAM_SPIN), 20000);
     ck_assert_int_eq(paramInt(LOOM_PARAM_CMA_DISABLE), 0);
-    ck_assert_int_eq(paramInt(LOOM_PARAM_CMA_MIN_BYTES), 524288);
+    ck_assert_int_eq(paramInt(LOOM_PARAM_CMA_MIN_BYTES), 131072);
     ck_assert_int_eq(paramInt(LOOM_PARAM_SHM_DISABLE), 0);
     ck_assert_str_eq(paramStr(LOOM_PARAM_DEBUG_SUBSYS), "ALL");
     ck_assert_str_eq(paramStr(LOOM_PARAM_DEBUG), "");
