@@ -107,5 +107,7 @@ loomResult_t execPeerFailure(struct loomComm *comm);
  * comm timed out, it is stopped on this host. Any thread.
  */
 int execPeerFailed(const struct loomComm *comm, int p);
+/* Whether peer p is gone: its link ended, or its process on this host exited (or is a zombie). */
+int execPeerGone(const struct loomComm *comm, int p);
 
 #endif /* LOOM_EXEC_H_ */
