@@ -68,7 +68,6 @@
 #include "mem.h"
 #include "reduce.h"
 
-
 static inline void cpuRelax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

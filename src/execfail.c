@@ -256,7 +256,6 @@ loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, s
     return loomSuccess;
 }
 
-
 void execPostFailure(struct loomComm *comm, loomResult_t res, const char *reason)
 {
     const struct loomChannel *ch = &comm->channels[0];
