@@ -257,10 +257,17 @@ static size_t opBytes(const struct loomOp *op)
  * ranks ask only where each has a core of its own (the most crowded host,
  * agreed at init); elsewhere LOOM_ALGO naming cma turns single copies on,
  * and with loomMemAlloc buffers they then go through the mappings too.
+ * And only from CMA_ASK_MIN_BYTES: below it the exchange cost more than the
+ * mappings saved for ordinary buffers (2 ranks, Broadcast of 256 KiB: 18 us
+ * a call without asking, 32 us asking; docs/performance.md, 2026-12-03).
  */
-static int cmaAsk(const struct loomComm *comm, loomColl_t coll)
+#define CMA_ASK_MIN_BYTES (512 * 1024)
+
+static int cmaAsk(const struct loomOp *op)
 {
-    return comm->tuneLocalRanks <= comm->tuneCpus && tunerZeroCopy(coll);
+    const struct loomComm *comm = op->comm;
+    return opBytes(op) >= CMA_ASK_MIN_BYTES && comm->tuneLocalRanks <= comm->tuneCpus &&
+           tunerZeroCopy(op->coll);
 }
 
 int cmaEligible(const struct loomOp *op)
@@ -275,10 +282,9 @@ int cmaEligible(const struct loomOp *op)
     case LOOM_COLL_REDUCE:
         if (tunerAllows(op->coll, LOOM_ALGO_CMA))
             return CMA_ASKED;
-        return cmaAsk(comm, op->coll) ? CMA_IF_MAPPED : CMA_NO;
+        return cmaAsk(op) ? CMA_IF_MAPPED : CMA_NO;
     case LOOM_COLL_ALLGATHER: /* named in LOOM_ALGO: its schedule (algorithms/direct.c) */
-        return !tunerAllows(op->coll, LOOM_ALGO_CMA) && cmaAsk(comm, op->coll) ? CMA_IF_MAPPED
-                                                                               : CMA_NO;
+        return !tunerAllows(op->coll, LOOM_ALGO_CMA) && cmaAsk(op) ? CMA_IF_MAPPED : CMA_NO;
     default:
         return CMA_NO;
     }
