@@ -485,37 +485,49 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 
 /* ---- waiting ---- */
 /*
- * Publishes the core this thread waits on in its doorbell (only when it
- * changed, so the line stays shared), and returns 1 if a peer on this host
- * that a blocked step waits for last waited on the same core: spinning
- * would only keep that peer off it. The peer's core is where it last
- * began to wait, a hint that may be stale; a wrong guess costs a yield.
+ * Publishes the core this thread runs on in its lanes' doorbells (only when
+ * it changed, so the line stays shared), at the start of every call and of
+ * every wait, and returns it plus one (0: not known).
  */
-static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
+static int32_t coreMark(const struct loomLane *lanes, int nlanes)
 {
     int cpu = sched_getcpu();
     if (cpu < 0)
         return 0;
     int32_t mine = cpu + 1;
-    int found = 0;
     for (int i = 0; i < nlanes; i++) {
-        const struct loomLane *l = &lanes[i];
-        struct loomDoorbell *own = l->comm->bell;
+        struct loomDoorbell *own = lanes[i].comm->bell;
         if (atomic_load_explicit(&own->cpu, memory_order_relaxed) != mine)
             atomic_store_explicit(&own->cpu, mine, memory_order_relaxed);
-        if (l->done || found)
+    }
+    return mine;
+}
+
+/*
+ * Whether a peer on this host that a blocked step waits for was last seen
+ * (coreMark) on the core this thread runs on: spinning would only keep that
+ * peer off it. A hint that may be stale; a wrong guess costs yields instead
+ * of pauses.
+ */
+static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
+{
+    int32_t mine = coreMark(lanes, nlanes);
+    for (int i = 0; i < nlanes && mine; i++) {
+        const struct loomLane *l = &lanes[i];
+        if (l->done)
             continue;
         const struct loomStep *s = &l->step;
         const struct loomChannel *ch = &l->comm->channels[l->channel];
-        for (int j = 0; j < s->nrecv + s->nsend && !found; j++) {
+        for (int j = 0; j < s->nrecv + s->nsend; j++) {
             const struct loomConnector *c =
                 j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
             /* A network connector's bell is this process's own: no peer's core there. */
-            found = c->peerBell != NULL && c->peerBell != own &&
-                    atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine;
+            if (c->peerBell != NULL && c->peerBell != l->comm->bell &&
+                atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine)
+                return 1;
         }
     }
-    return found;
+    return 0;
 }
 
 /*
@@ -672,6 +684,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     }
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
+    coreMark(lanes, nlanes); /* a rank that seldom waits (a Broadcast's root) is seen too */
     for (;;) {
         if (w.capped && w.network) /* what a missed wake-up left in the sockets, counted below */
             pollNetwork(lanes, nlanes);

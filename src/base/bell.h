@@ -31,7 +31,7 @@
  * own, which ringers write instead; 0 (as in zeroed shared memory) means
  * the futex. Such bells are process-local.
  *
- * `cpu` is the core its owner's thread was on when it last began to wait,
+ * `cpu` is the core its owner's thread was on when it last began a call or a wait,
  * plus one (0: not known yet). A peer about to spin for this owner on that
  * same core yields instead (exec.c): the owner it waits for cannot run
  * there while it spins.
