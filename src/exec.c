@@ -24,9 +24,10 @@
  * core, so the spin stage is cut to 32 pauses there and sched_yield hands it
  * the core at once. The same holds whenever a peer the wait is for shares
  * this thread's core, as two ranks on two cores do after the scheduler
- * happened to wake one onto the other's core: each rank publishes the core
- * it waits on in its doorbell, and a wait for a local peer last seen on
- * this core skips the spin stage (peerOnThisCore). Without that, two
+ * happened to wake one onto the other's core: each rank publishes in its
+ * doorbell the core it runs on when a call or a wait begins (coreMark), and
+ * a wait for a local peer last seen on this core skips the spin stage
+ * (peerOnThisCore). Without that, two
  * blocking calls in a row on 2 ranks of the 2-core machine could settle
  * into turns of ~2 ms a call, each rank spinning out its stage while the
  * other waited for the core (`bench/first-calls`; docs/performance.md).

@@ -54,7 +54,7 @@ struct execWait {
     int spins;
     int heard;   /* the failure came from an abort or a peer's notice: do not post it */
     int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
-    int crowded; /* a peer it waits for last waited on this thread's core: yield, do not spin */
+    int crowded; /* a peer it waits for was last seen on this thread's core: yield, do not spin */
     int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
     uint64_t idleSince;
     uint64_t lastLiveCheck;

@@ -730,9 +730,8 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
  * and match it where ranks share cores. A call on loomMemAlloc buffers
  * everywhere never gets here: src/cma.c runs it through the mappings.
  */
-uint32_t tunerDefaultAllowed(const struct loomTuneShape *shape, loomColl_t coll)
+uint32_t tunerDefaultAllowed(loomColl_t coll)
 {
-    (void)shape;
     pthread_once(&tuneOnce, tuneRead);
     uint32_t allowed = algoAllowed[coll];
     if (coll == LOOM_COLL_ALLGATHER && (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
@@ -744,7 +743,7 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
                struct loomTuning *out)
 {
     pthread_once(&tuneOnce, tuneRead);
-    uint32_t can = collAlgos(coll) & (allowed ? allowed : tunerDefaultAllowed(shape, coll));
+    uint32_t can = collAlgos(coll) & (allowed ? allowed : tunerDefaultAllowed(coll));
     struct tuneCase c = {shape, &shmCosts, coll, (double)bytes, (double)shape->slotBytes, 2};
     int res = 0;
     if (can == 0) { /* nothing allowed that coll has: its first algorithm */
@@ -806,7 +805,7 @@ static void tableFill(struct loomTunerState *st, loomColl_t coll, int device)
 {
     struct loomTuneShape shape = st->shape;
     shape.cmaOk = shape.cmaOk && !device;
-    uint32_t allowed = tunerDefaultAllowed(&shape, coll);
+    uint32_t allowed = tunerDefaultAllowed(coll);
     if (allowed == 0)
         allowed = ALGO_BIT(LOOM_ALGO_RING);
     for (int k = 0; k < LOOM_TUNE_CLASSES; k++) {

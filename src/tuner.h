@@ -88,8 +88,8 @@ void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int devic
 int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes, uint32_t allowed,
                struct loomTuning *out);
 
-/* What LOOM_ALGO allows for coll on shape when nothing narrower is asked (tunerChoose's). */
-uint32_t tunerDefaultAllowed(const struct loomTuneShape *shape, loomColl_t coll);
+/* What LOOM_ALGO allows for coll when nothing narrower is asked (tunerChoose's). */
+uint32_t tunerDefaultAllowed(loomColl_t coll);
 
 /* Logs (TUNING, as tunerChoose does) that a call of coll moving bytes runs as cma. */
 void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped);

@@ -127,8 +127,10 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "131072", 4096, 1099511627776LL,
                                   "a size in bytes", NULL,
                                   "smallest collective (largest buffer, as loom-perf's size) "
-                                  "run single-copy when all ranks share a host; the largest "
-                                  "any rank sets holds for all; K/M/G suffixes accepted"},
+                                  "run single-copy when all ranks share a host (without "
+                                  "LOOM_ALGO naming cma, on loomMemAlloc buffers from 512 KiB "
+                                  "at least); the largest any rank sets holds for all; K/M/G "
+                                  "suffixes accepted"},
     [LOOM_PARAM_CONNECT_ALL] = {"LOOM_CONNECT_ALL", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1 (on any rank): connect every pair of ranks at init; 0: only "
                                 "ring and tree neighbours, the others when a call first needs "

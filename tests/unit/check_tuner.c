@@ -327,10 +327,10 @@ START_TEST(test_model_obeys_restrictions)
     if (getenv("LOOM_ALGO") == NULL) {       /* unnamed: weighed, ranks sharing cores or not */
         /* tunerChoose passes tunerDefaultAllowed; tunerModel takes it for 0 */
         for (s.cpus = 2; s.cpus <= 64; s.cpus *= 32) {
-            ck_assert_uint_ne(tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER) & CMA, 0);
-            ck_assert_uint_eq(tunerDefaultAllowed(&s, LOOM_COLL_ALLREDUCE) & CMA, 0);
+            ck_assert_uint_ne(tunerDefaultAllowed(LOOM_COLL_ALLGATHER) & CMA, 0);
+            ck_assert_uint_eq(tunerDefaultAllowed(LOOM_COLL_ALLREDUCE) & CMA, 0);
             checkChoice(&s, LOOM_COLL_ALLGATHER, 16 << 20,
-                        tunerDefaultAllowed(&s, LOOM_COLL_ALLGATHER));
+                        tunerDefaultAllowed(LOOM_COLL_ALLGATHER));
         }
         s.cpus = 2;
         /* not what LOOM_ALGO allows: src/cma.c still asks for loomMemAlloc buffers first */
