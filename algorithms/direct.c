@@ -17,8 +17,7 @@
  *
  * Send and Recv are one stream of pieces to or from args->root.
  *
- * AlltoAll and AllGather also have single-copy schedules (LOOM_ALGO_CMA,
- * below).
+ * Single copies (LOOM_ALGO_CMA) have schedules of their own: single.c.
  *
  * As plans (schedule.h): each round is one loop over pieces whose body is a
  * SEND and a RECV template, each with its own length, so a plan holds O(n)
@@ -29,31 +28,12 @@
 
 #include "schedule.h"
 
-/*
- * Appends one template: op over len elements in pieces of `piece` (0: one
- * step of all of them), src and dst offsets moving from srcOff and dstOff.
- */
+/* One template between the send and the receive buffer (schedule.h's planAppendMoving). */
 static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPeer, int recvPeer,
                                size_t srcOff, size_t dstOff, size_t len, size_t piece)
 {
-    unsigned uses = loomStepUses(op);
-    struct loomPlanStep t = {
-        .op = (uint8_t)op,
-        .srcBuf = LOOM_BUF_SEND,
-        .dstBuf = LOOM_BUF_RECV,
-        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
-                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
-        .nrecv = recvPeer >= 0,
-        .nsend = sendPeer >= 0,
-        .recvPeers = {recvPeer},
-        .sendPeers = {sendPeer},
-        .nblocks = 1,
-        .len = len,
-        .piece = piece,
-        .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
-        .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
-    };
-    return planAppend(out, &t);
+    return planAppendMoving(out, op, 0, sendPeer, &recvPeer, recvPeer >= 0, LOOM_BUF_SEND, srcOff,
+                            LOOM_BUF_RECV, dstOff, len, piece);
 }
 
 /* Copies count elements from srcOff to dstOff in pieces of chunk: a loop of its own. */
@@ -105,49 +85,6 @@ loomResult_t directAlltoAllPlan(const struct loomSchedArgs *a, struct loomPlan *
             return res;
     }
     return loomSuccess;
-}
-
-/*
- * Single copies (LOOM_ALGO_CMA): this rank offers each peer its block (a
- * whole block per OFFER), copies its own, pulls its block of every peer's
- * send buffer, then drains every peer it offered to. gather: AllGather,
- * whose blocks are all the send buffer.
- */
-static loomResult_t directCma(const struct loomSchedArgs *a, struct loomPlan *out, int gather)
-{
-    loomResult_t res = directCheck(a);
-    if (res != loomSuccess)
-        return res;
-    int n = a->nranks, r = a->rank;
-    size_t len = a->hi - a->lo, own = (size_t)r * a->count + a->lo;
-    if (len == 0)
-        return loomSuccess;
-    planLoop(out);
-    for (int k = 1; k < n && res == loomSuccess; k++) {
-        int p = (r + k) % n;
-        size_t srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo;
-        res = directStep(out, LOOM_STEP_OFFER, p, -1, srcOff, 0, len, 0);
-    }
-    if (res == loomSuccess)
-        res = directCopyPieces(out, gather ? a->lo : own, own, len, a->chunkElems);
-    planLoop(out);
-    for (int k = 1; k < n && res == loomSuccess; k++) {
-        int p = (r - k + n) % n;
-        res = directStep(out, LOOM_STEP_PULL, -1, p, 0, (size_t)p * a->count + a->lo, len, 0);
-    }
-    for (int k = 1; k < n && res == loomSuccess; k++)
-        res = directStep(out, LOOM_STEP_DRAIN, (r + k) % n, -1, 0, 0, 0, 0);
-    return res;
-}
-
-loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
-{
-    return directCma(a, out, 0);
-}
-
-loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out)
-{
-    return directCma(a, out, 1);
 }
 
 loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan *out)

@@ -48,6 +48,7 @@ const char *loomStepName(unsigned op)
         "OFFER",
         "PULL",
         "DRAIN",
+        "PULL_REDUCE",
     };
     return op < LOOM_STEP_NUM_OPS ? names[op] : "?";
 }
@@ -133,6 +134,32 @@ loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *tmpl)
     return loomSuccess;
 }
 
+loomResult_t planAppendMoving(struct loomPlan *p, loomStepOp_t op, uint8_t flags, int sendPeer,
+                              const int *recvPeers, int nrecv, int srcBuf, size_t srcOff,
+                              int dstBuf, size_t dstOff, size_t len, size_t piece)
+{
+    unsigned uses = loomStepUses(op);
+    struct loomPlanStep t = {
+        .op = (uint8_t)op,
+        .srcBuf = (uint8_t)srcBuf,
+        .dstBuf = (uint8_t)dstBuf,
+        .flags = flags,
+        .moves = (uint8_t)(((uses & LOOM_USES_SRC) ? LOOM_PLAN_SRC_MOVES : 0) |
+                           ((uses & LOOM_USES_DST) ? LOOM_PLAN_DST_MOVES : 0)),
+        .nrecv = (uint8_t)nrecv,
+        .nsend = sendPeer >= 0,
+        .sendPeers = {sendPeer},
+        .nblocks = 1,
+        .len = len,
+        .piece = piece,
+        .srcBase = (uses & LOOM_USES_SRC) ? srcOff : 0,
+        .dstBase = (uses & LOOM_USES_DST) ? dstOff : 0,
+    };
+    for (int k = 0; k < nrecv && k < LOOM_STEP_MAXPEERS; k++)
+        t.recvPeers[k] = recvPeers[k];
+    return planAppend(p, &t);
+}
+
 void planReset(struct loomPlan *p)
 {
     p->nsteps = 0;
@@ -177,14 +204,17 @@ int planUsesPeer(const struct loomPlan *p, int dir, int peer)
 #define DOUBLING LOOM_ALGO_DOUBLING
 #define CMA LOOM_ALGO_CMA
 static const loomGenerator_t scheduleGenerators[LOOM_COLL_NUM][LOOM_ALGO_NUM] = {
-    [LOOM_COLL_BROADCAST] = {[RING] = ringBroadcastPlan, [TREE] = treeBroadcastPlan},
-    [LOOM_COLL_REDUCE] = {[RING] = ringReducePlan, [TREE] = treeReducePlan},
+    [LOOM_COLL_BROADCAST] =
+        {[RING] = ringBroadcastPlan, [TREE] = treeBroadcastPlan, [CMA] = singleBroadcastPlan},
+    [LOOM_COLL_REDUCE] =
+        {[RING] = ringReducePlan, [TREE] = treeReducePlan, [CMA] = singleReducePlan},
     [LOOM_COLL_ALLREDUCE] = {[RING] = ringAllReducePlan,
                              [TREE] = treeAllReducePlan,
-                             [DOUBLING] = doublingAllReducePlan},
-    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherPlan, [CMA] = directAllGatherCmaPlan},
-    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterPlan},
-    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllPlan, [CMA] = directAlltoAllCmaPlan},
+                             [DOUBLING] = doublingAllReducePlan,
+                             [CMA] = singleAllReducePlan},
+    [LOOM_COLL_ALLGATHER] = {[RING] = ringAllGatherPlan, [CMA] = singleAllGatherPlan},
+    [LOOM_COLL_REDUCESCATTER] = {[RING] = ringReduceScatterPlan, [CMA] = singleReduceScatterPlan},
+    [LOOM_COLL_ALLTOALL] = {[DIRECT] = directAlltoAllPlan, [CMA] = singleAlltoAllPlan},
     [LOOM_COLL_ALLTOALLV] = {[DIRECT] = directAlltoAllvPlan},
     [LOOM_COLL_SEND] = {[DIRECT] = directSendPlan},
     [LOOM_COLL_RECV] = {[DIRECT] = directRecvPlan},

@@ -32,19 +32,23 @@
  * LOOM_USES_FANOUT). A step runs when every one of its messages has arrived
  * and every one of its send FIFOs has a free slot.
  *
- * and three for single copies between the processes of one host (the cma
+ * and four for single copies between the processes of one host (the cma
  * algorithm), where no data passes through the FIFOs:
  *
  *   OFFER                   the address of src[srcOff..], count ----> sendPeer
  *   PULL                    recvPeer's offered elements, read straight
  *                           from its memory (process_vm_readv) -----> dst[dstOff..]
+ *   PULL_REDUCE             recvPeers' offered elements (+) src ----> dst[dstOff..]
+ *                           (fan-in: up to LOOM_STEP_MAXPEERS offers, folded
+ *                           in the order of recvPeers)
  *   DRAIN                   waits until sendPeer has taken every message sent
  *                           to it (so has finished reading what was offered)
  *
  * A rank must DRAIN every peer it offered to before its schedule ends: that
  * is what keeps its buffers valid until the peers have read them. OFFER and
- * PULL may move more than chunkElems (nothing goes through a slot); DRAIN
- * has count 0.
+ * PULL may move more than chunkElems (nothing goes through a slot);
+ * PULL_REDUCE at most chunkElems (the executor may stage a piece in a
+ * buffer of one slot's size); DRAIN has count 0.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -93,6 +97,7 @@ typedef enum {
     LOOM_STEP_OFFER,
     LOOM_STEP_PULL,
     LOOM_STEP_DRAIN,
+    LOOM_STEP_PULL_REDUCE,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -163,9 +168,19 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
         return LOOM_USES_RECV | LOOM_USES_DST | LOOM_USES_SLOTLESS;
     case LOOM_STEP_DRAIN:
         return LOOM_USES_SEND | LOOM_USES_SLOTLESS;
+    case LOOM_STEP_PULL_REDUCE:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST |
+               LOOM_USES_SLOTLESS | LOOM_USES_FANIN;
     default:
         return 0;
     }
+}
+
+/* 1 if op reads offered elements from its receive peers' memory (PULL, PULL_REDUCE). */
+static inline LOOM_HOSTDEV int loomStepPulls(unsigned op)
+{
+    unsigned uses = loomStepUses(op);
+    return (uses & LOOM_USES_SLOTLESS) && (uses & LOOM_USES_RECV);
 }
 
 /* The op's name ("RECV_REDUCE_SEND"), "?" for a value that is no op. */
@@ -333,6 +348,16 @@ void planLoop(struct loomPlan *p);
  * table does not allow, a negative or repeated peer).
  */
 loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t);
+/*
+ * Appends the template most generators need: op over len elements in pieces
+ * of `piece` (0: one step of all of them), a whole piece a step, src in
+ * buffer srcBuf from srcOff and dst in dstBuf from dstOff, both moving with
+ * the piece (where op uses them); nrecv receive peers from recvPeers, one
+ * send peer (or -1). As planAppend.
+ */
+loomResult_t planAppendMoving(struct loomPlan *p, loomStepOp_t op, uint8_t flags, int sendPeer,
+                              const int *recvPeers, int nrecv, int srcBuf, size_t srcOff,
+                              int dstBuf, size_t dstOff, size_t len, size_t piece);
 /* Empties p (keeps its memory). */
 void planReset(struct loomPlan *p);
 /* Frees p's memory and empties it. */
@@ -462,16 +487,24 @@ loomResult_t treeNodeOf(const struct loomSchedArgs *a, int tree, struct loomTree
  */
 loomResult_t directAlltoAllPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directAlltoAllvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/*
- * AlltoAll by single copies (LOOM_ALGO_CMA): a rank offers each peer its
- * block, copies its own, pulls its block of every peer's send buffer, and
- * drains. Only where every rank can read every other's memory (cma.c).
- */
-loomResult_t directAlltoAllCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
-/* AllGather the same way: every peer is offered this rank's send buffer. */
-loomResult_t directAllGatherCmaPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directSendPlan(const struct loomSchedArgs *a, struct loomPlan *out);
 loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+
+/*
+ * Single copies (LOOM_ALGO_CMA, algorithms/single.c): OFFER, PULL,
+ * PULL_REDUCE and DRAIN steps, each byte read once straight from the peer's
+ * buffer; only where every rank can read every other's memory (src/cma.c).
+ * AlltoAll and AllGather pull their blocks; Broadcast pulls the root's
+ * buffer; ReduceScatter and AllReduce reduce one block (slice) per rank, and
+ * AllReduce then pulls the reduced slices; Reduce folds everything at the
+ * root. Same contract as the ring generators.
+ */
+loomResult_t singleAlltoAllPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t singleAllGatherPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t singleBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t singleAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
+loomResult_t singleReducePlan(const struct loomSchedArgs *a, struct loomPlan *out);
 
 /*
  * Recursive doubling (algorithms/doubling.c): AllReduce in log2 n exchanges
@@ -485,9 +518,7 @@ loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPla
  * has a generator for; adding one takes a value here, its generators in
  * schedule.c's table, and a cost model and a name in tuner.c.
  * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
- * host. AlltoAll and AllGather have schedules for it (OFFER, PULL, DRAIN steps); the other
- * collectives run it without one, in src/cma.c, where LOOM_ALGO names it
- * and the call can (tunerAllows).
+ * host (single.c), for every collective but AlltoAllv and Send/Recv.
  */
 typedef enum {
     LOOM_ALGO_RING = 0,
@@ -503,7 +534,7 @@ typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct lo
 /*
  * The generator of coll for algo: ring (reductions, Broadcast, AllGather),
  * tree (AllReduce, Broadcast, Reduce), doubling (AllReduce), direct
- * (AlltoAll(v), Send, Recv) or cma (AlltoAll, AllGather).
+ * (AlltoAll(v), Send, Recv) or cma (all but AlltoAllv, Send and Recv).
  * NULL when coll has no such schedule (a tree AllGather) or either is out
  * of range.
  */

@@ -1,6 +1,7 @@
 /*
- * cma.h — single-copy collectives between the processes of one host, with
- * cross-memory attach (process_vm_readv / process_vm_writev). See cma.c.
+ * cma.h — what the single-copy schedules (algorithms/single.c) need besides
+ * their steps: cross-memory attach (process_vm_readv) between the processes
+ * of one host, probed and agreed at connect. See cma.c.
  */
 #ifndef LOOM_CMA_H_
 #define LOOM_CMA_H_
@@ -18,27 +19,28 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * Whether op runs here (the caller checks for host buffers and no group):
- * CMA_NO; CMA_ASKED, LOOM_ALGO names cma for it; CMA_IF_MAPPED, it runs here
- * if every rank passes loomMemAlloc buffers (tunerZeroCopy), which cmaRun
- * finds out. Never CMA_ASKED for AlltoAll and AllGather, whose single copies
- * are schedules. All need comm->cmaOk and LOOM_CMA_MIN_BYTES. Every rank of
- * a call decides alike.
+ * Whether the ranks ask each other, before op, whether every buffer its
+ * single copies would read is loomMemAlloc memory (cmaAllMapped): for
+ * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of at least
+ * 512 KiB and LOOM_CMA_MIN_BYTES, where each rank has a core, unless
+ * LOOM_ALGO rules cma out (or names it: then the tuner takes it anyway).
+ * The caller checks for host buffers and no group. Every rank of a call
+ * decides alike.
  */
-enum { CMA_NO = 0, CMA_ASKED, CMA_IF_MAPPED };
-int cmaEligible(const struct loomOp *op);
+int cmaAsks(const struct loomOp *op);
+/*
+ * Collective (every rank of op->comm calls it where cmaAsks said yes): the
+ * ranks exchange their buffers' descriptors; *mapped = 1 where every buffer
+ * op's single copies read on another rank is loomMemAlloc memory (the same
+ * answer on every rank): the caller then runs op's single-copy schedule.
+ */
+loomResult_t cmaAllMapped(struct loomOp *op, int *mapped);
 /*
  * Reads `bytes` at `remote` in process `pid` into `local` (a PULL step);
  * 0, or the errno of the failed read (ESRCH when the process is gone).
  */
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
-/*
- * Runs op single-copy (collective: every rank of op->comm calls it), `mode`
- * cmaEligible's answer. With CMA_IF_MAPPED the ranks first exchange their
- * buffers' descriptors, and where some rank's are not loomMemAlloc memory
- * every rank returns loomSuccess with *declined set, having moved nothing:
- * the caller then runs op as a schedule.
- */
-loomResult_t cmaRun(struct loomOp *op, int mode, int *declined);
+/* A buffer of comm->slotBytes where a PULL_REDUCE stages a peer's piece (comm->cmaOk only). */
+char *cmaStage(const struct loomComm *comm);
 
 #endif /* LOOM_CMA_H_ */

@@ -181,7 +181,7 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     int n = l->comm->nranks, first = 0;
 
     if (uses & LOOM_USES_SLOTLESS) {
-        if (s->op == LOOM_STEP_OFFER) { /* PULL and DRAIN: stepPull, laneAdvance */
+        if (s->op == LOOM_STEP_OFFER) { /* the PULLs and DRAIN: stepPull, laneAdvance */
             struct loomOffer o;
             memOfferFill(src, bytes, &o);
             memcpy(out[0], &o, sizeof(o));
@@ -215,7 +215,10 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
 }
 
 /*
- * A PULL: the peer's offered elements, read from its memory into dst.
+ * A PULL or a PULL_REDUCE: the peers' offered elements, read from their
+ * memory into dst, or folded one peer after the other into src on the way
+ * to dst (through a mapping of a loomMemAlloc buffer, or read into the
+ * communicator's staging buffer first).
  *
  * A rank that leaves a call on an error does not wait for its peers to
  * have read what it offered (they may never): it withdraws its offers
@@ -227,50 +230,66 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
  * *gone and leaves the step to be reported as a wait on a dead peer
  * (waitFailure, which prefers a failure the peer had heard of).
  */
-static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *in,
+static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *const *in,
                              int *gone)
 {
-    _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in;
-    uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
-    char *dst = l->bufs[s->dstBuf] + s->dstOff * l->elemSize;
-    int from = s->recvPeers[0];
-    const struct loomPeerInfo *peer = &l->comm->peers[from];
-    size_t bytes = s->count * l->elemSize;
-    int err = 0, withdrawn = at == 0;
+    size_t es = l->elemSize, bytes = s->count * es;
+    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
+    int reduce = s->op == LOOM_STEP_PULL_REDUCE;
+    const char *acc = reduce ? l->bufs[s->srcBuf] + s->srcOff * es : NULL;
     *gone = 0;
-    if (!withdrawn) {
-        struct loomOffer o;
-        /* Not the address: withdrawOffers may be writing it (it was read above). */
-        memcpy((char *)&o + sizeof(o.addr), in + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
-        o.addr = at;
-        memPeerSeen(l->comm, from, o.memGen);
-        const char *view = memPeerView(l->comm, from, &o, bytes, 0);
-        if (view)
-            reduceCopyStream(dst, view, bytes);
-        else
-            err = cmaRead(peer->pid, dst, at, bytes);
-        /* A read-modify-write (adding 0) orders the check after the copy as a full fence
-         * would (fences are refused under -fsanitize=thread). */
-        withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
-        if (err == 0 && !withdrawn)
+    for (int k = 0; k < s->nrecv; k++) {
+        _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in[k];
+        uint64_t at = atomic_load_explicit(slot, memory_order_acquire);
+        int from = s->recvPeers[k];
+        const struct loomPeerInfo *peer = &l->comm->peers[from];
+        int err = 0, withdrawn = at == 0;
+        if (!withdrawn) {
+            struct loomOffer o;
+            /* Not the address: withdrawOffers may be writing it (it was read above). */
+            memcpy((char *)&o + sizeof(o.addr), in[k] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
+            o.addr = at;
+            memPeerSeen(l->comm, from, o.memGen);
+            const char *view = memPeerView(l->comm, from, &o, bytes, 0);
+            if (!reduce) {
+                if (view)
+                    reduceCopyStream(dst, view, bytes);
+                else
+                    err = cmaRead(peer->pid, dst, at, bytes);
+            } else {
+                const char *b = view;
+                if (b == NULL && (err = cmaRead(peer->pid, cmaStage(l->comm), at, bytes)) == 0)
+                    b = cmaStage(l->comm);
+                if (b && k == s->nrecv - 1 && (s->flags & LOOM_STEP_FINAL))
+                    reduceApplyFinal(dst, acc, b, s->count, l->dt, l->op, l->comm->nranks);
+                else if (b)
+                    reduceApply(dst, acc, b, s->count, l->dt, l->op);
+                acc = dst;
+            }
+            /* A read-modify-write (adding 0) orders the check after the copy as a full fence
+             * would (fences are refused under -fsanitize=thread). */
+            withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
+            if (err == 0 && !withdrawn)
+                continue;
+        }
+        loomResult_t heard = execPeerFailure(l->comm); /* what made the peer leave, if posted */
+        if (heard != loomSuccess)
+            return heard;
+        if (withdrawn)
+            return loomSetError(loomRemoteError,
+                                "rank %d (pid %d on %s) left the call on an error (its own, a "
+                                "peer's or an abort) while rank %d read its buffer",
+                                from, (int)peer->pid, peer->hostname, l->comm->rank);
+        if (err == ESRCH || execPeerGone(l->comm, from)) {
+            *gone = 1; /* exiting, or gone */
             return loomSuccess;
-    }
-    loomResult_t heard = execPeerFailure(l->comm); /* what made the peer leave, if posted */
-    if (heard != loomSuccess)
-        return heard;
-    if (withdrawn)
+        }
         return loomSetError(loomRemoteError,
-                            "rank %d (pid %d on %s) left the call on an error (its own, a "
-                            "peer's or an abort) while rank %d read its buffer",
-                            from, (int)peer->pid, peer->hostname, l->comm->rank);
-    if (err == ESRCH || execPeerGone(l->comm, from)) {
-        *gone = 1; /* exiting, or gone */
-        return loomSuccess;
+                            "rank %d could not read the buffer of rank %d (pid %d on %s) with "
+                            "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
+                            l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
     }
-    return loomSetError(loomRemoteError,
-                        "rank %d could not read the buffer of rank %d (pid %d on %s) with "
-                        "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                        l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
+    return loomSuccess;
 }
 
 /* The other end learns of a counter we advanced: shm through its doorbell, net by moving now. */
@@ -290,8 +309,8 @@ static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomS
                         "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
                         "kind of memory, and calls must match in order, count and datatype)",
                         lane->comm->rank,
-                        s->op == LOOM_STEP_PULL ? "data" : "a buffer address (single copy)", from,
-                        s->op == LOOM_STEP_PULL ? "a buffer address (single copy)" : "data");
+                        loomStepPulls(s->op) ? "data" : "a buffer address (single copy)", from,
+                        loomStepPulls(s->op) ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(const struct loomLane *lane, int from)
@@ -317,7 +336,7 @@ loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep
 {
     size_t want = s->count * l->elemSize;
     /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-    if (((got & LOOM_FIFO_OFFER) != 0) != (s->op == LOOM_STEP_PULL))
+    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepPulls(s->op))
         return pathMismatch(l, s, from);
     if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
         return protoMismatch(l, from, got);
@@ -463,9 +482,9 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
-        } else if (s->op == LOOM_STEP_PULL) {
+        } else if (loomStepPulls(s->op)) {
             int gone;
-            if ((*err = stepPull(l, s, k.in[0], &gone)) != loomSuccess)
+            if ((*err = stepPull(l, s, k.in, &gone)) != loomSuccess)
                 return -1;
             if (gone)
                 break;

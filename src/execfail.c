@@ -95,8 +95,9 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
-    if (s->op == LOOM_STEP_PULL && execPeerGone(l->comm, s->recvPeers[0]))
-        return s->recvPeers[0]; /* its offer came, its memory went */
+    for (int j = 0; loomStepPulls(s->op) && j < s->nrecv; j++)
+        if (execPeerGone(l->comm, s->recvPeers[j]))
+            return s->recvPeers[j]; /* its offer came, its memory went */
     for (int j = 0; j < s->nrecv; j++) {
         int p = s->recvPeers[j];
         const struct loomConnector *rc = &ch->recv[p];

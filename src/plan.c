@@ -245,12 +245,16 @@ static size_t alignUp(size_t x)
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
  * before they are sent.
  */
-static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched)
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched,
+                     int mapped)
 {
     struct loomComm *comm = op->comm;
     struct loomPlanner *pl = comm->planner;
     size_t es = reduceTypeSize(op->dt);
-    tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
+    if (mapped)
+        tunerChooseMapped(comm, op->coll, opBytes(op), &p->tune);
+    else
+        tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
     /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
      * Device plans take LL only when launched (the host-driven executor has no lines). */
     p->proto = dev && !launched
@@ -355,8 +359,9 @@ static loomResult_t commUsable(const struct loomOp *op)
     return loomSuccess;
 }
 
+/* mapped: the single op runs single copies through loomMemAlloc mappings (cmaAllMapped). */
 static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int launched,
-                              int *nlanes)
+                              int mapped, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
     for (int i = 0; i < nops; i++) {
@@ -366,7 +371,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i], dev, launched);
+        planTune(&ops[i], &tlPlan[i], dev, launched, mapped);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
@@ -380,8 +385,9 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
  * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
  * the schedules depend only on arguments that match, and schedGen says no
  * cache entry was rebuilt since. Calls that use scratch (an in-place
- * AlltoAll) or a pool schedule (AlltoAllv), and
- * single copies, are not kept.
+ * AlltoAll) or a pool schedule (AlltoAllv), and single copies taken because
+ * every buffer is loomMemAlloc memory (asked for at every call), are not
+ * kept.
  */
 static int memoMatches(const struct loomOp *op)
 {
@@ -393,13 +399,13 @@ static int memoMatches(const struct loomOp *op)
            pl->memo.op == (int)op->op && pl->memo.root == op->root;
 }
 
-/* Keeps op's plan p as the memo when it qualifies; res is how building it went. */
-static void memoKeep(struct loomOp *op, const struct planOp *p, loomResult_t res)
+/* Keeps op's plan p as the memo when it qualifies (built: it was built, for this call only). */
+static void memoKeep(struct loomOp *op, const struct planOp *p, int built)
 {
     struct loomComm *comm = op->comm;
     struct loomPlanner *pl = comm->planner;
     pl->memo.valid = 0;
-    if (res != loomSuccess || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes)
+    if (!built || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes)
         return;
     pl->memo.coll = (int)op->coll, pl->memo.dt = (int)op->dt, pl->memo.op = (int)op->op;
     pl->memo.root = op->root, pl->memo.count = op->count;
@@ -439,7 +445,7 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     int nlanes = 0;
     struct loomStream *s = ops[0].stream && streamIsCuda(ops[0].stream) ? ops[0].stream : NULL;
     cudaPlanUseStream(dev, s ? streamCudaHandle(s) : NULL);
-    loomResult_t res = planLanes(ops, nops, dev, 1, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, 1, 0, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
@@ -459,23 +465,20 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         return planLaunch(ops, nops, dev);
     for (int i = 0; i < nops; i++)
         devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
-    /* Host buffers of ranks that reach each other's memory: one copy, no schedule (cma.c).
-     * Before the memo: every rank must ask, whatever its previous call was. */
-    int cma = dev == NULL && nops == 1 ? cmaEligible(&ops[0]) : CMA_NO;
-    if (cma != CMA_NO) {
-        int declined;
+    /* Host buffers that every rank allocated with loomMemAlloc: single copies through the
+     * mappings (cma.c). Before the memo: every rank must ask, whatever its previous call was. */
+    int mapped = 0;
+    if (dev == NULL && nops == 1 && cmaAsks(&ops[0])) {
         LOOMCHECK(commUsable(&ops[0]));
-        loomResult_t res = cmaRun(&ops[0], cma, &declined);
-        if (res != loomSuccess || !declined)
-            return res;
+        LOOMCHECK(cmaAllMapped(&ops[0], &mapped));
     }
-    if (dev == NULL && nops == 1 && memoMatches(&ops[0])) {
+    if (dev == NULL && nops == 1 && !mapped && memoMatches(&ops[0])) {
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, dev, 0, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, 0, mapped, &nlanes);
     if (dev == NULL && nops == 1)
-        memoKeep(&ops[0], tlPlan, res);
+        memoKeep(&ops[0], tlPlan, res == loomSuccess && !mapped); /* mapped: asked for each time */
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
               loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),

@@ -52,11 +52,10 @@
  * What an unset LOOM_ALGO, or a list after ^, allows: all but cma, which runs
  * only where a list names it (on the 2-core machine the FIFOs beat single
  * copies for AllReduce, Broadcast and Reduce; docs/performance.md) — except
- * for AlltoAll, whose single copies are a schedule (algorithms/direct.c) that
- * the model weighs like the others (see cmaByteNs). AllGather has such a
- * schedule too, which the model weighs as well (tunerDefaultAllowed), but
- * which is left out of what LOOM_ALGO allows so that src/cma.c still asks
- * for loomMemAlloc buffers first (cmaEligible).
+ * for AlltoAll, whose single copies the model weighs like the other
+ * algorithms (see cmaByteNs). AllGather's are weighed as well
+ * (tunerDefaultAllowed), but left out of what LOOM_ALGO allows so that
+ * src/cma.c still asks for loomMemAlloc buffers first (cmaAsks).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -79,11 +78,7 @@ static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
                                                      [LOOM_ALGO_DOUBLING] = "doubling",
                                                      [LOOM_ALGO_CMA] = "cma"};
 
-/*
- * The algorithms coll has a schedule for (algorithms/schedule.c): cma only
- * for AlltoAll and AllGather; the other collectives run it without a
- * schedule where LOOM_ALGO names it (tunerAllows, src/cma.c).
- */
+/* The algorithms coll has a schedule for (algorithms/schedule.c). */
 static uint32_t collAlgos(loomColl_t coll)
 {
     uint32_t m = 0;
@@ -680,19 +675,34 @@ static const struct {
 };
 
 /*
- * Single copies (AlltoAll, AllGather): two hops (the offers, then the
- * drains), and each rank's own work: n - 1 reads of S / n bytes by the
- * kernel, one copy of its own block. Where ranks share cores their work
- * adds up on the cores.
+ * Single copies: two hops (the offers, then the drains; AllReduce two more,
+ * for the reduced slices), and the busiest rank's own work: n - 1 reads of a
+ * block (S / n) by the kernel and a copy of its own (AlltoAll, AllGather,
+ * ReduceScatter, whose reads are folded in); AllReduce that and n - 1 reads
+ * of the reduced slices; Broadcast one read of S; Reduce n - 1 reads of S,
+ * all at the root. Where ranks share cores their work adds up on the cores.
+ * The chunk: a piece of a peer's buffer read and folded while in the cache.
  */
 static double cmaTime(const struct tuneCase *c)
 {
     const struct tuneCosts *k = c->k;
     int n = c->s->nranks, cpus = c->s->cpus > 0 ? c->s->cpus : 1;
-    double block = c->bytes / n;
-    struct tunePipe p = {.units = 2, .switches = 1, .unitSteps = 1, .totalSteps = 2.0 * n};
-    double work =
-        (n - 1) * (k->cmaPeerUs + block * k->cmaByteNs / 1e3) + 2 * block * k->byteNs / 1e3;
+    double S = c->bytes, block = S / n, read = k->cmaPeerUs + block * k->cmaByteNs / 1e3;
+    double units = 2, copy = 2 * block * k->byteNs / 1e3, work = (n - 1) * read + copy;
+    switch (c->coll) {
+    case LOOM_COLL_ALLREDUCE:
+        units = 4, work = 2 * (n - 1) * read;
+        break;
+    case LOOM_COLL_BROADCAST:
+        work = k->cmaPeerUs + S * k->cmaByteNs / 1e3;
+        break;
+    case LOOM_COLL_REDUCE:
+        work = (n - 1) * (k->cmaPeerUs + S * k->cmaByteNs / 1e3);
+        break;
+    default:
+        break;
+    }
+    struct tunePipe p = {.units = units, .switches = 1, .unitSteps = 1, .totalSteps = 2.0 * n};
     double perCore = (double)c->s->localRanks / cpus;
     return pipeTime(c, &p) + work * (perCore > 1 ? perCore : 1);
 }
@@ -724,11 +734,24 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 }
 
 /*
+ * Single copies reduce and copy a piece of at most this many bytes at a time
+ * (or a slot, if smaller): the src/cma.c of 2026-11 reduced in 128 KiB chunks,
+ * which stay in the L2 cache between a peer's read and the reduction.
+ */
+#define CMA_PIECE (128.0 * 1024)
+
+/* Whether the model weighs coll's single copies against its other algorithms. */
+static int cmaWeighed(loomColl_t coll)
+{
+    return coll == LOOM_COLL_ALLTOALL || coll == LOOM_COLL_ALLGATHER;
+}
+
+/*
  * What LOOM_ALGO allows for coll. AllGather's single copies are weighed
  * unless LOOM_ALGO rules them out: on ordinary buffers they beat the ring
  * from 1 MiB on 2 ranks with a core each (docs/performance.md, 2026-12-03)
  * and match it where ranks share cores. A call on loomMemAlloc buffers
- * everywhere never gets here: src/cma.c runs it through the mappings.
+ * everywhere takes them unweighed (tunerChooseMapped).
  */
 uint32_t tunerDefaultAllowed(loomColl_t coll)
 {
@@ -756,13 +779,22 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
         can = collAlgos(coll) & ALGO_FALLBACK;
         res = -1;
     }
+    /* Single copies named in LOOM_ALGO where the model does not weigh them: taken. */
+    if (cma && (can & ALGO_BIT(LOOM_ALGO_CMA)) && !cmaWeighed(coll))
+        can = ALGO_BIT(LOOM_ALGO_CMA);
     for (int a = 0; a < LOOM_ALGO_NUM; a++) {
         if (!(can & ALGO_BIT(a)) || (a == LOOM_ALGO_CMA && !cma))
             continue;
         for (int v = 0; v < algoModels[a].variants; v++) {
             c.trees = 2 - v;
             double chunk = (double)shape->slotBytes;
-            double t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
+            double t;
+            if (a == LOOM_ALGO_CMA) { /* its model needs no chunk */
+                chunk = shape->slotBytes < CMA_PIECE ? (double)shape->slotBytes : CMA_PIECE;
+                t = algoTime(&c, LOOM_ALGO_CMA);
+            } else {
+                t = bestChunk(&c, (loomAlgo_t)a, shape->slotBytes, &chunk);
+            }
             if (out->predictedUs < 0 || t < out->predictedUs) {
                 out->algo = (loomAlgo_t)a;
                 out->predictedUs = t;
@@ -858,12 +890,20 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
-void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped)
+void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes, struct loomTuning *out)
 {
-    if (comm->tuner && tuneFirst(comm, coll, bytes))
-        INFO(LOOM_TUNING, "%s %zu B (class 2^%d): %s, one copy between the ranks' buffers%s",
+    size_t slot = comm->slotBytes;
+    *out = comm->tuner->table[0][coll][sizeClass(bytes)];
+    out->algo = LOOM_ALGO_CMA;
+    out->chunkBytes = slot < (size_t)CMA_PIECE ? slot : (size_t)CMA_PIECE;
+    out->trees = 0;
+    out->predictedUs = -1;
+    if (tuneFirst(comm, coll, bytes))
+        INFO(LOOM_TUNING,
+             "%s %zu B (class 2^%d): %s, chunk %zu B, one copy between the ranks' buffers (all "
+             "of them loomMemAlloc memory the peers map)",
              loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA),
-             mapped ? " (all of them loomMemAlloc memory the peers map)" : "");
+             out->chunkBytes);
 }
 
 void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,

@@ -91,16 +91,21 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
 /* What LOOM_ALGO allows for coll when nothing narrower is asked (tunerChoose's). */
 uint32_t tunerDefaultAllowed(loomColl_t coll);
 
-/* Logs (TUNING, as tunerChoose does) that a call of coll moving bytes runs as cma. */
-void tunerLogCma(struct loomComm *comm, loomColl_t coll, size_t bytes, int mapped);
+/*
+ * tunerChoose's answer for a host call of coll moving bytes whose every
+ * buffer is loomMemAlloc memory (src/cma.c asked): single copies, through
+ * the mappings. Logged (TUNING) as tunerChoose logs.
+ */
+void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes,
+                       struct loomTuning *out);
 
 /* 1 if LOOM_ALGO allows algo for coll. */
 int tunerAllows(loomColl_t coll, loomAlgo_t algo);
 
 /*
  * 1 if a call of coll whose every rank passes loomMemAlloc buffers may run
- * as single copies from the peers' mappings (src/cma.c) although LOOM_ALGO
- * does not name cma: it is unset, or does not rule cma out for coll.
+ * its single-copy schedule through the peers' mappings (src/cma.c) although
+ * LOOM_ALGO does not name cma: it is unset, or does not rule cma out for coll.
  */
 int tunerZeroCopy(loomColl_t coll);
 

@@ -62,7 +62,7 @@
 
 enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
 /* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
-/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single copies, src/cma.c);
+/* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single-copy steps);
  * WORK_CMA_A2A: a loop of AlltoAll with LOOM_ALGO=alltoall:cma (single-copy steps). */
 enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA, WORK_CMA_A2A };
 #define HOSTS_SHM 0 /* every rank on this host */

@@ -291,19 +291,22 @@ START_TEST(test_mismatch)
 END_TEST
 
 /*
- * Single-copy AlltoAll and AllGather (forced here by LOOM_ALGO) are
- * schedules, so ranks may group them differently, with other calls and in
- * place: rank 0 groups everything, rank 1 nothing, rank 2 the two AlltoAlls.
+ * Single copies (forced here by LOOM_ALGO) are schedules, so ranks may group
+ * them differently, with other calls and in place: rank 0 groups everything,
+ * rank 1 nothing, rank 2 the two AlltoAlls and the large AllReduce.
  */
 static int cmaGrouping(int rank, int n, loomComm_t comm)
 {
     size_t count = 100003, total = (size_t)n * count; /* odd: no block is a whole page */
     int *in = malloc(total * sizeof(int)), *out = malloc(total * sizeof(int));
     int *inplace = malloc(total * sizeof(int)), *gather = malloc(total * sizeof(int));
+    int *sums = malloc(count * sizeof(int)), *bcast = malloc(count * sizeof(int));
     int x = rank + 1, sum = 0, bad = 0;
     for (size_t i = 0; i < total; i++)
         in[i] = inplace[i] = rank * 1000003 + (int)i;
-    loomResult_t r[4];
+    for (size_t i = 0; i < count; i++)
+        bcast[i] = rank == 1 ? (int)i * 7 : -1;
+    loomResult_t r[6];
     if (rank == 0)
         loomGroupStart();
     r[0] = loomAllReduce(&x, &sum, 1, loomInt32, loomSum, comm, NULL);
@@ -311,34 +314,46 @@ static int cmaGrouping(int rank, int n, loomComm_t comm)
         loomGroupStart();
     r[1] = loomAlltoAll(in, out, count, loomInt32, comm, NULL);
     r[2] = loomAlltoAll(inplace, inplace, count, loomInt32, comm, NULL);
+    r[3] = loomAllReduce(in, sums, count, loomInt32, loomSum, comm, NULL);
     if (rank == 2 && loomGroupEnd() != loomSuccess)
-        return testRankFail(rank, 1, "the group of two AlltoAlls failed: %s",
+        return testRankFail(rank, 1, "the group of two AlltoAlls and an AllReduce failed: %s",
                             loomGetLastError(comm));
-    r[3] = loomAllGather(in, gather, count, loomInt32, comm, NULL);
+    r[4] = loomAllGather(in, gather, count, loomInt32, comm, NULL);
+    r[5] = loomBroadcast(bcast, bcast, count, loomInt32, 1, comm, NULL);
     if (rank == 0 && loomGroupEnd() != loomSuccess)
         return testRankFail(rank, 2, "the group of every call failed: %s", loomGetLastError(comm));
-    static const char *const calls[4] = {"AllReduce", "AlltoAll", "in-place AlltoAll", "AllGather"};
-    for (int k = 0; k < 4; k++)
+    static const char *const calls[6] = {"AllReduce",       "AlltoAll",  "in-place AlltoAll",
+                                         "large AllReduce", "AllGather", "Broadcast"};
+    for (int k = 0; k < 6; k++)
         if (r[k] != loomSuccess)
             return testRankFail(rank, 3 + k, "%s failed: %s", calls[k], loomGetLastError(comm));
     if (sum != n * (n + 1) / 2)
-        return testRankFail(rank, 7, "AllReduce sum %d, not %d", sum, n * (n + 1) / 2);
+        return testRankFail(rank, 9, "AllReduce sum %d, not %d", sum, n * (n + 1) / 2);
     for (int p = 0; p < n; p++)
         for (size_t i = 0; i < count; i++) {
             int want = p * 1000003 + (int)((size_t)rank * count + i);
             bad |= out[p * count + i] != want || inplace[p * count + i] != want;
             bad |= gather[p * count + i] != p * 1000003 + (int)i;
         }
+    for (size_t i = 0; i < count; i++) {
+        bad |= sums[i] != 1000003 * n * (n - 1) / 2 + n * (int)i;
+        bad |= bcast[i] != (int)i * 7;
+    }
     free(in);
     free(out);
     free(inplace);
     free(gather);
-    return bad ? testRankFail(rank, 8, "wrong elements after AlltoAll or AllGather") : 0;
+    free(sums);
+    free(bcast);
+    return bad ? testRankFail(rank, 10,
+                              "wrong elements after AlltoAll, AllGather, AllReduce or "
+                              "Broadcast")
+               : 0;
 }
 
 START_TEST(test_cma_grouping)
 {
-    setenv("LOOM_ALGO", "alltoall:cma;allgather:cma", 1);
+    setenv("LOOM_ALGO", "alltoall:cma;allgather:cma;allreduce:cma;broadcast:cma", 1);
     unsetenv("LOOM_CMA_DISABLE");
     setenv("LOOM_TIMEOUT", "20", 1);
     runRanks(3, cmaGrouping);

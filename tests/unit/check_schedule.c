@@ -170,8 +170,9 @@ struct sim {
     struct simFifo *fifos; /* [from * n + to] */
     struct sym *tmp;
     char *err;
-    /* Recursive doubling keeps partial sums in recvbuff, so an element may be
-     * written more than once; never again once it holds a finished value. */
+    /* Recursive doubling, and single copies folding more than LOOM_STEP_MAXPEERS
+     * peers, keep partial sums in recvbuff, so an element may be written more
+     * than once; never again once it holds a finished value. */
     int multiWrite;
 };
 
@@ -235,8 +236,10 @@ static int simValidate(struct sim *s, int r, size_t pc, const struct loomStep *s
     if (st->op >= LOOM_STEP_NUM_OPS)
         return simFail(s, "rank %d step %zu: bad op %u", r, pc, st->op);
     uint8_t uses = loomStepUses(st->op);
+    /* OFFER and PULL move whole blocks; PULL_REDUCE stages a piece in a slot's worth. */
+    int whole = opSlotless(st->op) && st->op != LOOM_STEP_PULL_REDUCE;
     int countOk = st->op == LOOM_STEP_DRAIN ? st->count == 0
-                  : opSlotless(st->op)      ? st->count >= 1
+                  : whole                   ? st->count >= 1
                                             : st->count >= 1 && st->count <= s->chunk;
     if (!countOk)
         return simFail(s, "rank %d step %zu (%s): count %zu outside 1..%zu", r, pc,
@@ -390,7 +393,7 @@ static int simStep(struct sim *s, int r)
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
                            r, rk->pc, loomStepName(st->op), st->count, from, in[k]->count[slot]);
-        if (in[k]->offer[slot] != (st->op == LOOM_STEP_PULL))
+        if (in[k]->offer[slot] != loomStepPulls(st->op))
             return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
                            loomStepName(st->op), in[k]->offer[slot] ? "an offer" : "elements",
                            from);
@@ -502,7 +505,7 @@ struct coll {
     const size_t *vlen; /* AlltoAllv: [2 * r + LOOM_BUF_*] buffer lengths */
     int tree;           /* 1: the double binary tree instead of the ring */
     int doubling;       /* 1: recursive doubling (AllReduce) instead of the ring */
-    int cma;            /* 1: single copies (AlltoAll, AllGather) */
+    int cma;            /* 1: single copies (algorithms/single.c) */
     int trees;          /* tree: 1 to send everything through the first tree */
     const int *hosts;   /* tree: host of each rank, NULL for one host */
     const int *order;   /* tree: chain and position order of the ranks, NULL for rank order */
@@ -689,8 +692,9 @@ static int collCheck(const struct coll *c, struct simRank *ranks, size_t cov, ch
                 }
                 continue;
             }
-            /* Trees fold every child in one step, so only doubling rewrites its partial sums. */
-            int writesOk = v->writes == 1 || (c->doubling && reduced && v->writes > 1);
+            /* Trees fold every child in one step: only doubling and single copies rewrite
+             * partial sums. */
+            int writesOk = v->writes == 1 || ((c->doubling || c->cma) && reduced && v->writes > 1);
             if (!writesOk || !symEqual(v, &e, reduced)) {
                 snprintf(
                     err, ERR_LEN,
@@ -743,7 +747,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     }
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
-    s.multiWrite = c->doubling && collIsReduction(c->coll);
+    s.multiWrite = (c->doubling || c->cma) && collIsReduction(c->coll);
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
@@ -1309,6 +1313,16 @@ START_TEST(test_cma)
 {
     sweep(LOOM_COLL_ALLTOALL, 0, 3);
     sweep(LOOM_COLL_ALLGATHER, 0, 3);
+}
+END_TEST
+
+/* Single copies of the reductions and Broadcast: PULL_REDUCE fan-in, reduced slices pulled. */
+START_TEST(test_cma_reductions)
+{
+    sweep(LOOM_COLL_ALLREDUCE, 0, 3);
+    sweep(LOOM_COLL_REDUCESCATTER, 0, 3);
+    sweep(LOOM_COLL_BROADCAST, 1, 3);
+    sweep(LOOM_COLL_REDUCE, 1, 3);
 }
 END_TEST
 
@@ -1979,14 +1993,15 @@ START_TEST(test_differential)
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int n = sizes[k];
         for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
-            for (int algo = 0; algo < 3; algo++) {
+            for (int algo = 0; algo < 4; algo++) {
                 struct coll c = {.coll = colls[i],
                                  .n = n,
                                  .root = n - 1,
                                  .count = 29,
                                  .chunk = 3,
                                  .tree = algo == 1,
-                                 .doubling = algo == 2};
+                                 .doubling = algo == 2,
+                                 .cma = algo == 3};
                 if (scheduleGenerator(c.coll, collAlgo(&c)) == NULL)
                     continue; /* no such algorithm for this collective */
                 diffRun(&c);
@@ -2093,6 +2108,7 @@ static Suite *scheduleSuite(void)
     suite_add_tcase(s, tcase("alltoall", test_alltoall));
     suite_add_tcase(s, tcase("alltoallv", test_alltoallv));
     suite_add_tcase(s, tcase("cma alltoall allgather", test_cma));
+    suite_add_tcase(s, tcase("cma reductions broadcast", test_cma_reductions));
     suite_add_tcase(s, tcase("sendrecv", test_sendrecv));
     suite_add_tcase(s, tcase("lanes", test_lanes_cover_everything));
     suite_add_tcase(s, tcase("ring order", test_random_ring_order));

@@ -336,9 +336,21 @@ START_TEST(test_model_obeys_restrictions)
         /* not what LOOM_ALGO allows: src/cma.c still asks for loomMemAlloc buffers first */
         ck_assert_int_eq(tunerAllows(LOOM_COLL_ALLGATHER, LOOM_ALGO_CMA), 0);
     }
+    /* The other collectives' single copies are taken where named, not weighed. */
+    static const loomColl_t named[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_REDUCESCATTER,
+                                       LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE};
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+        ck_assert_int_eq(tunerModel(&s, named[i], 16 << 20, RING | TREE | CMA, &t), 0);
+        ck_assert_int_eq(t.algo, LOOM_ALGO_CMA);
+        ck_assert_uint_le(t.chunkBytes, 128 * 1024); /* a piece folded while in the cache */
+        ck_assert_int_eq(tunerModel(&s, named[i], 32 * 1024, RING | CMA, &t), 0);
+        ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* below cmaMinBytes */
+    }
+    s.cmaOk = 0;
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 16 << 20, CMA, &t), -1);
-    ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* no schedule: cma.c takes it, not the model */
-    s.channelsSet = 1;                        /* LOOM_NCHANNELS set: every channel is used */
+    ck_assert_int_eq(t.algo, LOOM_ALGO_RING); /* none possible: the ring */
+    s.cmaOk = 1;
+    s.channelsSet = 1; /* LOOM_NCHANNELS set: every channel is used */
     ck_assert_int_eq(tunerModel(&s, LOOM_COLL_ALLREDUCE, 1 << 20, RING, &t), 0);
     ck_assert_int_eq(t.nChannels, 4);
 }
