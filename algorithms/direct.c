@@ -28,12 +28,13 @@
 
 #include "schedule.h"
 
-/* One template between the send and the receive buffer (schedule.h's planAppendMoving). */
+/* Appends one template between the send and the receive buffer (schedule.h's planMoving). */
 static loomResult_t directStep(struct loomPlan *out, loomStepOp_t op, int sendPeer, int recvPeer,
                                size_t srcOff, size_t dstOff, size_t len, size_t piece)
 {
-    return planAppendMoving(out, op, 0, sendPeer, &recvPeer, recvPeer >= 0, LOOM_BUF_SEND, srcOff,
-                            LOOM_BUF_RECV, dstOff, len, piece);
+    struct loomPlanStep t = planMoving(op, 0, sendPeer, &recvPeer, recvPeer >= 0, LOOM_BUF_SEND,
+                                       srcOff, LOOM_BUF_RECV, dstOff, len, piece);
+    return planAppend(out, &t);
 }
 
 /* Copies count elements from srcOff to dstOff in pieces of chunk: a loop of its own. */

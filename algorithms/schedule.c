@@ -134,9 +134,9 @@ loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *tmpl)
     return loomSuccess;
 }
 
-loomResult_t planAppendMoving(struct loomPlan *p, loomStepOp_t op, uint8_t flags, int sendPeer,
-                              const int *recvPeers, int nrecv, int srcBuf, size_t srcOff,
-                              int dstBuf, size_t dstOff, size_t len, size_t piece)
+struct loomPlanStep planMoving(loomStepOp_t op, uint8_t flags, int sendPeer, const int *recvPeers,
+                               int nrecv, int srcBuf, size_t srcOff, int dstBuf, size_t dstOff,
+                               size_t len, size_t piece)
 {
     unsigned uses = loomStepUses(op);
     struct loomPlanStep t = {
@@ -157,7 +157,7 @@ loomResult_t planAppendMoving(struct loomPlan *p, loomStepOp_t op, uint8_t flags
     };
     for (int k = 0; k < nrecv && k < LOOM_STEP_MAXPEERS; k++)
         t.recvPeers[k] = recvPeers[k];
-    return planAppend(p, &t);
+    return t;
 }
 
 void planReset(struct loomPlan *p)

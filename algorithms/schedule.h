@@ -349,15 +349,15 @@ void planLoop(struct loomPlan *p);
  */
 loomResult_t planAppend(struct loomPlan *p, const struct loomPlanStep *t);
 /*
- * Appends the template most generators need: op over len elements in pieces
- * of `piece` (0: one step of all of them), a whole piece a step, src in
- * buffer srcBuf from srcOff and dst in dstBuf from dstOff, both moving with
- * the piece (where op uses them); nrecv receive peers from recvPeers, one
- * send peer (or -1). As planAppend.
+ * The template most generators need, to append with planAppend: op over len
+ * elements in pieces of `piece` (0: one step of all of them), a whole piece
+ * a step from iteration 0 on (lag 0), src in buffer srcBuf from srcOff and
+ * dst in dstBuf from dstOff, both moving with the piece (where op uses
+ * them); nrecv receive peers from recvPeers, one send peer (or -1).
  */
-loomResult_t planAppendMoving(struct loomPlan *p, loomStepOp_t op, uint8_t flags, int sendPeer,
-                              const int *recvPeers, int nrecv, int srcBuf, size_t srcOff,
-                              int dstBuf, size_t dstOff, size_t len, size_t piece);
+struct loomPlanStep planMoving(loomStepOp_t op, uint8_t flags, int sendPeer, const int *recvPeers,
+                               int nrecv, int srcBuf, size_t srcOff, int dstBuf, size_t dstOff,
+                               size_t len, size_t piece);
 /* Empties p (keeps its memory). */
 void planReset(struct loomPlan *p);
 /* Frees p's memory and empties it. */

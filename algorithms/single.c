@@ -25,16 +25,17 @@
  *                  offers that reduced slice to every peer and pulls every
  *                  peer's reduced slice. Each slice is reduced by one rank
  *                  in one order, so every rank gets the same bits.
- *   Reduce         the root folds every peer's send buffer into its own
- *                  (the other ranks have no buffer to hold a partial sum).
+ *   Reduce         as AllReduce, but only the root pulls the reduced slices;
+ *                  the other ranks reduce theirs into scratch (the core
+ *                  passes it as their receive buffer: planTune).
  *
  * The reductions go in pieces of chunkElems, one loop iteration a piece:
  * a piece of a peer's buffer stays in the cache between its read and its
  * reduction. In an iteration a rank makes all its offers of that piece
- * before it waits for the peers' (an AllReduce rank offers its reduced piece
- * after it has reduced it), and each FIFO carries at most two offers an
+ * before it waits for the peers', and each FIFO carries one offer an
  * iteration, so LOOM_STEPS slots let ranks run several pieces apart and no
- * rank waits on one that waits on it. In place (sendbuff == recvbuff, or
+ * rank waits on one that waits on it; a reduced slice is offered once all
+ * of it is reduced. In place (sendbuff == recvbuff, or
  * ReduceScatter's recvbuff at block r of sendbuff) no rank writes memory a
  * peer still reads: peers read rank r's slice (block) p only, before
  * rank r pulls its reduced copy from p, and rank r alone reads and writes
@@ -50,31 +51,42 @@
 
 #include "schedule.h"
 
-static loomResult_t singleOffer(struct loomPlan *out, int to, int buf, size_t off, size_t len,
-                                size_t piece)
+/* Appends t, its pieces starting in iteration `lag` of its loop. */
+static loomResult_t singleAppend(struct loomPlan *out, struct loomPlanStep t, uint32_t lag)
 {
-    return planAppendMoving(out, LOOM_STEP_OFFER, 0, to, NULL, 0, buf, off, 0, 0, len, piece);
+    t.lag = lag;
+    return planAppend(out, &t);
+}
+
+static loomResult_t singleOffer(struct loomPlan *out, int to, int buf, size_t off, size_t len,
+                                size_t piece, uint32_t lag)
+{
+    return singleAppend(
+        out, planMoving(LOOM_STEP_OFFER, 0, to, NULL, 0, buf, off, 0, 0, len, piece), lag);
 }
 
 static loomResult_t singlePull(struct loomPlan *out, int from, size_t dstOff, size_t len,
-                               size_t piece)
+                               size_t piece, uint32_t lag)
 {
-    return planAppendMoving(out, LOOM_STEP_PULL, 0, -1, &from, 1, 0, 0, LOOM_BUF_RECV, dstOff, len,
-                            piece);
+    return singleAppend(
+        out, planMoving(LOOM_STEP_PULL, 0, -1, &from, 1, 0, 0, LOOM_BUF_RECV, dstOff, len, piece),
+        lag);
 }
 
 /* Copies len elements of the send buffer from srcOff to dstOff of the receive buffer. */
 static loomResult_t singleCopy(struct loomPlan *out, uint8_t flags, size_t srcOff, size_t dstOff,
                                size_t len, size_t piece)
 {
-    return planAppendMoving(out, LOOM_STEP_COPY, flags, -1, NULL, 0, LOOM_BUF_SEND, srcOff,
-                            LOOM_BUF_RECV, dstOff, len, piece);
+    return singleAppend(out,
+                        planMoving(LOOM_STEP_COPY, flags, -1, NULL, 0, LOOM_BUF_SEND, srcOff,
+                                   LOOM_BUF_RECV, dstOff, len, piece),
+                        0);
 }
 
 /* Waits until peer p has read everything offered to it. */
 static loomResult_t singleDrainOne(struct loomPlan *out, int p)
 {
-    return planAppendMoving(out, LOOM_STEP_DRAIN, 0, p, NULL, 0, 0, 0, 0, 0, 0, 0);
+    return singleAppend(out, planMoving(LOOM_STEP_DRAIN, 0, p, NULL, 0, 0, 0, 0, 0, 0, 0), 0);
 }
 
 /* Drains every peer: a loop of its own, last in the plan. */
@@ -104,9 +116,12 @@ static loomResult_t singleFold(struct loomPlan *out, const struct loomSchedArgs 
         for (int j = k; j < n && np < LOOM_STEP_MAXPEERS; j++)
             peers[np++] = (r - j + n) % n;
         int first = k == 1, last = k + np >= n;
-        res = planAppendMoving(out, LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1, peers,
-                               np, first ? LOOM_BUF_SEND : LOOM_BUF_RECV, first ? srcOff : dstOff,
-                               LOOM_BUF_RECV, dstOff, len, a->chunkElems);
+        res = singleAppend(out,
+                           planMoving(LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1, peers,
+                                      np, first ? LOOM_BUF_SEND : LOOM_BUF_RECV,
+                                      first ? srcOff : dstOff, LOOM_BUF_RECV, dstOff, len,
+                                      a->chunkElems),
+                           0);
     }
     return res;
 }
@@ -157,7 +172,7 @@ static loomResult_t singleExchange(const struct loomSchedArgs *a, struct loomPla
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
         size_t srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo;
-        res = singleOffer(out, p, LOOM_BUF_SEND, srcOff, len, 0);
+        res = singleOffer(out, p, LOOM_BUF_SEND, srcOff, len, 0, 0);
     }
     if (res == loomSuccess) {
         planLoop(out);
@@ -166,7 +181,7 @@ static loomResult_t singleExchange(const struct loomSchedArgs *a, struct loomPla
     planLoop(out);
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r - k + n) % n;
-        res = singlePull(out, p, (size_t)p * a->count + a->lo, len, 0);
+        res = singlePull(out, p, (size_t)p * a->count + a->lo, len, 0, 0);
     }
     return res == loomSuccess ? singleDrain(out, a) : res;
 }
@@ -192,9 +207,9 @@ loomResult_t singleBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan 
         return loomSuccess;
     planLoop(out);
     if (r != root)
-        return singlePull(out, root, a->lo, len, 0);
+        return singlePull(out, root, a->lo, len, 0, 0);
     for (int k = 1; k < n && res == loomSuccess; k++)
-        res = singleOffer(out, (r + k) % n, LOOM_BUF_SEND, a->lo, len, 0);
+        res = singleOffer(out, (r + k) % n, LOOM_BUF_SEND, a->lo, len, 0, 0);
     if (res == loomSuccess) {
         planLoop(out);
         res = singleCopy(out, 0, a->lo, a->lo, len, a->chunkElems);
@@ -211,14 +226,33 @@ loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomP
     size_t len = a->hi - a->lo, chunk = a->chunkElems;
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
-        res = singleOffer(out, p, LOOM_BUF_SEND, (size_t)p * a->count + a->lo, len, chunk);
+        res = singleOffer(out, p, LOOM_BUF_SEND, (size_t)p * a->count + a->lo, len, chunk, 0);
     }
     if (res == loomSuccess)
         res = singleFold(out, a, (size_t)r * a->count + a->lo, a->lo, len);
     return res == loomSuccess ? singleDrain(out, a) : res;
 }
 
-loomResult_t singleAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
+/*
+ * A reduced piece is offered, and pulled, SINGLE_LAG iterations after the
+ * iteration that reduced it: by then its reducer has almost always
+ * finished it (a pull in the same iteration would make the ranks meet at
+ * every piece), and it is still in a cache (pulling whole slices at the end
+ * read them back from memory).
+ */
+#define SINGLE_LAG 1
+
+/*
+ * AllReduce (root -1) and Reduce: rank r folds slice r of the lane's range
+ * of every peer's send buffer into its receive buffer, a piece an
+ * iteration, and offers each reduced piece to every peer (AllReduce) or to
+ * the root (Reduce), which pulls it SINGLE_LAG iterations later. A rank's
+ * FIFO to a peer then carries, in order, its offer of the peer's piece i
+ * and of its own reduced piece i - SINGLE_LAG, which is the order in which
+ * the peer takes them. A Reduce's other ranks fold into scratch the core
+ * gives them as their receive buffer.
+ */
+static loomResult_t singleSlices(const struct loomSchedArgs *a, struct loomPlan *out, int root)
 {
     loomResult_t res;
     if (singleReductionStart(a, out, &res))
@@ -230,36 +264,29 @@ loomResult_t singleAllReducePlan(const struct loomSchedArgs *a, struct loomPlan 
     size_t mine = SLICE_AT(r), mineLen = SLICE_AT(r + 1) - mine;
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
-        res = singleOffer(out, p, LOOM_BUF_SEND, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk);
+        res = singleOffer(out, p, LOOM_BUF_SEND, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk,
+                          0);
+        if (res == loomSuccess && (root < 0 || p == root))
+            res = singleOffer(out, p, LOOM_BUF_RECV, mine, mineLen, chunk, SINGLE_LAG);
     }
     if (res == loomSuccess)
         res = singleFold(out, a, mine, mine, mineLen);
-    for (int k = 1; k < n && res == loomSuccess; k++)
-        res = singleOffer(out, (r + k) % n, LOOM_BUF_RECV, mine, mineLen, chunk);
-    for (int k = 1; k < n && res == loomSuccess; k++) {
+    for (int k = 1; k < n && res == loomSuccess && (root < 0 || r == root); k++) {
         int p = (r - k + n) % n;
-        res = singlePull(out, p, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk);
+        res = singlePull(out, p, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk, SINGLE_LAG);
     }
 #undef SLICE_AT
     return res == loomSuccess ? singleDrain(out, a) : res;
 }
 
+loomResult_t singleAllReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
+{
+    return singleSlices(a, out, -1);
+}
+
 loomResult_t singleReducePlan(const struct loomSchedArgs *a, struct loomPlan *out)
 {
-    loomResult_t res;
     if (a->root < 0 || a->root >= a->nranks)
         return loomInternalError;
-    if (singleReductionStart(a, out, &res))
-        return res;
-    int r = a->rank, root = a->root;
-    size_t len = a->hi - a->lo;
-    if (r != root) {
-        res = singleOffer(out, root, LOOM_BUF_SEND, a->lo, len, a->chunkElems);
-        if (res == loomSuccess) {
-            planLoop(out);
-            res = singleDrainOne(out, root);
-        }
-        return res;
-    }
-    return singleFold(out, a, a->lo, a->lo, len);
+    return singleSlices(a, out, a->root);
 }

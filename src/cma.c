@@ -264,10 +264,8 @@ static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
     case LOOM_COLL_BROADCAST:
         *send = p == op->root;
         break;
-    case LOOM_COLL_REDUCE: /* the root reads the others' */
-        *send = p != op->root;
-        break;
-    default: /* ReduceScatter, AllGather: every send buffer */
+    default: /* ReduceScatter, AllGather, Reduce: every send buffer (Reduce's root reads the
+              * others' reduced slices from scratch, never loomMemAlloc memory) */
         break;
     }
 }

@@ -250,7 +250,7 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
             memcpy((char *)&o + sizeof(o.addr), in[k] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
             o.addr = at;
             memPeerSeen(l->comm, from, o.memGen);
-            const char *view = memPeerView(l->comm, from, &o, bytes, 0);
+            const char *view = memPeerView(l->comm, from, &o, bytes);
             if (!reduce) {
                 if (view)
                     reduceCopyStream(dst, view, bytes);

@@ -36,14 +36,12 @@ void memOfferFill(const void *p, size_t bytes, struct loomOffer *o);
 /*
  * The first byte of the offered elements (`bytes` of them) in this
  * process's view of the peer's block, mapped on first use and kept per
- * communicator; NULL when the offer names no block, the block cannot be
- * mapped, or `write` asks for a view that could only be mapped read-only
- * (the caller then uses process_vm_readv / writev). Call memPeerSeen with
+ * communicator (read-only); NULL when the offer names no block or the block
+ * cannot be mapped (the caller then uses process_vm_readv). Call memPeerSeen with
  * the offer's memGen first: this never drops a view, so the views one call
  * gathers stay mapped while it uses them.
  */
-char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes,
-                  int write);
+const char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes);
 
 /* Drops the views of the peer's blocks made before its loomMemFree count became `gen`. */
 void memPeerSeen(struct loomComm *comm, int peer, uint64_t gen);

@@ -241,9 +241,22 @@ static size_t alignUp(size_t x)
 }
 
 /*
+ * Whether op is a single-copy Reduce off its root: every rank reduces a
+ * slice there (algorithms/single.c), these into scratch, since the caller
+ * need not pass a receive buffer. A whole buffer's worth, so that the
+ * schedule's offsets hold.
+ */
+static int reduceInScratch(const struct loomOp *op, const struct planOp *p)
+{
+    return op->coll == LOOM_COLL_REDUCE && p->tune.algo == LOOM_ALGO_CMA &&
+           op->comm->rank != op->root;
+}
+
+/*
  * Asks the tuner, cuts the op into lanes, and counts the scratch it needs:
  * an in-place AlltoAll stages its send buffer, since blocks are overwritten
- * before they are sent.
+ * before they are sent; a single-copy Reduce reduces into scratch off the
+ * root.
  */
 static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched,
                      int mapped)
@@ -268,6 +281,8 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
     p->lanes = op->coll == LOOM_COLL_ALLTOALLV ? 1 : want < (size_t)n ? (want ? (int)want : 1) : n;
     p->stageBytes = 0;
     if (op->coll == LOOM_COLL_ALLTOALL && op->sendbuff == op->recvbuff && dev == NULL)
+        p->stageBytes = alignUp(opBytes(op));
+    if (reduceInScratch(op, p))
         p->stageBytes = alignUp(opBytes(op));
     p->scratchOff = pl->scratchTaken;
     pl->scratchTaken += p->stageBytes;
@@ -315,6 +330,7 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
     char *scratch = (char *)pl->scratch + p->scratchOff;
     const void *send;
     LOOMCHECK(stageInPlace(op, p, scratch, dev, &send));
+    char *recv = reduceInScratch(op, p) ? scratch : op->recvbuff;
     LOOMCHECK(arrayReserve((void **)&tlLanes, &tlLaneCap, *nlanes + p->lanes, sizeof(*tlLanes)));
     for (int c = 0; c < p->lanes; c++) {
         struct loomSchedArgs a = {.coll = op->coll,
@@ -339,7 +355,7 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
         tlLanes[(*nlanes)++] = (struct loomLane){.comm = comm,
                                                  .channel = c,
                                                  .plan = s,
-                                                 .bufs = {(char *)send, op->recvbuff},
+                                                 .bufs = {(char *)send, recv},
                                                  .dt = op->dt,
                                                  .op = op->op,
                                                  .elemSize = es,

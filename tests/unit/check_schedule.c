@@ -636,6 +636,8 @@ static int collExpect(const struct coll *c, int r, size_t i, size_t q, size_t j,
         return i < cov;
     case LOOM_COLL_REDUCE:
         *e = reducedAt(c->n, i);
+        if (c->cma && r != c->root)
+            return 2; /* single copies: scratch the core passes as recvbuff there */
         return r == c->root && i < cov; /* off the root recvbuff is never touched */
     case LOOM_COLL_REDUCESCATTER:
         *e = reducedAt(c->n, (size_t)r * k + i);
