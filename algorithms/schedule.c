@@ -49,6 +49,7 @@ const char *loomStepName(unsigned op)
         "PULL",
         "DRAIN",
         "PULL_REDUCE",
+        "PUSH",
     };
     return op < LOOM_STEP_NUM_OPS ? names[op] : "?";
 }

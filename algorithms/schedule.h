@@ -32,23 +32,31 @@
  * LOOM_USES_FANOUT). A step runs when every one of its messages has arrived
  * and every one of its send FIFOs has a free slot.
  *
- * and four for single copies between the processes of one host (the cma
+ * and five for single copies between the processes of one host (the cma
  * algorithm), where no data passes through the FIFOs:
  *
  *   OFFER                   the address of src[srcOff..], count ----> sendPeer
+ *                           (to read from, or, from the receive buffer, to
+ *                           write into)
  *   PULL                    recvPeer's offered elements, read straight
  *                           from its memory (process_vm_readv) -----> dst[dstOff..]
  *   PULL_REDUCE             recvPeers' offered elements (+) src ----> dst[dstOff..]
  *                           (fan-in: up to LOOM_STEP_MAXPEERS offers, folded
  *                           in the order of recvPeers)
+ *   PUSH                    src[srcOff..] --> written straight into recvPeer's
+ *                           offered elements (process_vm_writev)
  *   DRAIN                   waits until sendPeer has taken every message sent
- *                           to it (so has finished reading what was offered)
+ *                           to it (so has finished reading, or writing, what
+ *                           was offered)
  *
  * A rank must DRAIN every peer it offered to before its schedule ends: that
- * is what keeps its buffers valid until the peers have read them. OFFER and
- * PULL may move more than chunkElems (nothing goes through a slot);
- * PULL_REDUCE at most chunkElems (the executor may stage a piece in a
- * buffer of one slot's size); DRAIN has count 0.
+ * is what keeps its buffers valid until the peers have read them, and what
+ * tells it that they have written them. OFFER, PULL and PUSH may move more
+ * than chunkElems (nothing goes through a slot); PULL_REDUCE at most
+ * chunkElems (the executor may stage a piece in a buffer of one slot's
+ * size); DRAIN has count 0. A reduced piece is pushed rather than pulled:
+ * the reducer writes it while it is in its cache, where a reader on another
+ * core would fetch it line by line from that core's cache.
  * Peers are ranks of the communicator; between two ranks messages travel in
  * a FIFO, in order (one FIFO per ordered pair and channel). `src` and `dst`
  * name one of the operation's two buffers (LOOM_BUF_SEND = the user's
@@ -98,6 +106,7 @@ typedef enum {
     LOOM_STEP_PULL,
     LOOM_STEP_DRAIN,
     LOOM_STEP_PULL_REDUCE,
+    LOOM_STEP_PUSH,
     LOOM_STEP_NUM_OPS
 } loomStepOp_t;
 
@@ -116,7 +125,8 @@ enum { LOOM_BUF_SEND = 0, LOOM_BUF_RECV = 1 };
  * spelling each op out.
  *
  *   LOOM_USES_SRC       reads local input src[srcOff .. +count)
- *   LOOM_USES_RECV      takes one message from each recv peer
+ *   LOOM_USES_RECV      takes one message from each recv peer (an offer,
+ *                       with SLOTLESS)
  *   LOOM_USES_REDUCE    combines the message with the local input
  *   LOOM_USES_DST       writes local output dst[dstOff .. +count)
  *   LOOM_USES_SEND      puts one message to each send peer
@@ -171,13 +181,16 @@ static inline LOOM_HOSTDEV unsigned loomStepUses(unsigned op)
     case LOOM_STEP_PULL_REDUCE:
         return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_REDUCE | LOOM_USES_DST |
                LOOM_USES_SLOTLESS | LOOM_USES_FANIN;
+    case LOOM_STEP_PUSH:
+        return LOOM_USES_RECV | LOOM_USES_SRC | LOOM_USES_SLOTLESS;
     default:
         return 0;
     }
 }
 
-/* 1 if op reads offered elements from its receive peers' memory (PULL, PULL_REDUCE). */
-static inline LOOM_HOSTDEV int loomStepPulls(unsigned op)
+/* 1 if op takes offers from its receive peers and reads or writes their memory (PULL,
+ * PULL_REDUCE, PUSH). */
+static inline LOOM_HOSTDEV int loomStepTakesOffers(unsigned op)
 {
     unsigned uses = loomStepUses(op);
     return (uses & LOOM_USES_SLOTLESS) && (uses & LOOM_USES_RECV);

@@ -51,42 +51,38 @@
 
 #include "schedule.h"
 
-/* Appends t, its pieces starting in iteration `lag` of its loop. */
-static loomResult_t singleAppend(struct loomPlan *out, struct loomPlanStep t, uint32_t lag)
+/* Appends t (a template planMoving made). */
+static loomResult_t singleAppend(struct loomPlan *out, struct loomPlanStep t)
 {
-    t.lag = lag;
     return planAppend(out, &t);
 }
 
 static loomResult_t singleOffer(struct loomPlan *out, int to, int buf, size_t off, size_t len,
-                                size_t piece, uint32_t lag)
+                                size_t piece)
 {
-    return singleAppend(
-        out, planMoving(LOOM_STEP_OFFER, 0, to, NULL, 0, buf, off, 0, 0, len, piece), lag);
+    return singleAppend(out,
+                        planMoving(LOOM_STEP_OFFER, 0, to, NULL, 0, buf, off, 0, 0, len, piece));
 }
 
 static loomResult_t singlePull(struct loomPlan *out, int from, size_t dstOff, size_t len,
-                               size_t piece, uint32_t lag)
+                               size_t piece)
 {
     return singleAppend(
-        out, planMoving(LOOM_STEP_PULL, 0, -1, &from, 1, 0, 0, LOOM_BUF_RECV, dstOff, len, piece),
-        lag);
+        out, planMoving(LOOM_STEP_PULL, 0, -1, &from, 1, 0, 0, LOOM_BUF_RECV, dstOff, len, piece));
 }
 
 /* Copies len elements of the send buffer from srcOff to dstOff of the receive buffer. */
 static loomResult_t singleCopy(struct loomPlan *out, uint8_t flags, size_t srcOff, size_t dstOff,
                                size_t len, size_t piece)
 {
-    return singleAppend(out,
-                        planMoving(LOOM_STEP_COPY, flags, -1, NULL, 0, LOOM_BUF_SEND, srcOff,
-                                   LOOM_BUF_RECV, dstOff, len, piece),
-                        0);
+    return singleAppend(out, planMoving(LOOM_STEP_COPY, flags, -1, NULL, 0, LOOM_BUF_SEND, srcOff,
+                                        LOOM_BUF_RECV, dstOff, len, piece));
 }
 
 /* Waits until peer p has read everything offered to it. */
 static loomResult_t singleDrainOne(struct loomPlan *out, int p)
 {
-    return singleAppend(out, planMoving(LOOM_STEP_DRAIN, 0, p, NULL, 0, 0, 0, 0, 0, 0, 0), 0);
+    return singleAppend(out, planMoving(LOOM_STEP_DRAIN, 0, p, NULL, 0, 0, 0, 0, 0, 0, 0));
 }
 
 /* Drains every peer: a loop of its own, last in the plan. */
@@ -116,12 +112,10 @@ static loomResult_t singleFold(struct loomPlan *out, const struct loomSchedArgs 
         for (int j = k; j < n && np < LOOM_STEP_MAXPEERS; j++)
             peers[np++] = (r - j + n) % n;
         int first = k == 1, last = k + np >= n;
-        res = singleAppend(out,
-                           planMoving(LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1, peers,
-                                      np, first ? LOOM_BUF_SEND : LOOM_BUF_RECV,
-                                      first ? srcOff : dstOff, LOOM_BUF_RECV, dstOff, len,
-                                      a->chunkElems),
-                           0);
+        res = singleAppend(out, planMoving(LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1,
+                                           peers, np, first ? LOOM_BUF_SEND : LOOM_BUF_RECV,
+                                           first ? srcOff : dstOff, LOOM_BUF_RECV, dstOff, len,
+                                           a->chunkElems));
     }
     return res;
 }
@@ -172,7 +166,7 @@ static loomResult_t singleExchange(const struct loomSchedArgs *a, struct loomPla
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
         size_t srcOff = (gather ? 0 : (size_t)p * a->count) + a->lo;
-        res = singleOffer(out, p, LOOM_BUF_SEND, srcOff, len, 0, 0);
+        res = singleOffer(out, p, LOOM_BUF_SEND, srcOff, len, 0);
     }
     if (res == loomSuccess) {
         planLoop(out);
@@ -181,7 +175,7 @@ static loomResult_t singleExchange(const struct loomSchedArgs *a, struct loomPla
     planLoop(out);
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r - k + n) % n;
-        res = singlePull(out, p, (size_t)p * a->count + a->lo, len, 0, 0);
+        res = singlePull(out, p, (size_t)p * a->count + a->lo, len, 0);
     }
     return res == loomSuccess ? singleDrain(out, a) : res;
 }
@@ -207,9 +201,9 @@ loomResult_t singleBroadcastPlan(const struct loomSchedArgs *a, struct loomPlan 
         return loomSuccess;
     planLoop(out);
     if (r != root)
-        return singlePull(out, root, a->lo, len, 0, 0);
+        return singlePull(out, root, a->lo, len, 0);
     for (int k = 1; k < n && res == loomSuccess; k++)
-        res = singleOffer(out, (r + k) % n, LOOM_BUF_SEND, a->lo, len, 0, 0);
+        res = singleOffer(out, (r + k) % n, LOOM_BUF_SEND, a->lo, len, 0);
     if (res == loomSuccess) {
         planLoop(out);
         res = singleCopy(out, 0, a->lo, a->lo, len, a->chunkElems);
@@ -226,7 +220,7 @@ loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomP
     size_t len = a->hi - a->lo, chunk = a->chunkElems;
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
-        res = singleOffer(out, p, LOOM_BUF_SEND, (size_t)p * a->count + a->lo, len, chunk, 0);
+        res = singleOffer(out, p, LOOM_BUF_SEND, (size_t)p * a->count + a->lo, len, chunk);
     }
     if (res == loomSuccess)
         res = singleFold(out, a, (size_t)r * a->count + a->lo, a->lo, len);
@@ -234,23 +228,15 @@ loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomP
 }
 
 /*
- * A reduced piece is offered, and pulled, SINGLE_LAG iterations after the
- * iteration that reduced it: by then its reducer has almost always
- * finished it (a pull in the same iteration would make the ranks meet at
- * every piece), and it is still in a cache (pulling whole slices at the end
- * read them back from memory).
- */
-#define SINGLE_LAG 1
-
-/*
  * AllReduce (root -1) and Reduce: rank r folds slice r of the lane's range
  * of every peer's send buffer into its receive buffer, a piece an
- * iteration, and offers each reduced piece to every peer (AllReduce) or to
- * the root (Reduce), which pulls it SINGLE_LAG iterations later. A rank's
- * FIFO to a peer then carries, in order, its offer of the peer's piece i
- * and of its own reduced piece i - SINGLE_LAG, which is the order in which
- * the peer takes them. A Reduce's other ranks fold into scratch the core
- * gives them as their receive buffer.
+ * iteration, and pushes each reduced piece, while it is in its cache, into
+ * every peer's receive buffer (AllReduce) or the root's (Reduce), which
+ * offered it. In an iteration a rank offers each peer p the piece of slice
+ * p of its send buffer, to fold, and of its receive buffer, to write into
+ * (a Reduce: the root only), in that order, which is the order in which p
+ * takes them (fold, then push). A Reduce's other ranks fold into scratch
+ * the core gives them as their receive buffer.
  */
 static loomResult_t singleSlices(const struct loomSchedArgs *a, struct loomPlan *out, int root)
 {
@@ -264,16 +250,18 @@ static loomResult_t singleSlices(const struct loomSchedArgs *a, struct loomPlan 
     size_t mine = SLICE_AT(r), mineLen = SLICE_AT(r + 1) - mine;
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r + k) % n;
-        res = singleOffer(out, p, LOOM_BUF_SEND, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk,
-                          0);
-        if (res == loomSuccess && (root < 0 || p == root))
-            res = singleOffer(out, p, LOOM_BUF_RECV, mine, mineLen, chunk, SINGLE_LAG);
+        size_t at = SLICE_AT(p), plen = SLICE_AT(p + 1) - at;
+        res = singleOffer(out, p, LOOM_BUF_SEND, at, plen, chunk);
+        if (res == loomSuccess && (root < 0 || r == root))
+            res = singleOffer(out, p, LOOM_BUF_RECV, at, plen, chunk);
     }
     if (res == loomSuccess)
         res = singleFold(out, a, mine, mine, mineLen);
-    for (int k = 1; k < n && res == loomSuccess && (root < 0 || r == root); k++) {
+    for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r - k + n) % n;
-        res = singlePull(out, p, SLICE_AT(p), SLICE_AT(p + 1) - SLICE_AT(p), chunk, SINGLE_LAG);
+        if (root < 0 || p == root)
+            res = singleAppend(out, planMoving(LOOM_STEP_PUSH, 0, -1, &p, 1, LOOM_BUF_RECV, mine, 0,
+                                               0, mineLen, chunk));
     }
 #undef SLICE_AT
     return res == loomSuccess ? singleDrain(out, a) : res;

@@ -2,7 +2,7 @@
  * cma.c — what single copies between the processes of one host need besides
  * their schedules (algorithms/single.c, run by exec.c): whether the kernel
  * lets the ranks reach each other's memory (cross-memory attach,
- * process_vm_readv), the read itself, the staging buffer of a PULL_REDUCE,
+ * process_vm_readv), the read and the write, the staging buffer of a PULL_REDUCE,
  * and, for calls whose single copies go through loomMemAlloc mappings, the
  * ranks' agreement that every buffer is such memory.
  *
@@ -258,36 +258,49 @@ static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)
 {
     *send = 1, *recv = 0;
     switch (op->coll) {
-    case LOOM_COLL_ALLREDUCE: /* its slice of the send buffer, then its reduced slice */
+    case LOOM_COLL_ALLREDUCE: /* its slice of the send buffer read, the others' written */
         *recv = 1;
         break;
     case LOOM_COLL_BROADCAST:
         *send = p == op->root;
         break;
-    default: /* ReduceScatter, AllGather, Reduce: every send buffer (Reduce's root reads the
-              * others' reduced slices from scratch, never loomMemAlloc memory) */
+    case LOOM_COLL_REDUCE: /* every send buffer read, the root's receive buffer written */
+        *recv = p == op->root;
+        break;
+    default: /* ReduceScatter, AllGather: every send buffer */
         break;
     }
 }
 
-int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
+/* Copies bytes between this process and `pid`: from there (write 0) or to there (write 1). */
+static int cmaMove(pid_t pid, int write, char *local, uint64_t remote, size_t bytes)
 {
-    char *to = local;
     int err = 0;
     while (bytes > 0) {
-        struct iovec l = {to, bytes}, r = {(void *)(uintptr_t)remote, bytes};
-        ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0) {
             err = got < 0 ? errno : EFAULT;
             break;
         }
-        to += got, remote += (uint64_t)got, bytes -= (size_t)got;
+        local += got, remote += (uint64_t)got, bytes -= (size_t)got;
     }
     if (err && kill(pid, 0) != 0 && errno == ESRCH)
         err = ESRCH; /* the peer is gone, whatever the copy said */
     return err;
+}
+
+int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes)
+{
+    return cmaMove(pid, 0, local, remote, bytes);
+}
+
+int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes)
+{
+    return cmaMove(pid, 1, (char *)(uintptr_t)local, remote, bytes);
 }
 
 /*

@@ -40,6 +40,8 @@ loomResult_t cmaAllMapped(struct loomOp *op, int *mapped);
  * 0, or the errno of the failed read (ESRCH when the process is gone).
  */
 int cmaRead(pid_t pid, void *local, uint64_t remote, size_t bytes);
+/* Writes `bytes` from `local` at `remote` in process `pid` (a PUSH step); as cmaRead. */
+int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes);
 /* A buffer of comm->slotBytes where a PULL_REDUCE stages a peer's piece (comm->cmaOk only). */
 char *cmaStage(const struct loomComm *comm);
 

@@ -181,7 +181,7 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     int n = l->comm->nranks, first = 0;
 
     if (uses & LOOM_USES_SLOTLESS) {
-        if (s->op == LOOM_STEP_OFFER) { /* the PULLs and DRAIN: stepPull, laneAdvance */
+        if (s->op == LOOM_STEP_OFFER) { /* the PULLs, PUSH and DRAIN: stepTakeOffers, laneAdvance */
             struct loomOffer o;
             memOfferFill(src, bytes, &o);
             memcpy(out[0], &o, sizeof(o));
@@ -215,10 +215,10 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
 }
 
 /*
- * A PULL or a PULL_REDUCE: the peers' offered elements, read from their
+ * A PULL, PULL_REDUCE or PUSH: the peers' offered elements, read from their
  * memory into dst, or folded one peer after the other into src on the way
  * to dst (through a mapping of a loomMemAlloc buffer, or read into the
- * communicator's staging buffer first).
+ * communicator's staging buffer first); or src written into them.
  *
  * A rank that leaves a call on an error does not wait for its peers to
  * have read what it offered (they may never): it withdraws its offers
@@ -226,17 +226,19 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
  * and its caller may reuse the buffer as soon as it returns. So the reader
  * reads the address again after its copy: if it still stands, the copy was
  * made while the buffer still held the call's data; if it was withdrawn, the
- * copy may hold anything and the call fails. A peer that is gone sets
- * *gone and leaves the step to be reported as a wait on a dead peer
- * (waitFailure, which prefers a failure the peer had heard of).
+ * copy may hold anything and the call fails. A writer claims the address
+ * before it writes (a withdrawal then waits for the write to end) and
+ * writes nothing once it is withdrawn. A peer that is gone sets *gone and
+ * leaves the step to be reported as a wait on a dead peer (waitFailure,
+ * which prefers a failure the peer had heard of).
  */
-static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const char *const *in,
-                             int *gone)
+static loomResult_t stepTakeOffers(struct loomLane *l, const struct loomStep *s,
+                                   const char *const *in, int *gone)
 {
     size_t es = l->elemSize, bytes = s->count * es;
-    char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
-    int reduce = s->op == LOOM_STEP_PULL_REDUCE;
-    const char *acc = reduce ? l->bufs[s->srcBuf] + s->srcOff * es : NULL;
+    int push = s->op == LOOM_STEP_PUSH, reduce = s->op == LOOM_STEP_PULL_REDUCE;
+    const char *src = l->bufs[s->srcBuf] + s->srcOff * es, *acc = src;
+    char *dst = push ? NULL : l->bufs[s->dstBuf] + s->dstOff * es;
     *gone = 0;
     for (int k = 0; k < s->nrecv; k++) {
         _Atomic uint64_t *slot = (_Atomic uint64_t *)(uintptr_t)in[k];
@@ -244,14 +246,22 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
         int from = s->recvPeers[k];
         const struct loomPeerInfo *peer = &l->comm->peers[from];
         int err = 0, withdrawn = at == 0;
+        if (push && !withdrawn)
+            withdrawn = !atomic_compare_exchange_strong_explicit(
+                slot, &at, at | LOOM_OFFER_CLAIMED, memory_order_acq_rel, memory_order_acquire);
         if (!withdrawn) {
             struct loomOffer o;
             /* Not the address: withdrawOffers may be writing it (it was read above). */
             memcpy((char *)&o + sizeof(o.addr), in[k] + sizeof(o.addr), sizeof(o) - sizeof(o.addr));
             o.addr = at;
             memPeerSeen(l->comm, from, o.memGen);
-            const char *view = memPeerView(l->comm, from, &o, bytes);
-            if (!reduce) {
+            char *view = memPeerView(l->comm, from, &o, bytes, push);
+            if (push) {
+                if (view)
+                    reduceCopy(view, src, bytes);
+                else
+                    err = cmaWrite(peer->pid, src, at, bytes);
+            } else if (!reduce) {
                 if (view)
                     reduceCopyStream(dst, view, bytes);
                 else
@@ -267,8 +277,8 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
                 acc = dst;
             }
             /* A read-modify-write (adding 0) orders the check after the copy as a full fence
-             * would (fences are refused under -fsanitize=thread). */
-            withdrawn = atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
+             * would (fences are refused under -fsanitize=thread). A claimed address stays. */
+            withdrawn = !push && atomic_fetch_add_explicit(slot, 0, memory_order_seq_cst) != at;
             if (err == 0 && !withdrawn)
                 continue;
         }
@@ -278,16 +288,18 @@ static loomResult_t stepPull(struct loomLane *l, const struct loomStep *s, const
         if (withdrawn)
             return loomSetError(loomRemoteError,
                                 "rank %d (pid %d on %s) left the call on an error (its own, a "
-                                "peer's or an abort) while rank %d read its buffer",
-                                from, (int)peer->pid, peer->hostname, l->comm->rank);
+                                "peer's or an abort) while rank %d %s its buffer",
+                                from, (int)peer->pid, peer->hostname, l->comm->rank,
+                                push ? "wrote" : "read");
         if (err == ESRCH || execPeerGone(l->comm, from)) {
             *gone = 1; /* exiting, or gone */
             return loomSuccess;
         }
         return loomSetError(loomRemoteError,
-                            "rank %d could not read the buffer of rank %d (pid %d on %s) with "
-                            "process_vm_readv: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
-                            l->comm->rank, from, (int)peer->pid, peer->hostname, strerror(err));
+                            "rank %d could not %s the buffer of rank %d (pid %d on %s) with "
+                            "process_vm_%s: %s (LOOM_CMA_DISABLE=1 turns single copies off)",
+                            l->comm->rank, push ? "write" : "read", from, (int)peer->pid,
+                            peer->hostname, push ? "writev" : "readv", strerror(err));
     }
     return loomSuccess;
 }
@@ -303,14 +315,14 @@ static inline void connectorPublished(struct loomConnector *c)
 
 static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
 {
-    return loomSetError(loomInvalidUsage,
-                        "rank %d received %s from rank %d where it expected %s: the ranks chose "
-                        "different algorithms for one call, or called different operations "
-                        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
-                        "kind of memory, and calls must match in order, count and datatype)",
-                        lane->comm->rank,
-                        loomStepPulls(s->op) ? "data" : "a buffer address (single copy)", from,
-                        loomStepPulls(s->op) ? "a buffer address (single copy)" : "data");
+    return loomSetError(
+        loomInvalidUsage,
+        "rank %d received %s from rank %d where it expected %s: the ranks chose "
+        "different algorithms for one call, or called different operations "
+        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
+        "kind of memory, and calls must match in order, count and datatype)",
+        lane->comm->rank, loomStepTakesOffers(s->op) ? "data" : "a buffer address (single copy)",
+        from, loomStepTakesOffers(s->op) ? "a buffer address (single copy)" : "data");
 }
 
 static loomResult_t kindMismatch(const struct loomLane *lane, int from)
@@ -336,7 +348,7 @@ loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep
 {
     size_t want = s->count * l->elemSize;
     /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepPulls(s->op))
+    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepTakesOffers(s->op))
         return pathMismatch(l, s, from);
     if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
         return protoMismatch(l, from, got);
@@ -482,9 +494,9 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
                 return -1;
-        } else if (loomStepPulls(s->op)) {
+        } else if (loomStepTakesOffers(s->op)) {
             int gone;
-            if ((*err = stepPull(l, s, k.in, &gone)) != loomSuccess)
+            if ((*err = stepTakeOffers(l, s, k.in, &gone)) != loomSuccess)
                 return -1;
             if (gone)
                 break;
@@ -641,10 +653,24 @@ static int execSleep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, l
 }
 
 /*
+ * Waits until the peer has taken message m of sc (its PUSH into our buffer,
+ * claimed, is over), is gone, or the communicator's timeout has passed.
+ */
+static void waitPushed(struct loomComm *comm, struct loomConnector *sc, uint64_t m, int peer)
+{
+    uint64_t deadline = loomClockNs() + (uint64_t)comm->timeoutSec * 1000000000ULL;
+    while (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) <= m &&
+           !execPeerGone(comm, peer) && loomClockNs() < deadline)
+        sched_yield();
+}
+
+/*
  * On an error, before the caller gets its buffers back: the address in every
  * single-copy offer a peer has not taken yet is zeroed, so that a peer still
  * to PULL it finds it withdrawn instead of reading a buffer the caller may
- * already have reused (see stepPull). Offers go over shared memory only.
+ * already have reused, and one still to PUSH into it writes nothing (see
+ * stepTakeOffers); a PUSH that claimed its offer is waited for. Offers go
+ * over shared memory only.
  */
 static void withdrawOffers(struct loomLane *lanes, int nlanes)
 {
@@ -664,8 +690,14 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
                     if (!(sc->fifo->bytes[m % LOOM_STEPS] & LOOM_FIFO_OFFER))
                         continue;
                     char *slot = sc->slots + (m % LOOM_STEPS) * sc->slotBytes;
-                    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)slot, 0,
-                                          memory_order_seq_cst);
+                    _Atomic uint64_t *addr = (_Atomic uint64_t *)(uintptr_t)slot;
+                    uint64_t v = atomic_load_explicit(addr, memory_order_acquire);
+                    while (v != 0 && !(v & LOOM_OFFER_CLAIMED) &&
+                           !atomic_compare_exchange_weak_explicit(addr, &v, 0, memory_order_seq_cst,
+                                                                  memory_order_acquire))
+                        ;
+                    if (v & LOOM_OFFER_CLAIMED)
+                        waitPushed(comm, sc, m, p);
                 }
             }
         }

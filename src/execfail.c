@@ -95,7 +95,7 @@ static int laneDeadPeer(const struct loomLane *l)
 {
     const struct loomStep *s = &l->step;
     const struct loomChannel *ch = &l->comm->channels[l->channel];
-    for (int j = 0; loomStepPulls(s->op) && j < s->nrecv; j++)
+    for (int j = 0; loomStepTakesOffers(s->op) && j < s->nrecv; j++)
         if (execPeerGone(l->comm, s->recvPeers[j]))
             return s->recvPeers[j]; /* its offer came, its memory went */
     for (int j = 0; j < s->nrecv; j++) {

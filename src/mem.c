@@ -18,7 +18,8 @@
  * 9.1). Opening another process's descriptors needs only the "read" ptrace
  * access (same user), which Yama's ptrace_scope = 1 does not restrict; where
  * it is refused anyway the reader falls back to process_vm_readv. Views are
- * mapped read-only: single copies only ever read a peer's memory.
+ * mapped for writing where the file opens so (src/cma.c writes reduced
+ * slices straight into peers' receive buffers), else read-only.
  *
  * Views live per communicator, four per peer (at least 16; the least
  * recently used goes first), and are unmapped with it. A view keeps the peer's
@@ -170,6 +171,7 @@ struct memView {
     uint64_t gen;      /* the peer's loomMemFree count when mapped */
     char *base;        /* NULL: the block could not be mapped (read it with process_vm_readv) */
     size_t bytes;
+    int writable;  /* mapped for writing too */
     uint64_t used; /* for least-recently-used replacement */
 };
 
@@ -218,7 +220,9 @@ static void viewMap(struct loomComm *comm, int peer, const struct loomOffer *o, 
     /* Non-blocking: should the descriptor now name something else (the peer withdrew its
      * offer and freed the block), opening it must not wait; fstat then tells. */
     int flags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
-    int fd = open(path, O_RDONLY | flags);
+    int fd = open(path, O_RDWR | flags), writable = 1;
+    if (fd < 0 && errno == EACCES)
+        fd = open(path, O_RDONLY | flags), writable = 0;
     struct stat st;
     if (fd < 0)
         why = strerror(errno);
@@ -231,11 +235,12 @@ static void viewMap(struct loomComm *comm, int peer, const struct loomOffer *o, 
     if (why == NULL) {
         /* Not populated: a read fault in a memfd allocates the page, and most of a large
          * block may never be touched. The faults come once, on the first use. */
-        void *m = mmap(NULL, o->memBytes, PROT_READ, MAP_SHARED, fd, 0);
+        int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+        void *m = mmap(NULL, o->memBytes, prot, MAP_SHARED, fd, 0);
         if (m == MAP_FAILED)
             why = strerror(errno);
         else
-            v->base = m;
+            v->base = m, v->writable = writable;
     }
     if (fd >= 0)
         close(fd);
@@ -250,8 +255,8 @@ static void viewMap(struct loomComm *comm, int peer, const struct loomOffer *o, 
              "it with process_vm_readv",
              peer, path, why);
     else
-        INFO(LOOM_SHM, "single copies: mapped rank %d's loomMemAlloc block of %llu bytes", peer,
-             (unsigned long long)o->memBytes);
+        INFO(LOOM_SHM, "single copies: mapped rank %d's loomMemAlloc block of %llu bytes%s", peer,
+             (unsigned long long)o->memBytes, writable ? "" : " (read only)");
 }
 
 /* Drops the views of the peer's blocks made before it freed a block (one of them may be it). */
@@ -272,7 +277,8 @@ void memPeerSeen(struct loomComm *comm, int peer, uint64_t gen)
     pthread_mutex_unlock(&vs->lock);
 }
 
-const char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes)
+char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes,
+                  int write)
 {
     if (o->memFd < 0 || o->memOff > o->memBytes || bytes > o->memBytes - o->memOff ||
         o->memBytes > (uint64_t)SIZE_MAX)
@@ -297,7 +303,7 @@ const char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer 
     }
     if (hit) {
         hit->used = ++vs->clock;
-        if (hit->base && o->memBytes <= hit->bytes)
+        if (hit->base && o->memBytes <= hit->bytes && (hit->writable || !write))
             at = hit->base + o->memOff;
     }
     pthread_mutex_unlock(&vs->lock);

@@ -12,11 +12,14 @@ struct loomComm;
 
 /*
  * What an OFFER step writes in its FIFO slot. `addr` comes first and is the
- * only field written after publication: withdrawOffers (exec.c) zeroes it.
- * The rest say whether the elements lie in a loomMemAlloc block of the
- * sender, so that the reader can map that block and copy from it with
- * plain loads instead of process_vm_readv.
+ * only field written after publication: withdrawOffers (exec.c) zeroes it,
+ * and a PUSH claims it (LOOM_OFFER_CLAIMED) before it writes, so that a
+ * sender that withdraws waits for a write already under way. The rest say
+ * whether the elements lie in a loomMemAlloc block of the sender, so that
+ * the peer can map that block and copy with plain loads and stores instead
+ * of process_vm_readv and process_vm_writev.
  */
+#define LOOM_OFFER_CLAIMED (1ULL << 63) /* above every user-space address */
 struct loomOffer {
     uint64_t addr;     /* the sender's elements; 0 once withdrawn */
     int64_t memFd;     /* the sender's descriptor of the block holding them, or -1 */
@@ -36,12 +39,14 @@ void memOfferFill(const void *p, size_t bytes, struct loomOffer *o);
 /*
  * The first byte of the offered elements (`bytes` of them) in this
  * process's view of the peer's block, mapped on first use and kept per
- * communicator (read-only); NULL when the offer names no block or the block
- * cannot be mapped (the caller then uses process_vm_readv). Call memPeerSeen with
+ * communicator; NULL when the offer names no block, the block cannot be
+ * mapped, or `write` asks for a view that could only be mapped read-only
+ * (the caller then uses process_vm_readv / writev). Call memPeerSeen with
  * the offer's memGen first: this never drops a view, so the views one call
  * gathers stay mapped while it uses them.
  */
-const char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes);
+char *memPeerView(struct loomComm *comm, int peer, const struct loomOffer *o, size_t bytes,
+                  int write);
 
 /* Drops the views of the peer's blocks made before its loomMemFree count became `gen`. */
 void memPeerSeen(struct loomComm *comm, int peer, uint64_t gen);

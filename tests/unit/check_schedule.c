@@ -27,7 +27,8 @@
  *
  * Single copies (the cma schedules): an OFFER puts a reference to the
  * sender's elements in the FIFO, not the elements; the PULL that takes it
- * reads them from the sender's buffer as it is at that moment; a DRAIN
+ * reads them from the sender's buffer as it is at that moment (a PUSH
+ * writes its input there, counted as a write of that buffer); a DRAIN
  * waits until its FIFO is empty; and a rank that finishes while a peer has
  * not yet pulled what it offered fails the run (its buffers would be reused
  * under the reader).
@@ -290,6 +291,8 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st,
                            rk->pc, st->srcOff, st->count, rk->len[st->srcBuf]);
         src = rk->buf[st->srcBuf] + st->srcOff;
     }
+    if (st->op == LOOM_STEP_OFFER) /* a reference: its elements are read (or written) later */
+        return 0;
     if (nmsg > 1 && !opReduces(st->op))
         return simFail(s, "rank %d step %zu (%s): %d messages and no reduction", r, rk->pc,
                        loomStepName(st->op), nmsg);
@@ -314,22 +317,28 @@ static int simCompute(struct sim *s, int r, const struct loomStep *st,
     return 0;
 }
 
-static int simStore(struct sim *s, int r, const struct loomStep *st)
+/* Stores s->tmp in buffer b of rank `owner` at off (rank r's step: its own dst, or a PUSH). */
+static int simStoreAt(struct sim *s, int r, int owner, int b, size_t off, size_t count)
 {
-    struct simRank *rk = &s->ranks[r];
-    if (st->dstOff > rk->len[st->dstBuf] || st->count > rk->len[st->dstBuf] - st->dstOff)
-        return simFail(s, "rank %d step %zu: writes [%zu,+%zu) of a %zu-element buffer", r, rk->pc,
-                       st->dstOff, st->count, rk->len[st->dstBuf]);
-    struct sym *dst = rk->buf[st->dstBuf] + st->dstOff;
-    for (size_t i = 0; i < st->count; i++) {
+    struct simRank *rk = &s->ranks[r], *to = &s->ranks[owner];
+    if (off > to->len[b] || count > to->len[b] - off)
+        return simFail(s, "rank %d step %zu: writes [%zu,+%zu) of rank %d's %zu-element buffer", r,
+                       rk->pc, off, count, owner, to->len[b]);
+    struct sym *dst = to->buf[b] + off;
+    for (size_t i = 0; i < count; i++) {
         if (s->multiWrite && dst[i].valid && dst[i].final)
             return simFail(s, "rank %d step %zu: overwrites finished element %zu of buffer %d", r,
-                           rk->pc, st->dstOff + i, st->dstBuf);
+                           rk->pc, off + i, b);
         uint8_t writes = dst[i].writes;
         dst[i] = s->tmp[i];
         dst[i].writes = (uint8_t)(writes < 255 ? writes + 1 : 255);
     }
     return 0;
+}
+
+static int simStore(struct sim *s, int r, const struct loomStep *st)
+{
+    return simStoreAt(s, r, r, st->dstBuf, st->dstOff, st->count);
 }
 
 static void simPush(struct sim *s, struct simFifo *f, size_t count)
@@ -393,21 +402,29 @@ static int simStep(struct sim *s, int r)
                            "rank %d step %zu (%s): receives %zu elements from rank %d, "
                            "which sent %zu",
                            r, rk->pc, loomStepName(st->op), st->count, from, in[k]->count[slot]);
-        if (in[k]->offer[slot] != loomStepPulls(st->op))
+        if (in[k]->offer[slot] != loomStepTakesOffers(st->op))
             return simFail(s, "rank %d step %zu (%s): receives %s from rank %d", r, rk->pc,
                            loomStepName(st->op), in[k]->offer[slot] ? "an offer" : "elements",
                            from);
         msgs[k] = in[k]->slots + slot * s->chunk;
-        if (in[k]->offer[slot]) { /* read the sender's buffer now */
+        if (in[k]->offer[slot]) { /* read (or, PUSH, write) the sender's buffer now */
             const struct simRank *sender = &s->ranks[from];
             size_t off = in[k]->offerOff[slot], b = in[k]->offerBuf[slot];
             if (off > sender->len[b] || st->count > sender->len[b] - off)
-                return simFail(s, "rank %d step %zu: pulls past rank %d's buffer", r, rk->pc, from);
+                return simFail(s, "rank %d step %zu: reaches past rank %d's buffer", r, rk->pc,
+                               from);
             msgs[k] = sender->buf[b] + off;
         }
     }
-    if (simCompute(s, r, st, msgs, st->nrecv) < 0)
+    if (st->op == LOOM_STEP_PUSH) { /* src into the offered elements */
+        size_t slot = in[0]->head % LOOM_STEPS;
+        if (simCompute(s, r, st, NULL, 0) < 0 ||
+            simStoreAt(s, r, st->recvPeers[0], in[0]->offerBuf[slot], in[0]->offerOff[slot],
+                       st->count) < 0)
+            return -1;
+    } else if (simCompute(s, r, st, msgs, st->nrecv) < 0) {
         return -1;
+    }
     if ((loomStepUses(st->op) & LOOM_USES_DST) && simStore(s, r, st) < 0)
         return -1;
     for (int k = 0; k < st->nrecv; k++)
