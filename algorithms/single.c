@@ -101,9 +101,10 @@ static loomResult_t singleDrain(struct loomPlan *out, const struct loomSchedArgs
  * dstOff of its receive buffer: one PULL_REDUCE per LOOM_STEP_MAXPEERS
  * peers, the first reading the send buffer, the next ones the partial result
  * in the receive buffer, the last one FINAL. Peers in the order r - 1, r - 2, ...
+ * fixed: every piece lands at dstOff itself (a piece's worth of scratch).
  */
 static loomResult_t singleFold(struct loomPlan *out, const struct loomSchedArgs *a, size_t srcOff,
-                               size_t dstOff, size_t len)
+                               size_t dstOff, size_t len, int fixed)
 {
     int n = a->nranks, r = a->rank;
     loomResult_t res = loomSuccess;
@@ -112,10 +113,13 @@ static loomResult_t singleFold(struct loomPlan *out, const struct loomSchedArgs 
         for (int j = k; j < n && np < LOOM_STEP_MAXPEERS; j++)
             peers[np++] = (r - j + n) % n;
         int first = k == 1, last = k + np >= n;
-        res = singleAppend(out, planMoving(LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1,
-                                           peers, np, first ? LOOM_BUF_SEND : LOOM_BUF_RECV,
-                                           first ? srcOff : dstOff, LOOM_BUF_RECV, dstOff, len,
-                                           a->chunkElems));
+        struct loomPlanStep t =
+            planMoving(LOOM_STEP_PULL_REDUCE, last ? LOOM_STEP_FINAL : 0, -1, peers, np,
+                       first ? LOOM_BUF_SEND : LOOM_BUF_RECV, first ? srcOff : dstOff,
+                       LOOM_BUF_RECV, dstOff, len, a->chunkElems);
+        if (fixed) /* the partial sums stay put too */
+            t.moves = first ? LOOM_PLAN_SRC_MOVES : 0;
+        res = singleAppend(out, t);
     }
     return res;
 }
@@ -223,7 +227,7 @@ loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomP
         res = singleOffer(out, p, LOOM_BUF_SEND, (size_t)p * a->count + a->lo, len, chunk);
     }
     if (res == loomSuccess)
-        res = singleFold(out, a, (size_t)r * a->count + a->lo, a->lo, len);
+        res = singleFold(out, a, (size_t)r * a->count + a->lo, a->lo, len, 0);
     return res == loomSuccess ? singleDrain(out, a) : res;
 }
 
@@ -236,7 +240,8 @@ loomResult_t singleReduceScatterPlan(const struct loomSchedArgs *a, struct loomP
  * p of its send buffer, to fold, and of its receive buffer, to write into
  * (a Reduce: the root only), in that order, which is the order in which p
  * takes them (fold, then push). A Reduce's other ranks fold into scratch
- * the core gives them as their receive buffer.
+ * the core gives them as their receive buffer, a piece's worth of it per
+ * lane.
  */
 static loomResult_t singleSlices(const struct loomSchedArgs *a, struct loomPlan *out, int root)
 {
@@ -255,13 +260,20 @@ static loomResult_t singleSlices(const struct loomSchedArgs *a, struct loomPlan 
         if (res == loomSuccess && (root < 0 || r == root))
             res = singleOffer(out, p, LOOM_BUF_RECV, at, plen, chunk);
     }
+    /* A Reduce's other ranks fold each piece into the same place of their scratch (at the
+     * lane's start, so that lanes do not meet) and push it from there before the next. */
+    int scratch = root >= 0 && r != root;
+    size_t at = scratch ? a->lo : mine;
     if (res == loomSuccess)
-        res = singleFold(out, a, mine, mine, mineLen);
+        res = singleFold(out, a, mine, at, mineLen, scratch);
     for (int k = 1; k < n && res == loomSuccess; k++) {
         int p = (r - k + n) % n;
+        struct loomPlanStep t =
+            planMoving(LOOM_STEP_PUSH, 0, -1, &p, 1, LOOM_BUF_RECV, at, 0, 0, mineLen, chunk);
+        if (scratch)
+            t.moves = 0;
         if (root < 0 || p == root)
-            res = singleAppend(out, planMoving(LOOM_STEP_PUSH, 0, -1, &p, 1, LOOM_BUF_RECV, mine, 0,
-                                               0, mineLen, chunk));
+            res = singleAppend(out, t);
     }
 #undef SLICE_AT
     return res == loomSuccess ? singleDrain(out, a) : res;

@@ -167,7 +167,7 @@ loomResult_t cmaSetup(struct loomComm *comm, int present)
         comm->cmaOk = 1;
         st = NULL;
         INFO(LOOM_SHM,
-             "cma: single-copy collectives possible from %zu bytes (process_vm_readv); "
+             "cma: single-copy collectives possible from %zu bytes (process_vm_readv/writev); "
              "AlltoAll's and AllGather's where the tuner picks them, the others' where LOOM_ALGO "
              "names cma or every buffer is loomMemAlloc memory",
              comm->cma->minBytes);

@@ -1,7 +1,8 @@
 /*
  * cma.h — what the single-copy schedules (algorithms/single.c) need besides
- * their steps: cross-memory attach (process_vm_readv) between the processes
- * of one host, probed and agreed at connect. See cma.c.
+ * their steps: cross-memory attach (process_vm_readv, process_vm_writev)
+ * between the processes of one host, probed and agreed at connect. See
+ * cma.c.
  */
 #ifndef LOOM_CMA_H_
 #define LOOM_CMA_H_

@@ -18,8 +18,8 @@
  * 9.1). Opening another process's descriptors needs only the "read" ptrace
  * access (same user), which Yama's ptrace_scope = 1 does not restrict; where
  * it is refused anyway the reader falls back to process_vm_readv. Views are
- * mapped for writing where the file opens so (src/cma.c writes reduced
- * slices straight into peers' receive buffers), else read-only.
+ * mapped for writing where the file opens so (a PUSH step writes a reduced
+ * piece straight into a peer's receive buffer), else read-only.
  *
  * Views live per communicator, four per peer (at least 16; the least
  * recently used goes first), and are unmapped with it. A view keeps the peer's

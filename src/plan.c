@@ -243,8 +243,10 @@ static size_t alignUp(size_t x)
 /*
  * Whether op is a single-copy Reduce off its root: every rank reduces a
  * slice there (algorithms/single.c), these into scratch, since the caller
- * need not pass a receive buffer. A whole buffer's worth, so that the
- * schedule's offsets hold.
+ * need not pass a receive buffer. Each lane folds its pieces, one after
+ * the other, at its own start in that scratch, so it is laid out as large as
+ * the buffer, of which only a piece per lane is ever touched (the pages
+ * of the rest are never faulted in).
  */
 static int reduceInScratch(const struct loomOp *op, const struct planOp *p)
 {

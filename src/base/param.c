@@ -121,7 +121,7 @@ static const struct paramRow paramTable[] = {
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},
     [LOOM_PARAM_CMA_DISABLE] = {"LOOM_CMA_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                 "1: no single-copy collectives between the ranks of one host "
-                                "(process_vm_readv, mappings of loomMemAlloc buffers): not "
+                                "(process_vm_readv/writev, mappings of loomMemAlloc buffers): not "
                                 "AlltoAll's by default, not on loomMemAlloc buffers, nor where "
                                 "LOOM_ALGO names cma"},
     [LOOM_PARAM_CMA_MIN_BYTES] = {"LOOM_CMA_MIN_BYTES", PARAM_INT, "131072", 4096, 1099511627776LL,

@@ -1,10 +1,10 @@
 #!/bin/sh
-# cma.sh — single-copy collectives (the OFFER/PULL/PULL_REDUCE/DRAIN
+# cma.sh — single-copy collectives (the OFFER/PULL/PULL_REDUCE/PUSH/DRAIN
 # schedules of algorithms/single.c, src/cma.c): results, agreement, fallback.
 #
 # With LOOM_ALGO naming cma (single copies are off by default) and
 # LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
-# more between ranks of this host runs with process_vm_readv, so the
+# more between ranks of this host runs with process_vm_readv/writev, so the
 # exact-result sweep of loom-perf (all collectives, datatypes, operations and
 # roots, out of place and in place, misaligned at 3 ranks, blocking at 4)
 # covers the single-copy code at 2, 3 and 4 ranks, with sizes whose counts

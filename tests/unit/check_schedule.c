@@ -175,6 +175,9 @@ struct sim {
      * peers, keep partial sums in recvbuff, so an element may be written more
      * than once; never again once it holds a finished value. */
     int multiWrite;
+    /* Reduce by single copies: the other ranks' receive buffers are scratch (any writes), the
+     * root is this rank; -1 otherwise. */
+    int scratchRoot;
 };
 
 static int simFail(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -200,6 +203,7 @@ static void simInit(struct sim *s, int n, size_t chunk, struct simRank *ranks, c
     s->tmp = calloc(most, sizeof(*s->tmp));
     s->err = err;
     s->multiWrite = 0;
+    s->scratchRoot = -1;
     ck_assert(n <= MAX_RANKS && chunk <= MAX_CHUNK && s->tmp != NULL);
     for (int i = 0; i < n * n; i++)
         s->fifos[i].head = s->fifos[i].tail = 0;
@@ -326,7 +330,8 @@ static int simStoreAt(struct sim *s, int r, int owner, int b, size_t off, size_t
                        rk->pc, off, count, owner, to->len[b]);
     struct sym *dst = to->buf[b] + off;
     for (size_t i = 0; i < count; i++) {
-        if (s->multiWrite && dst[i].valid && dst[i].final)
+        int scratch = s->scratchRoot >= 0 && owner != s->scratchRoot && b == LOOM_BUF_RECV;
+        if (s->multiWrite && !scratch && dst[i].valid && dst[i].final)
             return simFail(s, "rank %d step %zu: overwrites finished element %zu of buffer %d", r,
                            rk->pc, off + i, b);
         uint8_t writes = dst[i].writes;
@@ -767,6 +772,7 @@ static int collRunLane(const struct coll *c, struct simRank *ranks, struct loomS
     struct sim s;
     simInit(&s, c->n, c->chunk, ranks, err);
     s.multiWrite = (c->doubling || c->cma) && collIsReduction(c->coll);
+    s.scratchRoot = c->cma && c->coll == LOOM_COLL_REDUCE ? c->root : -1;
     int rc = simRun(&s, randomOrder, rng);
     simFree(&s);
     return rc < 0 ? -1 : collCheck(c, ranks, hi, err);
