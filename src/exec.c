@@ -562,6 +562,27 @@ static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
     return 0;
 }
 
+int execChannelPeerOnThisCore(struct loomComm *comm, int channel)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0)
+        return 0;
+    int32_t mine = cpu + 1;
+    if (atomic_load_explicit(&comm->bell->cpu, memory_order_relaxed) != mine)
+        atomic_store_explicit(&comm->bell->cpu, mine, memory_order_relaxed);
+    const struct loomChannel *ch = &comm->channels[channel];
+    for (int p = 0; p < comm->nranks; p++) {
+        for (int dir = 0; dir < 2; dir++) {
+            const struct loomConnector *c = dir ? &ch->recv[p] : &ch->send[p];
+            if (p != comm->rank && c->connected && c->peerBell != NULL &&
+                c->peerBell != comm->bell &&
+                atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /*
  * One pass over the lanes; returns how many are unfinished (a device plan
  * is unfinished while the GPU still has steps in flight), -1 on error.

@@ -109,5 +109,12 @@ loomResult_t execPeerFailure(struct loomComm *comm);
 int execPeerFailed(const struct loomComm *comm, int p);
 /* Whether peer p is gone: its link ended, or its process on this host exited (or is a zombie). */
 int execPeerGone(const struct loomComm *comm, int p);
+/*
+ * The kernel executor's form of the host executor's same-core check: marks
+ * this thread's core in comm's doorbell and says whether any peer of the
+ * channel's links on this host was last seen on it (a block does not know
+ * which peer it waits for). A hint: a wrong guess costs yields, not pauses.
+ */
+int execChannelPeerOnThisCore(struct loomComm *comm, int channel);
 
 #endif /* LOOM_EXEC_H_ */

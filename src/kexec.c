@@ -15,7 +15,8 @@
  * a stream's thread does: yields for KEXEC_WORKER_POLL_NS, then sleeps on a futex of its own until
  * a call posts a job (or the communicator goes). A call waits for its workers' jobs the same way. A
  * block's thread 0 selects steps and waits for FIFOs; while it waits it backs off (kexecIdle) as
- * the host executor does: LOOM_SPIN pauses, then yields for EXEC_YIELD_NS, then sleeps on the
+ * the host executor does: LOOM_SPIN pauses (none where a peer of its channel was last seen on
+ * its core: execChannelPeerOnThisCore), then yields for EXEC_YIELD_NS, then sleeps on the
  * doorbell (flag `sleeping`, re-check, futex, as in exec.c). Past the spin stage each wait is also
  * the block's watchdog: it runs the host executor's failure checks on the block's lanes
  * (execWaitFailure: abort, a peer's failure notice, a dead peer the step waits for, LOOM_TIMEOUT)
@@ -114,6 +115,7 @@ struct kexecBlock {
     struct execWait wait;
     uint32_t seq; /* the doorbell's seq when this block flagged itself sleeping */
     int armed;    /* flagged sleeping, to sleep at the next idle call */
+    int crowded;  /* a peer was last seen on this thread's core: no spin stage */
     loomResult_t err;
     int heard;
     char why[512];
@@ -317,8 +319,9 @@ void kexecIdle(void *ctx, uint32_t spins)
     if (spins == 1) {
         disarm(k);
         k->wait.idleSince = loomClockNs();
+        k->crowded = execChannelPeerOnThisCore(k->comm, k->channel);
     }
-    if (spins < (uint32_t)k->comm->spin &&
+    if (spins < (uint32_t)k->comm->spin && !k->crowded &&
         ((spins & 1023) != 0 || !atomic_load_explicit(&k->comm->abortFlag, memory_order_relaxed))) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
