@@ -20,13 +20,14 @@
  *   ReduceScatter  rank r reduces block r: it offers each peer p block p of
  *                  its send buffer and folds block r of every peer's into its
  *                  own (PULL_REDUCE, up to LOOM_STEP_MAXPEERS peers a step).
- *   AllReduce      the lane's range in n slices: rank r reduces slice r as
- *                  ReduceScatter does block r, into its receive buffer, then
- *                  offers that reduced slice to every peer and pulls every
- *                  peer's reduced slice. Each slice is reduced by one rank
- *                  in one order, so every rank gets the same bits.
- *   Reduce         as AllReduce, but only the root pulls the reduced slices;
- *                  the other ranks reduce theirs into scratch (the core
+ *   AllReduce      the lane's range in n slices: rank r reduces slice r a
+ *                  piece at a time, as ReduceScatter does block r, into its
+ *                  receive buffer, and PUSHes each reduced piece, while it
+ *                  is in the cache, into every peer's receive buffer (which
+ *                  the peer offered). Each slice is reduced by one rank in
+ *                  one order, so every rank gets the same bits.
+ *   Reduce         as AllReduce, but pushing into the root's buffer only;
+ *                  the other ranks reduce each piece into scratch (the core
  *                  passes it as their receive buffer: planTune).
  *
  * The reductions go in pieces of chunkElems, one loop iteration a piece:

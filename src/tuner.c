@@ -50,12 +50,13 @@
 #define ALGO_FALLBACK (ALGO_BIT(LOOM_ALGO_RING) | ALGO_BIT(LOOM_ALGO_DIRECT))
 /*
  * What an unset LOOM_ALGO, or a list after ^, allows: all but cma, which runs
- * only where a list names it (on the 2-core machine the FIFOs beat single
- * copies for AllReduce, Broadcast and Reduce; docs/performance.md) — except
- * for AlltoAll, whose single copies the model weighs like the other
- * algorithms (see cmaByteNs). AllGather's are weighed as well
- * (tunerDefaultAllowed), but left out of what LOOM_ALGO allows so that
- * src/cma.c still asks for loomMemAlloc buffers first (cmaAsks).
+ * only where a list names it (on ordinary buffers the FIFOs match or beat
+ * single copies for Broadcast, Reduce and ReduceScatter where ranks share
+ * cores; docs/performance.md) — except for AlltoAll, whose single copies
+ * the model weighs like the other algorithms (see cmaByteNs). AllGather's
+ * and AllReduce's are weighed as well (tunerDefaultAllowed), but left out of
+ * what LOOM_ALGO allows so that src/cma.c still asks for loomMemAlloc
+ * buffers first (cmaAsks).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -675,13 +676,15 @@ static const struct {
 };
 
 /*
- * Single copies: two hops (the offers, then the drains; AllReduce two more,
- * for the reduced slices), and the busiest rank's own work: n - 1 reads of a
- * block (S / n) by the kernel and a copy of its own (AlltoAll, AllGather,
- * ReduceScatter, whose reads are folded in); AllReduce that and n - 1 reads
- * of the reduced slices; Broadcast one read of S; Reduce n - 1 reads of S,
- * all at the root. Where ranks share cores their work adds up on the cores.
- * The chunk: a piece of a peer's buffer read and folded while in the cache.
+ * Single copies (algorithms/single.c): two hops (the offers, then the
+ * drains; AllReduce and Reduce two more, for the reduced pieces pushed),
+ * and the busiest rank's own work: n - 1 reads of a block (S / n) by the
+ * kernel and a copy of its own (AlltoAll, AllGather, ReduceScatter, whose
+ * reads are folded in); AllReduce that and n - 1 writes of its reduced
+ * block into the peers' buffers; Reduce one such write, into the root's;
+ * Broadcast one read of S. Where ranks share cores their work adds up on
+ * the cores. The chunk: a piece of a peer's buffer read and folded while in
+ * the cache.
  */
 static double cmaTime(const struct tuneCase *c)
 {
@@ -691,13 +694,13 @@ static double cmaTime(const struct tuneCase *c)
     double units = 2, copy = 2 * block * k->byteNs / 1e3, work = (n - 1) * read + copy;
     switch (c->coll) {
     case LOOM_COLL_ALLREDUCE:
-        units = 4, work = 2 * (n - 1) * read;
+        units = 4, work = 2 * (n - 1) * read + copy;
         break;
     case LOOM_COLL_BROADCAST:
         work = k->cmaPeerUs + S * k->cmaByteNs / 1e3;
         break;
     case LOOM_COLL_REDUCE:
-        work = (n - 1) * (k->cmaPeerUs + S * k->cmaByteNs / 1e3);
+        units = 4, work = n * read + copy;
         break;
     default:
         break;
@@ -743,21 +746,23 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 /* Whether the model weighs coll's single copies against its other algorithms. */
 static int cmaWeighed(loomColl_t coll)
 {
-    return coll == LOOM_COLL_ALLTOALL || coll == LOOM_COLL_ALLGATHER;
+    return coll == LOOM_COLL_ALLTOALL || coll == LOOM_COLL_ALLGATHER || coll == LOOM_COLL_ALLREDUCE;
 }
 
 /*
- * What LOOM_ALGO allows for coll. AllGather's single copies are weighed
- * unless LOOM_ALGO rules them out: on ordinary buffers they beat the ring
- * from 1 MiB on 2 ranks with a core each (docs/performance.md, 2026-12-03)
- * and match it where ranks share cores. A call on loomMemAlloc buffers
- * everywhere takes them unweighed (tunerChooseMapped).
+ * What LOOM_ALGO allows for coll. AllGather's and AllReduce's single copies
+ * are weighed unless LOOM_ALGO rules them out: on ordinary buffers
+ * AllGather's beat the ring from 1 MiB on 2 ranks with a core each and
+ * match it where ranks share cores; AllReduce's beat the FIFOs 1.2-3x from
+ * 128 KiB to 16 MiB on 2 ranks (docs/performance.md, 2026-12-03). A call on
+ * loomMemAlloc buffers everywhere takes them unweighed (tunerChooseMapped).
  */
 uint32_t tunerDefaultAllowed(loomColl_t coll)
 {
     pthread_once(&tuneOnce, tuneRead);
     uint32_t allowed = algoAllowed[coll];
-    if (coll == LOOM_COLL_ALLGATHER && (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
+    if ((coll == LOOM_COLL_ALLGATHER || coll == LOOM_COLL_ALLREDUCE) &&
+        (zeroCopyAllowed[coll] & ALGO_BIT(LOOM_ALGO_CMA)))
         allowed |= ALGO_BIT(LOOM_ALGO_CMA);
     return allowed;
 }

@@ -65,7 +65,8 @@ static const struct paramRow paramTable[] = {
                                "stderr; use %p for one file per process"},
     [LOOM_PARAM_ALGO] = {"LOOM_ALGO", PARAM_STR, "", 0, 0, NULL, NULL,
                          "algorithms allowed: ring, tree, doubling (AllReduce), cma (single "
-                         "copies: weighed for AlltoAll and AllGather; for the others taken "
+                         "copies: weighed for AlltoAll, AllGather and AllReduce; for the "
+                         "others taken "
                          "where every rank passes loomMemAlloc "
                          "buffers; else off unless named), e.g. ring "
                          "or ^tree (NCCL list syntax); unset: the tuner chooses per call"},

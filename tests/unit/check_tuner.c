@@ -326,21 +326,26 @@ START_TEST(test_model_obeys_restrictions)
     ck_assert_int_eq(t.algo, LOOM_ALGO_CMA); /* named: AllGather has the schedule too */
     if (getenv("LOOM_ALGO") == NULL) {       /* unnamed: weighed, ranks sharing cores or not */
         /* tunerChoose passes tunerDefaultAllowed; tunerModel takes it for 0 */
-        for (s.cpus = 2; s.cpus <= 64; s.cpus *= 32) {
-            ck_assert_uint_ne(tunerDefaultAllowed(LOOM_COLL_ALLGATHER) & CMA, 0);
-            ck_assert_uint_eq(tunerDefaultAllowed(LOOM_COLL_ALLREDUCE) & CMA, 0);
-            checkChoice(&s, LOOM_COLL_ALLGATHER, 16 << 20,
-                        tunerDefaultAllowed(LOOM_COLL_ALLGATHER));
+        static const loomColl_t weighed[] = {LOOM_COLL_ALLGATHER, LOOM_COLL_ALLREDUCE};
+        for (size_t i = 0; i < sizeof(weighed) / sizeof(weighed[0]); i++) {
+            for (s.cpus = 2; s.cpus <= 64; s.cpus *= 32) {
+                ck_assert_uint_ne(tunerDefaultAllowed(weighed[i]) & CMA, 0);
+                checkChoice(&s, weighed[i], 16 << 20, tunerDefaultAllowed(weighed[i]));
+                checkChoice(&s, weighed[i], 256 * 1024, tunerDefaultAllowed(weighed[i]));
+            }
+            /* not what LOOM_ALGO allows: src/cma.c still asks for loomMemAlloc buffers first */
+            ck_assert_int_eq(tunerAllows(weighed[i], LOOM_ALGO_CMA), 0);
         }
         s.cpus = 2;
-        /* not what LOOM_ALGO allows: src/cma.c still asks for loomMemAlloc buffers first */
-        ck_assert_int_eq(tunerAllows(LOOM_COLL_ALLGATHER, LOOM_ALGO_CMA), 0);
+        ck_assert_uint_eq(tunerDefaultAllowed(LOOM_COLL_BROADCAST) & CMA, 0);
     }
-    /* The other collectives' single copies are taken where named, not weighed. */
+    /* The other collectives' single copies are taken where named, not weighed; AllReduce's
+     * too, where LOOM_ALGO names only them. */
     static const loomColl_t named[] = {LOOM_COLL_ALLREDUCE, LOOM_COLL_REDUCESCATTER,
                                        LOOM_COLL_BROADCAST, LOOM_COLL_REDUCE};
     for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
-        ck_assert_int_eq(tunerModel(&s, named[i], 16 << 20, RING | TREE | CMA, &t), 0);
+        uint32_t with = named[i] == LOOM_COLL_ALLREDUCE ? CMA : RING | TREE | CMA;
+        ck_assert_int_eq(tunerModel(&s, named[i], 16 << 20, with, &t), 0);
         ck_assert_int_eq(t.algo, LOOM_ALGO_CMA);
         ck_assert_uint_le(t.chunkBytes, 128 * 1024); /* a piece folded while in the cache */
         ck_assert_int_eq(tunerModel(&s, named[i], 32 * 1024, RING | CMA, &t), 0);
@@ -359,15 +364,18 @@ END_TEST
 START_TEST(test_tuning_get)
 {
     loomTuningInfo_t info, ring;
-    /* The automatic answer is the fastest of the forced ones, tree variants included. */
-    static const char *const names[] = {"ring", "tree", "doubling"};
+    /* The automatic answer is the fastest of the forced ones, tree variants and single
+     * copies included (one host, LOOM_CMA_MIN_BYTES 128 KiB by default). */
+    static const char *const names[] = {"ring", "tree", "doubling", "cma"};
     for (int n = 2; n <= 8; n *= 2) {
         for (size_t bytes = 8; bytes <= (64 << 20); bytes *= 16) {
             ck_assert_int_eq(loomTuningGet("allreduce", NULL, n, bytes, &info), loomSuccess);
             double best = -1;
-            for (int a = 0; a < 3; a++) {
+            for (int a = 0; a < 4; a++) {
                 ck_assert_int_eq(loomTuningGet("AllReduce", names[a], n, bytes, &ring),
                                  loomSuccess);
+                if (a == 3 && strcmp(ring.algorithm, "cma") != 0)
+                    continue; /* below LOOM_CMA_MIN_BYTES: the fallback, not a choice */
                 ck_assert_str_eq(ring.algorithm, names[a]);
                 ck_assert_int_eq(ring.trees > 0, a == 1);
                 best = best < 0 || ring.predictedUs < best ? ring.predictedUs : best;
