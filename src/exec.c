@@ -516,22 +516,37 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 }
 
 /* ---- waiting ---- */
+/* The core this thread runs on, plus one (0: not known). */
+static int32_t thisCore(void)
+{
+    int cpu = sched_getcpu();
+    return cpu < 0 ? 0 : cpu + 1;
+}
+
+/* Publishes core `mine` in a doorbell, only when it changed, so the line stays shared. */
+static void bellMarkCore(struct loomDoorbell *own, int32_t mine)
+{
+    if (atomic_load_explicit(&own->cpu, memory_order_relaxed) != mine)
+        atomic_store_explicit(&own->cpu, mine, memory_order_relaxed);
+}
+
+/* Whether c's peer, on this host (its bell is not ours: a network one is), was last on `mine`. */
+static int peerSeenOn(const struct loomConnector *c, const struct loomDoorbell *own, int32_t mine)
+{
+    return c->peerBell != NULL && c->peerBell != own &&
+           atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine;
+}
+
 /*
- * Publishes the core this thread runs on in its lanes' doorbells (only when
- * it changed, so the line stays shared), at the start of every call and of
- * every wait, and returns it plus one (0: not known).
+ * Publishes the core this thread runs on in its lanes' doorbells, at the
+ * start of every call and of every wait, and returns it plus one (0: not
+ * known).
  */
 static int32_t coreMark(const struct loomLane *lanes, int nlanes)
 {
-    int cpu = sched_getcpu();
-    if (cpu < 0)
-        return 0;
-    int32_t mine = cpu + 1;
-    for (int i = 0; i < nlanes; i++) {
-        struct loomDoorbell *own = lanes[i].comm->bell;
-        if (atomic_load_explicit(&own->cpu, memory_order_relaxed) != mine)
-            atomic_store_explicit(&own->cpu, mine, memory_order_relaxed);
-    }
+    int32_t mine = thisCore();
+    for (int i = 0; i < nlanes && mine; i++)
+        bellMarkCore(lanes[i].comm->bell, mine);
     return mine;
 }
 
@@ -553,9 +568,7 @@ static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
         for (int j = 0; j < s->nrecv + s->nsend; j++) {
             const struct loomConnector *c =
                 j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
-            /* A network connector's bell is this process's own: no peer's core there. */
-            if (c->peerBell != NULL && c->peerBell != l->comm->bell &&
-                atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine)
+            if (peerSeenOn(c, l->comm->bell, mine))
                 return 1;
         }
     }
@@ -564,19 +577,15 @@ static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
 
 int execChannelPeerOnThisCore(struct loomComm *comm, int channel)
 {
-    int cpu = sched_getcpu();
-    if (cpu < 0)
+    int32_t mine = thisCore();
+    if (!mine)
         return 0;
-    int32_t mine = cpu + 1;
-    if (atomic_load_explicit(&comm->bell->cpu, memory_order_relaxed) != mine)
-        atomic_store_explicit(&comm->bell->cpu, mine, memory_order_relaxed);
+    bellMarkCore(comm->bell, mine);
     const struct loomChannel *ch = &comm->channels[channel];
     for (int p = 0; p < comm->nranks; p++) {
         for (int dir = 0; dir < 2; dir++) {
             const struct loomConnector *c = dir ? &ch->recv[p] : &ch->send[p];
-            if (p != comm->rank && c->connected && c->peerBell != NULL &&
-                c->peerBell != comm->bell &&
-                atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine)
+            if (p != comm->rank && c->connected && peerSeenOn(c, comm->bell, mine))
                 return 1;
         }
     }
