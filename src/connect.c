@@ -164,7 +164,8 @@ struct connectJob {
     struct loomComm *comm;
     int *list;
     int n;
-    uint8_t *recs;
+    uint8_t *recs; /* list[i]'s record at recs + at[i], of at[i + 1] - at[i] bytes */
+    size_t *at;
     struct connectWait cw;
     struct bootstrapWait w;
 };
@@ -173,7 +174,16 @@ static loomResult_t jobStart(struct connectJob *j, struct loomComm *comm, int *l
                              const char *why)
 {
     *j = (struct connectJob){.comm = comm, .list = list, .n = n};
-    j->recs = calloc((size_t)n + 1, LOOM_CONNECT_RECORD_BYTES);
+    j->at = calloc((size_t)n + 1, sizeof(*j->at));
+    for (int i = 0; j->at && i < n; i++) {
+        const struct loomTransport *t = linkOf(comm, list[i]);
+        size_t bytes = t->recordBytes ? t->recordBytes(comm, list[i]) : LOOM_CONNECT_RECORD_BYTES;
+        if (bytes == 0 || bytes > LOOM_CONNECT_RECORD_MAX)
+            return loomSetError(loomInternalError, "the %s record for rank %d takes %zu bytes",
+                                t->name, list[i], bytes);
+        j->at[i + 1] = j->at[i] + bytes;
+    }
+    j->recs = j->at ? calloc(j->at[n] + 1, 1) : NULL;
     if (j->recs == NULL)
         return loomSetError(loomSystemError, "out of memory connecting %d peers", n);
     j->cw = (struct connectWait){comm, 0, loomClockNs()};
@@ -186,13 +196,11 @@ static loomResult_t jobSetup(struct connectJob *j)
 {
     struct loomComm *comm = j->comm;
     for (int i = 0; i < j->n; i++)
-        LOOMCHECK(linkOf(comm, j->list[i])
-                      ->setup(comm, j->list[i], j->recs + i * LOOM_CONNECT_RECORD_BYTES));
+        LOOMCHECK(linkOf(comm, j->list[i])->setup(comm, j->list[i], j->recs + j->at[i]));
     for (int i = 0; i < j->n; i++)
         if (j->list[i] != comm->rank)
-            LOOMCHECK(bootstrapSend(comm->bootstrap, j->list[i], CONNECT_TAG,
-                                    j->recs + i * LOOM_CONNECT_RECORD_BYTES,
-                                    LOOM_CONNECT_RECORD_BYTES, &j->w));
+            LOOMCHECK(bootstrapSend(comm->bootstrap, j->list[i], CONNECT_TAG, j->recs + j->at[i],
+                                    j->at[i + 1] - j->at[i], &j->w));
     return loomSuccess;
 }
 
@@ -201,10 +209,10 @@ static loomResult_t jobConnect(struct connectJob *j)
 {
     struct loomComm *comm = j->comm;
     for (int i = 0; i < j->n; i++) {
-        uint8_t *rec = j->recs + i * LOOM_CONNECT_RECORD_BYTES;
+        uint8_t *rec = j->recs + j->at[i];
         if (j->list[i] != comm->rank)
             LOOMCHECK(bootstrapRecv(comm->bootstrap, j->list[i], CONNECT_TAG, rec,
-                                    LOOM_CONNECT_RECORD_BYTES, &j->w));
+                                    j->at[i + 1] - j->at[i], &j->w));
         LOOMCHECK(linkOf(comm, j->list[i])->connect(comm, j->list[i], rec));
         p2pPeerConnected(comm, j->list[i]);
         comm->linkUp[j->list[i]] = 1;
@@ -307,6 +315,7 @@ static loomResult_t connectMany(struct loomComm **comms, int **lists, const int 
                  jobs[k].comm->rank, jobs[k].n, why, (double)(loomClockNs() - t0) / 1e6,
                  jobs[k].comm->nLinksUp, jobs[k].comm->nranks);
         free(jobs[k].recs);
+        free(jobs[k].at);
     }
     for (int k = ncomms - 1; k >= 0; k--)
         pthread_mutex_unlock(&locked[k]->connectLock);

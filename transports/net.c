@@ -569,28 +569,6 @@ static loomResult_t netInit(struct loomComm *comm, void *info)
     return netSocketBackend.init(comm, &st->bstate[NET_SOCKET], (uint8_t *)info + 8);
 }
 
-#ifdef HAVE_VERBS
-/* InfiniBand connects at init, every pair it serves: collective over the ranks that use net. */
-static loomResult_t netConnectIb(struct netState *st)
-{
-    struct loomComm *comm = st->comm;
-    st->backends[NET_IB] = &netIbBackend;
-    int from = st->started;
-    for (int p = 0; p < comm->nranks; p++)
-        if (st->backendOf[p] == NET_IB)
-            LOOMCHECK(netCarve(st, p));
-    struct netConn **list = netList(st, from, st->started);
-    if (list == NULL)
-        return loomSetError(loomSystemError, "out of memory for network connections");
-    struct netSetupArgs a = {comm, list, st->started - from, comm->timeoutSec};
-    loomResult_t res = netIbBackend.setup(&a, &st->bstate[NET_IB]);
-    free(list);
-    if (res == loomSuccess && st->started > from)
-        res = netPublish(st, NET_IB, from, st->started);
-    return res;
-}
-#endif
-
 static loomResult_t netInitPeers(struct loomComm *comm, const void *all)
 {
     struct netState *st = comm->net;
@@ -604,11 +582,13 @@ static loomResult_t netInitPeers(struct loomComm *comm, const void *all)
     }
     loomResult_t res = netChooseBackends(st, info);
 #ifdef HAVE_VERBS
-    int ibRanks = 0;
-    for (int r = 0; r < comm->nranks; r++)
-        ibRanks += (info[r] & NET_INFO_IB) != 0;
-    if (res == loomSuccess && ibRanks >= 2)
-        res = netConnectIb(st);
+    /* The device is opened once this rank has a peer to reach over it (none is yet connected). */
+    for (int p = 0; res == loomSuccess && p < comm->nranks; p++) {
+        if (st->backendOf[p] == NET_IB && st->backends[NET_IB] == NULL) {
+            st->backends[NET_IB] = &netIbBackend;
+            res = netIbBackend.init(comm, &st->bstate[NET_IB], NULL);
+        }
+    }
 #endif
     free(info);
     if (res == loomSuccess)
@@ -616,20 +596,39 @@ static loomResult_t netInitPeers(struct loomComm *comm, const void *all)
     return res;
 }
 
+/* The record of the pair: what the backend's connectStart fills (a TCP pair's says nothing). */
+static size_t netRecordBytes(const struct loomComm *comm, int peer)
+{
+    const struct netState *st = comm->net;
+    int b = peer == comm->rank ? -1 : st->backendOf[peer];
+    if (b < 0 || st->backends[b] == NULL || st->backends[b]->recordBytes == NULL)
+        return LOOM_CONNECT_RECORD_BYTES;
+    return st->backends[b]->recordBytes(comm);
+}
+
+/*
+ * The verbs backend is called with the lock held: it adds the connections to
+ * the state its progress walks, which the proxy may be walking. TCP has a
+ * state of its own per connection and waits in connectFinish, so it is not.
+ */
 static loomResult_t netSetup(struct loomComm *comm, int peer, void *record)
 {
     struct netState *st = comm->net;
-    (void)record; /* what the peer needs of this rank is in its init info */
-    if (peer == comm->rank || st->backendOf[peer] != NET_SOCKET || st->firstConn[peer] >= 0)
+    int b = peer == comm->rank ? -1 : st->backendOf[peer];
+    if (b < 0 || st->firstConn[peer] >= 0)
         return loomSuccess;
     LOOMCHECK(netCarve(st, peer));
     int from = st->firstConn[peer];
     struct netConn **list = netList(st, from, from + 2 * comm->nChannels);
     if (list == NULL)
         return loomSetError(loomSystemError, "out of memory for network connections");
+    if (b == NET_IB)
+        pthread_mutex_lock(&st->lock);
     loomResult_t res =
-        netSocketBackend.connectStart(st->bstate[NET_SOCKET], list, 2 * comm->nChannels,
-                                      st->pubs + (size_t)peer * NET_PUBLIC_BYTES);
+        st->backends[b]->connectStart(st->bstate[b], list, 2 * comm->nChannels,
+                                      st->pubs + (size_t)peer * NET_PUBLIC_BYTES, record);
+    if (b == NET_IB)
+        pthread_mutex_unlock(&st->lock);
     free(list);
     return res;
 }
@@ -637,12 +636,13 @@ static loomResult_t netSetup(struct loomComm *comm, int peer, void *record)
 static loomResult_t netConnect(struct loomComm *comm, int peer, const void *record)
 {
     struct netState *st = comm->net;
-    (void)record;
     if (peer == comm->rank)
         return netConnectSelf(st);
-    if (st->backendOf[peer] != NET_SOCKET)
-        return loomSuccess; /* InfiniBand: connected at init */
+    int b = st->backendOf[peer];
     int from = st->firstConn[peer], to = from + 2 * comm->nChannels;
+    if (b < 0)
+        return loomSetError(loomInternalError, "rank %d has no network link to rank %d", comm->rank,
+                            peer);
     if (from < 0)
         return loomSetError(loomInternalError, "rank %d connects rank %d before setting it up",
                             comm->rank, peer);
@@ -654,12 +654,16 @@ static loomResult_t netConnect(struct loomComm *comm, int peer, const void *reco
     struct netConn **list = netList(st, from, to);
     if (list == NULL)
         return loomSetError(loomSystemError, "out of memory for network connections");
-    loomResult_t res = netSocketBackend.connectFinish(st->bstate[NET_SOCKET], list, to - from);
+    if (b == NET_IB)
+        pthread_mutex_lock(&st->lock);
+    loomResult_t res = st->backends[b]->connectFinish(st->bstate[b], list, to - from, record);
+    if (b == NET_IB)
+        pthread_mutex_unlock(&st->lock);
     free(list);
     if (res == loomSuccess) {
-        res = netPublish(st, NET_SOCKET, from, to);
-        INFO(LOOM_NET, "NET: rank %d -> rank %d (%s): TCP, connected", comm->rank, peer,
-             comm->peers[peer].hostname);
+        res = netPublish(st, b, from, to);
+        INFO(LOOM_NET, "NET: rank %d -> rank %d (%s): %s, connected", comm->rank, peer,
+             comm->peers[peer].hostname, b == NET_IB ? "InfiniBand" : "TCP");
     }
     return res;
 }
@@ -673,8 +677,8 @@ static void netLogLinks(const struct netState *st)
             n[st->backendOf[p]]++;
     for (int b = 0; b < NET_BACKENDS; b++)
         if (n[b] > 0)
-            INFO(LOOM_NET, "NET: rank %d reaches %d peer(s) over %s%s", st->comm->rank, n[b],
-                 names[b], b == NET_IB ? " (connected at init)" : " (connected when first used)");
+            INFO(LOOM_NET, "NET: rank %d reaches %d peer(s) over %s (connected when first used)",
+                 st->comm->rank, n[b], names[b]);
 }
 
 static const char *netLinkName(const struct loomComm *comm, int peer)
@@ -692,6 +696,7 @@ const struct loomTransport netTransport = {
     .init = netInit,
     .initPeers = netInitPeers,
     .setup = netSetup,
+    .recordBytes = netRecordBytes,
     .connect = netConnect,
     .teardown = netTeardown,
     .linkName = netLinkName,

@@ -57,39 +57,28 @@ struct netConn {
 
 struct loomProxy;
 
-struct netSetupArgs {
-    struct loomComm *comm;
-    struct netConn **conns; /* this backend's connections on this rank */
-    int nconns;
-    int timeoutSec;
-};
-
 /* What a backend publishes of this rank in the transport's init info. */
 #define NET_PUBLIC_BYTES 112
 
 struct netBackend {
     const char *name; /* "socket", "ib" */
     /*
-     * A backend that connects pair by pair (socket): init builds this rank's
-     * state in *state (set even on failure, for teardown) and fills pub
-     * (NET_PUBLIC_BYTES), which the peers get. connectStart starts the
-     * connections to one peer (conns: its send and recv connections, every
-     * channel) without waiting for the peer; connectFinish waits, at most
-     * the timeout, until the peer's side has come. NULL for a backend that
-     * connects at init only.
+     * A backend connects pair by pair, when the core connects the pair
+     * (transport.h): init builds this rank's state in *state (set even on
+     * failure, for teardown) and may fill pub (NET_PUBLIC_BYTES), which
+     * every peer gets at init. connectStart starts the connections to one
+     * peer (conns: its send and recv connections, every channel; peerPub:
+     * what the peer published) without waiting for the peer, and fills
+     * record (recordBytes(comm), or nothing where NULL), which the core
+     * carries to the peer; connectFinish, given the peer's record, waits at
+     * most the timeout until the peer's side has come. None is collective.
      */
     loomResult_t (*init)(struct loomComm *comm, void **state, void *pub);
-    loomResult_t (*connectStart)(void *state, struct netConn **conns, int nconns, const void *pub);
-    loomResult_t (*connectFinish)(void *state, struct netConn **conns, int nconns);
-    /*
-     * A backend that connects every pair at init (ib): collective over the
-     * communicator (every rank where the network transport is used calls
-     * it, with or without connections; it exchanges what it needs through
-     * the bootstrap): establishes a's connections and returns the backend's
-     * state in *state. On failure *state is still set (or NULL) and teardown
-     * releases it.
-     */
-    loomResult_t (*setup)(const struct netSetupArgs *a, void **state);
+    size_t (*recordBytes)(const struct loomComm *comm);
+    loomResult_t (*connectStart)(void *state, struct netConn **conns, int nconns,
+                                 const void *peerPub, void *record);
+    loomResult_t (*connectFinish)(void *state, struct netConn **conns, int nconns,
+                                  const void *record);
     /*
      * Moves what can move on c without blocking, advancing c->posted and
      * c->done; *moved is set to 1 if anything did. loomRemoteError when the

@@ -20,9 +20,12 @@
  * Both ends' FIFO memory is registered through the registration cache
  * (net_ib_util.c). Queue pair numbers, PSNs, LID, GID (RoCE: the entry
  * LOOM_IB_GID_INDEX of the port's table), slot address and rkey travel in
- * one 64-byte record per connection through the bootstrap allgather. One
- * completion queue serves the communicator; the proxy sleeps on its
- * completion channel.
+ * one 64-byte record per connection, in the pair's connection record that
+ * the core carries when it first connects the pair (src/connect.c: at init
+ * for ring and tree neighbours, else on first use), like TCP's links. The
+ * device is opened at init on a rank with a peer to reach over it; one
+ * completion queue, sized for a connection to every peer, serves the
+ * communicator; the proxy sleeps on its completion channel.
  *
  * The device is the first active port that LOOM_IB_HCA allows. This code
  * was written and compiled without an RDMA device at hand; see the README
@@ -39,12 +42,12 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "bootstrap.h"
 #include "debug.h"
 #include "net.h"
 #include "net_ib_util.h"
 #include "param.h"
 #include "proxy.h"
+#include "transport.h"
 
 #define IB_QUEUE (2 * LOOM_STEPS)
 #define IB_CQ_BATCH 16
@@ -76,11 +79,12 @@ struct ibState {
     union ibv_gid gid;
     struct ibRegCache cache;
     int cacheReady;
-    struct ibConn *conns;
-    int nconns;
+    struct ibConn *conns; /* [cap]: [0, nconns) made, in the order the pairs connect */
+    int nconns, cap;
     struct ibv_wc stash[IB_STASH];
     int nstash;
     int armed;
+    int watched; /* the proxy watches the completion channel (attach runs at every connect) */
 };
 
 /* ---- the device, probed once per process ---- */
@@ -273,6 +277,9 @@ static loomResult_t ibOpen(struct ibState *st, int nconns)
     st->pd = ibv_alloc_pd(st->ctx);
     st->channel = st->pd ? ibv_create_comp_channel(st->ctx) : NULL;
     int depth = 2 * IB_QUEUE * (nconns > 0 ? nconns : 1);
+    struct ibv_device_attr attr;
+    if (ibv_query_device(st->ctx, &attr) == 0 && depth > attr.max_cqe)
+        depth = attr.max_cqe; /* a pair's completions are taken as they come, seldom all at once */
     st->cq = st->channel ? ibv_create_cq(st->ctx, depth, NULL, st->channel, 0) : NULL;
     if (st->cq == NULL)
         return loomSetError(loomSystemError,
@@ -286,57 +293,19 @@ static loomResult_t ibOpen(struct ibState *st, int nconns)
     return loomSuccess;
 }
 
-/* Where this rank's record for (peer, channel, direction) sits in its table. */
-static size_t tableAt(const struct loomComm *comm, int peer, int channel, int isSend)
+/* Where the record of a connection (channel, direction) sits in the pair's record. */
+static size_t recordAt(int channel, int isSend)
 {
-    return (((size_t)peer * comm->nChannels + channel) * 2 + (isSend ? 0 : 1)) * IB_CONN_BYTES;
+    return ((size_t)channel * 2 + (isSend ? 0 : 1)) * IB_CONN_BYTES;
 }
 
-static loomResult_t ibPrepare(struct ibState *st, uint8_t *mine)
-{
-    struct loomComm *comm = st->comm;
-    for (int i = 0; i < st->nconns; i++) {
-        struct ibConn *ic = &st->conns[i];
-        struct netConn *nc = ic->nc;
-        LOOMCHECK(qpCreate(st, ic));
-        LOOMCHECK(ibRegCacheGet(&st->cache, nc->fifo,
-                                sizeof(struct loomFifo) + LOOM_STEPS * nc->slotBytes, &ic->reg));
-        struct ibConnInfo info = {.lid = st->port.lid,
-                                  .qpn = ic->qp->qp_num,
-                                  .psn = ic->psn,
-                                  .mtu = (uint8_t)st->port.active_mtu,
-                                  .addr = nc->isSend ? 0 : (uint64_t)(uintptr_t)nc->slots,
-                                  .rkey = nc->isSend ? 0 : ic->reg->rkey,
-                                  .slotBytes = (uint32_t)nc->slotBytes};
-        memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
-        ibConnEncode(&info, mine + tableAt(comm, nc->peer, nc->channel, nc->isSend));
-    }
-    return loomSuccess;
-}
+_Static_assert(2 * LOOM_MAX_CHANNELS * IB_CONN_BYTES <= LOOM_CONNECT_RECORD_MAX,
+               "a pair's records fit the core's bound");
 
-static loomResult_t ibConnectAll(struct ibState *st, const uint8_t *tables, size_t tableBytes)
+/* A pair's record: one connection record per channel and direction. */
+static size_t ibRecordBytes(const struct loomComm *comm)
 {
-    struct loomComm *comm = st->comm;
-    for (int i = 0; i < st->nconns; i++) {
-        struct ibConn *ic = &st->conns[i];
-        struct netConn *nc = ic->nc;
-        struct ibConnInfo peer;
-        const uint8_t *rec = tables + (size_t)nc->peer * tableBytes +
-                             tableAt(comm, comm->rank, nc->channel, !nc->isSend);
-        if (ibConnDecode(rec, &peer) != loomSuccess || peer.slotBytes != nc->slotBytes)
-            return loomSetError(loomInternalError,
-                                "NET/IB: rank %d published no usable connection record for rank "
-                                "%d (channel %d); do all ranks run the same Loom with the same "
-                                "LOOM_BUFFSIZE?",
-                                nc->peer, comm->rank, nc->channel);
-        ic->remoteAddr = peer.addr;
-        ic->rkey = peer.rkey;
-        LOOMCHECK(qpConnect(st, ic, &peer));
-        for (int k = 0; k < LOOM_STEPS; k++)
-            if (postRecv(st, ic) != 0)
-                return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s", strerror(errno));
-    }
-    return loomSuccess;
+    return 2 * (size_t)comm->nChannels * IB_CONN_BYTES;
 }
 
 static void ibTeardown(void *state)
@@ -363,50 +332,84 @@ static void ibTeardown(void *state)
     free(st);
 }
 
-static loomResult_t ibSetup(const struct netSetupArgs *a, void **state)
+/*
+ * Opens the device for every connection this rank may make: one send and
+ * one recv per channel to every peer (their QPs come as pairs connect).
+ */
+static loomResult_t ibInit(struct loomComm *comm, void **state, void *pub)
 {
-    struct loomComm *comm = a->comm;
-    size_t tableBytes = (size_t)comm->nranks * comm->nChannels * 2 * IB_CONN_BYTES;
+    (void)pub; /* what a peer needs travels in the pair's record */
     struct ibState *st = calloc(1, sizeof(*st));
-    uint8_t *tables = calloc((size_t)comm->nranks, tableBytes);
-    loomResult_t res = loomSystemError;
     *state = st;
-    if (st == NULL || tables == NULL) {
-        free(tables);
-        return loomSetError(res, "NET/IB: out of memory");
-    }
+    if (st == NULL)
+        return loomSetError(loomSystemError, "NET/IB: out of memory");
     st->comm = comm;
-    st->nconns = a->nconns;
-    st->conns = calloc((size_t)a->nconns + 1, sizeof(*st->conns));
-    if (st->conns == NULL) {
-        loomSetError(res, "NET/IB: out of memory");
-        goto out;
+    st->cap = 2 * comm->nChannels * comm->nranks;
+    st->conns = calloc((size_t)st->cap, sizeof(*st->conns));
+    if (st->conns == NULL)
+        return loomSetError(loomSystemError, "NET/IB: out of memory");
+    return ibOpen(st, st->cap);
+}
+
+/* The connections to one peer: their queue pairs, and this end's records of them. */
+static loomResult_t ibConnectStart(void *state, struct netConn **conns, int n, const void *peerPub,
+                                   void *record)
+{
+    struct ibState *st = state;
+    (void)peerPub;
+    if (st->nconns + n > st->cap)
+        return loomSetError(loomInternalError, "NET/IB: more connections than %d", st->cap);
+    for (int i = 0; i < n; i++) {
+        struct netConn *nc = conns[i];
+        struct ibConn *ic = &st->conns[st->nconns];
+        ic->nc = nc;
+        nc->priv = ic;
+        st->nconns++; /* teardown destroys what is made below, made or not */
+        LOOMCHECK(qpCreate(st, ic));
+        LOOMCHECK(ibRegCacheGet(&st->cache, nc->fifo,
+                                sizeof(struct loomFifo) + LOOM_STEPS * nc->slotBytes, &ic->reg));
+        struct ibConnInfo info = {.lid = st->port.lid,
+                                  .qpn = ic->qp->qp_num,
+                                  .psn = ic->psn,
+                                  .mtu = (uint8_t)st->port.active_mtu,
+                                  .addr = nc->isSend ? 0 : (uint64_t)(uintptr_t)nc->slots,
+                                  .rkey = nc->isSend ? 0 : ic->reg->rkey,
+                                  .slotBytes = (uint32_t)nc->slotBytes};
+        memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
+        ibConnEncode(&info, (uint8_t *)record + recordAt(nc->channel, nc->isSend));
     }
-    uint8_t *mine = tables + (size_t)comm->rank * tableBytes;
-    for (size_t off = 0; off < tableBytes; off += IB_CONN_BYTES)
-        ibConnEncodeEmpty(mine + off);
-    for (int i = 0; i < st->nconns; i++) {
-        st->conns[i].nc = a->conns[i];
-        a->conns[i]->priv = &st->conns[i];
+    return loomSuccess;
+}
+
+/* With the peer's record: each queue pair to ready-to-send, and its receives posted. */
+static loomResult_t ibConnectFinish(void *state, struct netConn **conns, int n, const void *record)
+{
+    struct ibState *st = state;
+    for (int i = 0; i < n; i++) {
+        struct netConn *nc = conns[i];
+        struct ibConn *ic = nc->priv;
+        struct ibConnInfo peer;
+        const uint8_t *rec = (const uint8_t *)record + recordAt(nc->channel, !nc->isSend);
+        if (ibConnDecode(rec, &peer) != loomSuccess || peer.slotBytes != nc->slotBytes)
+            return loomSetError(loomInternalError,
+                                "NET/IB: rank %d sent no usable connection record for rank %d "
+                                "(channel %d); do all ranks run the same Loom with the same "
+                                "LOOM_BUFFSIZE?",
+                                nc->peer, st->comm->rank, nc->channel);
+        ic->remoteAddr = peer.addr;
+        ic->rkey = peer.rkey;
+        LOOMCHECK(qpConnect(st, ic, &peer));
+        for (int k = 0; k < LOOM_STEPS; k++)
+            if (postRecv(st, ic) != 0)
+                return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s", strerror(errno));
     }
-    /* A rank whose own links all use TCP still publishes its (empty) table. */
-    res = st->nconns > 0 ? ibOpen(st, st->nconns) : loomSuccess;
-    if (res == loomSuccess)
-        res = ibPrepare(st, mine);
-    loomResult_t ex = bootstrapAllGather(comm->bootstrap, tables, tableBytes);
-    if (res == loomSuccess)
-        res = ex;
-    if (res == loomSuccess)
-        res = ibConnectAll(st, tables, tableBytes);
-    if (res == loomSuccess && st->nconns > 0) {
+    if (n > 0) {
         char gid[IB_GID_STRLEN];
         ibGidFormat(st->gid.raw, gid, sizeof(gid));
-        INFO(LOOM_NET, "NET/IB: %d connection(s) on %s:%d (lid %u, gid %s)", st->nconns, probeDev,
-             probePort, st->port.lid, gid);
+        INFO(LOOM_NET, "NET/IB: %d connection(s) to rank %d on %s:%d (lid %u, gid %s)", n,
+             conns[0]->peer, probeDev, probePort, st->port.lid, gid);
     }
-out:
-    free(tables);
-    return res;
+    return loomSuccess;
 }
 
 /* ---- progress ---- */
@@ -564,14 +567,21 @@ static int ibBeforeSleep(void *state)
 static void ibAttach(void *state, struct loomProxy *proxy)
 {
     struct ibState *st = state;
-    if (st->channel != NULL && proxyWatch(proxy, st->channel->fd) != loomSuccess)
+    if (st->channel == NULL || st->watched)
+        return;
+    if (proxyWatch(proxy, st->channel->fd) == loomSuccess)
+        st->watched = 1;
+    else
         WARN("%s; InfiniBand completions are looked at only when something else wakes the proxy",
              debugLastError(NULL));
 }
 
 const struct netBackend netIbBackend = {
     .name = "ib",
-    .setup = ibSetup,
+    .init = ibInit,
+    .recordBytes = ibRecordBytes,
+    .connectStart = ibConnectStart,
+    .connectFinish = ibConnectFinish,
     .progress = ibProgress,
     .beforeSleep = ibBeforeSleep,
     .attach = ibAttach,

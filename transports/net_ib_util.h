@@ -7,7 +7,8 @@
  * on machines without an RDMA device (check_net.c); net_ib.c uses them.
  *
  * Connection record (IB_CONN_BYTES, big-endian), one per connection and
- * direction, exchanged through the bootstrap allgather:
+ * direction, in the pair's record the core carries when it connects the
+ * pair (net_ib.c: one per channel and direction):
  *
  *   "LMIB"(4) version(1) flags(1: 1 = valid) lid(2) qpn(4) psn(4) mtu(1)
  *   0(3) gid(16) slots address(8) rkey(4) slot bytes(4) 0(4)      = 64 bytes

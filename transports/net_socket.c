@@ -801,8 +801,10 @@ static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
     return loomSuccess;
 }
 
-static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n, const void *pub)
+static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n, const void *pub,
+                                     void *record)
 {
+    (void)record; /* the peer needs only what this rank published at init */
     struct sockState *st = state;
     struct loomComm *comm = st->comm;
     struct sockPublic peer;
@@ -850,8 +852,10 @@ static int sockMissing(struct netConn **conns, int n)
     return missing;
 }
 
-static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n)
+static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n,
+                                      const void *record)
 {
+    (void)record;
     struct sockState *st = state;
     struct loomComm *comm = st->comm;
     uint64_t deadline = socketDeadline(comm->timeoutSec);

@@ -16,7 +16,8 @@
  *               r * LOOM_TRANSPORT_INFO_BYTES; zeros for a rank where the
  *               transport was not initialised)
  *   setup       per peer, when the core connects the pair: fills this
- *               end's connection record (LOOM_CONNECT_RECORD_BYTES)
+ *               end's connection record (recordBytes, or
+ *               LOOM_CONNECT_RECORD_BYTES where the transport has none)
  *   connect     per peer, with the peer's record: fills
  *               comm->channels[c].send[peer] / recv[peer] for every channel
  *               and marks them connected
@@ -37,6 +38,8 @@
 
 #define LOOM_TRANSPORT_INFO_BYTES 128
 #define LOOM_CONNECT_RECORD_BYTES 64
+/* The most any transport's record for one pair may take (recordBytes). */
+#define LOOM_CONNECT_RECORD_MAX 4096
 
 struct loomTransport {
     const char *name;
@@ -47,6 +50,12 @@ struct loomTransport {
     loomResult_t (*init)(struct loomComm *comm, void *info);
     loomResult_t (*initPeers)(struct loomComm *comm, const void *all);
     loomResult_t (*setup)(struct loomComm *comm, int peer, void *record);
+    /*
+     * Optional: the size of the record setup fills for `peer`, at most
+     * LOOM_CONNECT_RECORD_MAX, and the same on both ends of the pair; NULL:
+     * LOOM_CONNECT_RECORD_BYTES. Known once initPeers has run.
+     */
+    size_t (*recordBytes)(const struct loomComm *comm, int peer);
     loomResult_t (*connect)(struct loomComm *comm, int peer, const void *record);
     /* Releases what init and connect built (not collective; safe after a partial init). */
     void (*teardown)(struct loomComm *comm);
