@@ -197,25 +197,6 @@ char *cmaStage(const struct loomComm *comm)
 
 /* ---- one call ---- */
 
-/* The bytes of a rank's send buffer, of its receive buffer, and the call's size (loom-perf's). */
-static size_t sendBytes(const struct loomOp *op)
-{
-    size_t b = op->count * reduceTypeSize(op->dt);
-    return op->coll == LOOM_COLL_REDUCESCATTER ? b * (size_t)op->comm->nranks : b;
-}
-
-static size_t recvBytes(const struct loomOp *op)
-{
-    size_t b = op->count * reduceTypeSize(op->dt);
-    return op->coll == LOOM_COLL_ALLGATHER ? b * (size_t)op->comm->nranks : b;
-}
-
-static size_t opBytes(const struct loomOp *op)
-{
-    size_t s = sendBytes(op), r = recvBytes(op);
-    return s > r ? s : r;
-}
-
 /*
  * Finding out whether every rank passes loomMemAlloc buffers costs an
  * exchange of descriptors, a barrier, in every call that may qualify, and
@@ -343,8 +324,9 @@ loomResult_t cmaAllMapped(struct loomOp *op, int *mapped)
     struct loomComm *comm = op->comm;
     struct cmaState *st = comm->cma;
     struct cmaDesc mine;
-    memOfferFill(op->sendbuff, sendBytes(op), &mine.send);
-    memOfferFill(op->recvbuff, recvBytes(op), &mine.recv);
+    size_t elem = op->count * reduceTypeSize(op->dt);
+    memOfferFill(op->sendbuff, elem * opSendBlocks(op), &mine.send);
+    memOfferFill(op->recvbuff, elem * opRecvBlocks(op), &mine.recv);
     st->all[comm->rank] = mine;
     /* Run as a lane of its own, not through the planner, so the exchange neither touches
      * the schedule cache nor spoils the memo of the call's schedule. */

@@ -14,6 +14,7 @@
 #define LOOM_ENQUEUE_H_
 
 #include "core.h"
+#include "reduce.h"
 #include "schedule.h"
 
 struct loomOp {
@@ -32,17 +33,36 @@ struct loomOp {
 /* Frees what an op owns. */
 void opRelease(struct loomOp *op);
 
+/* Elements of the op's send buffer, and of its receive buffer, in units of its count. */
+static inline size_t opSendBlocks(const struct loomOp *op)
+{
+    int many = op->coll == LOOM_COLL_REDUCESCATTER || op->coll == LOOM_COLL_ALLTOALL;
+    return many ? (size_t)op->comm->nranks : 1;
+}
+
+static inline size_t opRecvBlocks(const struct loomOp *op)
+{
+    int many = op->coll == LOOM_COLL_ALLGATHER || op->coll == LOOM_COLL_ALLTOALL;
+    return many ? (size_t)op->comm->nranks : 1;
+}
+
 /* Elements of the op's largest buffer, in units of its count. */
 static inline size_t opBlocks(const struct loomOp *op)
 {
-    switch (op->coll) {
-    case LOOM_COLL_ALLGATHER:
-    case LOOM_COLL_REDUCESCATTER:
-    case LOOM_COLL_ALLTOALL:
-        return (size_t)op->comm->nranks;
-    default:
-        return 1;
+    size_t s = opSendBlocks(op), r = opRecvBlocks(op);
+    return s > r ? s : r;
+}
+
+/* The op's size as the tuner sees it: bytes of its largest buffer (AlltoAllv: all it sends). */
+static inline size_t opBytes(const struct loomOp *op)
+{
+    if (op->coll == LOOM_COLL_ALLTOALLV) {
+        size_t count = 0;
+        for (int p = 0; p < op->comm->nranks; p++)
+            count += op->v[p];
+        return count * reduceTypeSize(op->dt);
     }
+    return op->count * reduceTypeSize(op->dt) * opBlocks(op);
 }
 
 /* opcheck.c */

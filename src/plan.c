@@ -223,18 +223,6 @@ static loomResult_t scheduleGet(struct loomComm *comm, const struct loomSchedArg
     return loomSuccess;
 }
 
-/* The op's size as the tuner sees it: bytes of the largest buffer. */
-static size_t opBytes(const struct loomOp *op)
-{
-    size_t bytes = 0;
-    if (op->coll == LOOM_COLL_ALLTOALLV) {
-        for (int p = 0; p < op->comm->nranks; p++)
-            bytes += op->v[p];
-        return bytes * reduceTypeSize(op->dt);
-    }
-    return op->count * reduceTypeSize(op->dt) * opBlocks(op);
-}
-
 static size_t alignUp(size_t x)
 {
     return (x + LOOM_CACHELINE - 1) & ~(size_t)(LOOM_CACHELINE - 1);
