@@ -334,6 +334,15 @@ END_TEST
 
 /* ---- the fake driver: ranks in processes ---- */
 
+/* The rank whose driver opens no peer's IPC handle (FAKECUDA_IPC_REFUSE), or -1. */
+static int refusingRank = -1;
+
+static void refuseEnv(int rank)
+{
+    if (rank == refusingRank)
+        setenv("FAKECUDA_IPC_REFUSE", "1", 1);
+}
+
 /*
  * A rank on device buffers: AllReduce of N floats; exits 0 if right and if
  * the send connector to the next rank has device slots exactly when p2p is
@@ -365,7 +374,7 @@ static int deviceRank(int rank, int n, loomComm_t comm)
     const struct cudaLib *lib;
     cuDevPtr_t d;
     float in[N], out[N];
-    int wantP2p = getenv("LOOM_P2P_DISABLE") == NULL;
+    int wantP2p = getenv("LOOM_P2P_DISABLE") == NULL && rank != refusingRank;
     size_t fatbinBytes;
     if (cudaLibGet(&lib) != loomSuccess || lib->memAlloc(&d, sizeof(in)))
         return testRankFail(rank, 10, "no driver, or no device memory from it");
@@ -403,6 +412,17 @@ START_TEST(test_fake_ranks_p2p)
     setenv("LOOM_BUFFSIZE", "4096", 1); /* 512-byte slots: 8 chunks per rank's block */
     fakeDriver(0);                      /* the ranks inherit the current context */
     runRanks(3, deviceRank);
+}
+END_TEST
+
+/* One rank's driver refuses IPC: its pairs fall back to host slots on both ends, the rest not. */
+START_TEST(test_fake_ranks_ipc_refused)
+{
+    useFake("FAKECUDA_DELAY_US", "100");
+    setenv("LOOM_BUFFSIZE", "4096", 1);
+    refusingRank = 1;
+    fakeDriver(0);
+    runRanksWith(3, deviceRank, refuseEnv);
 }
 END_TEST
 
@@ -573,12 +593,19 @@ static int launchRank(int rank, int n, loomComm_t comm)
                             "memory: want them all in GPU memory",
                             fakeCount("fakecudaDescriptorsOnHost"),
                             fakeCount("fakecudaDescriptorsOnDevice"));
+    /* A pair whose one end cannot map the other's GPU memory keeps its host FIFOs: on 3
+     * ranks the refusing rank's two pairs; the third pair, and each rank's link to itself,
+     * are in GPU memory. */
     int dev = fakeCount("fakecudaFifosOnDevice"), host = fakeCount("fakecudaFifosOnHost");
-    if ((fifosOnDevice ? host : dev) != 0 || (fifosOnDevice ? dev : host) <= 0)
+    int wantDev = fifosOnDevice, wantHost = !fifosOnDevice || refusingRank >= 0;
+    if ((wantDev ? dev <= 0 : dev != 0) || (wantHost ? host <= 0 : host != 0))
         return testRankFail(rank, 19,
                             "the launches used %d FIFOs in GPU memory and %d in host "
-                            "memory: want them all in %s",
-                            dev, host, fifosOnDevice ? "GPU memory" : "host memory");
+                            "memory: want %s",
+                            dev, host,
+                            wantDev && wantHost ? "some in each"
+                            : wantDev           ? "them all in GPU memory"
+                                                : "them all in host memory");
     float h[N], g[N];
     for (int i = 0; i < N; i++)
         h[i] = (float)rank;
@@ -654,6 +681,18 @@ START_TEST(test_fake_launch_ranks_host_staged)
     fifosOnDevice = 0;
     fakeDriver(0);
     runRanks(3, launchRank);
+}
+END_TEST
+
+/* One rank's driver refuses IPC: launches use host FIFOs with it, GPU ones between the others. */
+START_TEST(test_fake_launch_ranks_ipc_refused)
+{
+    useFake("FAKECUDA_DELAY_US", "20");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_BUFFSIZE", "4096", 1);
+    refusingRank = 1;
+    fakeDriver(0);
+    runRanksWith(3, launchRank, refuseEnv);
 }
 END_TEST
 
@@ -1241,10 +1280,12 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_stream_not_a_stream);
     tcase_add_test(fake, test_fake_preload_fails_once);
     tcase_add_test(fake, test_fake_ranks_p2p);
+    tcase_add_test(fake, test_fake_ranks_ipc_refused);
     tcase_add_test(fake, test_fake_ranks_host_staged);
     tcase_add_test(fake, test_fake_ranks_tree);
     tcase_add_test(fake, test_fake_launch_ranks);
     tcase_add_test(fake, test_fake_launch_ranks_host_staged);
+    tcase_add_test(fake, test_fake_launch_ranks_ipc_refused);
     tcase_add_test(fake, test_fake_launch_initall);
     tcase_add_test(fake, test_fake_launch_ranks_ll);
     tcase_add_test(fake, test_fake_launch_stream_order);

@@ -35,7 +35,10 @@
  *     graph's and never run; synchronising or querying the stream then fails
  *     and invalidates the capture, as the driver does;
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
- *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit.
+ *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit;
+ *     FAKECUDA_IPC_REFUSE=1 (read at each call, so a forked rank may set it
+ *     alone) makes cuIpcOpenMemHandle fail as between GPUs without peer
+ *     access.
  * Only the functions Loom and its tools call exist; the types are those of
  * src/cuda/cudalib.h.
  */
@@ -59,6 +62,7 @@
 #define EXPORT __attribute__((visibility("default")))
 #define FAKE_MAX_DEVICES 8
 #define FAKE_ERROR_INVALID_CONTEXT 201
+#define FAKE_ERROR_PEER_ACCESS_UNSUPPORTED 217
 #define FAKE_ERROR_NOT_FOUND 500
 #define FAKE_ERROR_ILLEGAL_ADDRESS 700
 #define FAKE_ERROR_NOT_SUPPORTED 801
@@ -419,6 +423,8 @@ EXPORT cuResult_t cuIpcOpenMemHandle_v2(cuDevPtr_t *ptr, cuIpcHandle_t h, unsign
     char path[64];
     (void)flags;
     memcpy(&ih, h.reserved, sizeof(ih));
+    if (envInt("FAKECUDA_IPC_REFUSE", 0))
+        return FAKE_ERROR_PEER_ACCESS_UNSUPPORTED;
     if (ih.pid == getpid())
         return FAKE_ERROR_INVALID_CONTEXT; /* the driver refuses the exporting process too */
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ih.pid, (int)ih.fd);
