@@ -57,6 +57,7 @@
 #define CONNECT_TAG 0x434f4e4eu   /* "CONN": one record per pair and communicator */
 #define CONNECTED_TAG 0x434f4e44u /* "COND": then one word that the sender is connected */
 #define CONNECT_SMALL 64
+_Static_assert(LOOM_CONNECT_RECORD_MAX <= BOOTSTRAP_MSG_MAX_BYTES, "a record is one message");
 #define CONNECT_SCAN_NS (250 * 1000 * 1000ULL)
 
 int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
