@@ -41,6 +41,7 @@
  * (connectMany); connecting them one after the other would wait for a
  * record the same thread has yet to send.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,9 +135,12 @@ static const struct loomTransport *linkOf(const struct loomComm *comm, int peer)
 /*
  * The error to report for a connect that failed with res: the first failure, not the one it
  * caused. A peer that failed on its own and left refuses connections as a dead one does, so
- * a failure notice on this rank's doorbell, then a peer on this host known to be gone, come
- * before what this rank saw itself.
+ * a failure notice on this rank's doorbell, then the peers on this host known to be gone, come
+ * before what this rank saw itself. Every such peer is named (up to CONNECT_BLAME_MAX): one
+ * may have left only because another died, and a peer that had not connected to this rank
+ * could not post it a notice saying so.
  */
+#define CONNECT_BLAME_MAX 4
 static loomResult_t connectBlame(struct loomComm *comm, loomResult_t res, int heard)
 {
     if (atomic_load(&comm->abortFlag))
@@ -144,13 +148,26 @@ static loomResult_t connectBlame(struct loomComm *comm, loomResult_t res, int he
     loomResult_t told = execPeerFailure(comm);
     if (told != loomSuccess || heard)
         return told != loomSuccess ? told : res;
-    for (int p = 0; p < comm->nranks; p++)
-        if (comm->peers[p].hostHash == comm->peers[comm->rank].hostHash && execPeerFailed(comm, p))
-            return loomSetError(loomRemoteError,
-                                "rank %d (pid %d on %s) exited while rank %d was connecting to "
-                                "its peers",
-                                p, (int)comm->peers[p].pid, comm->peers[p].hostname, comm->rank);
-    return res;
+    char who[CONNECT_BLAME_MAX * 96] = "";
+    size_t used = 0;
+    int gone = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].hostHash != comm->peers[comm->rank].hostHash ||
+            !execPeerFailed(comm, p) || ++gone > CONNECT_BLAME_MAX)
+            continue;
+        int k = snprintf(who + used, sizeof(who) - used, "%srank %d (pid %d on %.40s)",
+                         gone > 1 ? ", " : "", p, (int)comm->peers[p].pid, comm->peers[p].hostname);
+        used += k > 0 && (size_t)k < sizeof(who) - used ? (size_t)k : 0;
+    }
+    if (gone == 0)
+        return res;
+    if (gone > CONNECT_BLAME_MAX)
+        return loomSetError(loomRemoteError,
+                            "%s and %d more ranks exited while rank %d was connecting to its "
+                            "peers",
+                            who, gone - CONNECT_BLAME_MAX, comm->rank);
+    return loomSetError(loomRemoteError, "%s exited while rank %d was connecting to its peers", who,
+                        comm->rank);
 }
 
 /*
