@@ -11,8 +11,8 @@
  * rank reads a peer's user buffer straight into its own in one copy done by
  * the kernel, or, where the peer's buffer is loomMemAlloc memory, through a
  * mapping of it with plain loads (src/mem.c). The single-copy schedules
- * (LOOM_ALGO_CMA) are weighed by the tuner for AlltoAll, AllGather and AllReduce and
- * taken for the others where LOOM_ALGO names cma; and, unasked, for
+ * (LOOM_ALGO_CMA) are weighed by the tuner for AlltoAll, AllGather and
+ * AllReduce and taken for the others where LOOM_ALGO names cma; and, unasked, for
  * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of ungrouped
  * host calls where every rank passes loomMemAlloc buffers (cmaAsks,
  * cmaAllMapped: the ranks exchange their buffers' descriptors first).

@@ -36,13 +36,6 @@ void ibConnEncode(const struct ibConnInfo *info, uint8_t *out)
     wirePut32(out + 48, info->slotBytes);
 }
 
-void ibConnEncodeEmpty(uint8_t *out)
-{
-    memset(out, 0, IB_CONN_BYTES);
-    memcpy(out, IB_CONN_MAGIC, 4);
-    out[4] = IB_CONN_VERSION;
-}
-
 static int allZero(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -55,8 +48,6 @@ loomResult_t ibConnDecode(const uint8_t *in, struct ibConnInfo *info)
 {
     if (memcmp(in, IB_CONN_MAGIC, 4) != 0 || in[4] != IB_CONN_VERSION)
         return loomInvalidArgument;
-    if (in[5] == 0)
-        return allZero(in + 6, IB_CONN_BYTES - 6) ? loomInProgress : loomInvalidArgument;
     if (in[5] != IB_CONN_VALID || !allZero(in + 17, 3) || !allZero(in + 52, 12))
         return loomInvalidArgument;
     struct ibConnInfo t;

@@ -11,9 +11,7 @@
  * pair (net_ib.c: one per channel and direction):
  *
  *   "LMIB"(4) version(1) flags(1: 1 = valid) lid(2) qpn(4) psn(4) mtu(1)
- *   0(3) gid(16) slots address(8) rkey(4) slot bytes(4) 0(4)      = 64 bytes
- *
- * flags 0 marks an entry this rank did not fill (no connection there).
+ *   0(3) gid(16) slots address(8) rkey(4) slot bytes(4) 0(12)     = 64 bytes
  */
 #ifndef LOOM_NET_IB_UTIL_H_
 #define LOOM_NET_IB_UTIL_H_
@@ -42,14 +40,11 @@ struct ibConnInfo {
 /* Writes IB_CONN_BYTES into out. */
 void ibConnEncode(const struct ibConnInfo *info, uint8_t *out);
 /*
- * Reads a record. Returns loomSuccess, loomInProgress for an entry marked
- * unfilled, or loomInvalidArgument when the bytes are not a record (wrong
- * magic or version, reserved bytes set, psn over 24 bits, mtu out of range);
- * records nothing.
+ * Reads a record. Returns loomSuccess, or loomInvalidArgument when the bytes
+ * are not a record (wrong magic or version, flags not 1, reserved bytes set,
+ * psn over 24 bits, mtu out of range); records nothing.
  */
 loomResult_t ibConnDecode(const uint8_t *in, struct ibConnInfo *info);
-/* Writes an unfilled entry. */
-void ibConnEncodeEmpty(uint8_t *out);
 
 /* Formats a GID as eight groups of four hex digits into buf (>= IB_GID_STRLEN). */
 void ibGidFormat(const uint8_t *gid, char *buf, size_t len);
