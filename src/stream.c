@@ -250,16 +250,23 @@ static loomResult_t launchNow(struct loomStream *s, struct loomOp *ops, int nops
     return res;
 }
 
-/* loomInvalidUsage (ops released) when a CUDA stream of ops is being captured into a graph. */
-static loomResult_t captureRefuse(struct loomStream *s, struct loomOp *ops, int nops)
+/*
+ * *capturing: a CUDA stream of ops is being captured into a graph. Only a
+ * launch can be (devexec.c keeps its host work in the graph); anything else
+ * is refused with loomInvalidUsage (ops released).
+ */
+static loomResult_t captureCheck(struct loomStream *s, struct loomOp *ops, int nops, int launch,
+                                 int *capturing)
 {
     loomResult_t res = loomSuccess;
-    for (int i = -1; i < nops && res == loomSuccess; i++) {
+    *capturing = 0;
+    for (int i = -1; i < nops && res == loomSuccess && !*capturing; i++) {
         struct loomStream *t = i < 0 ? s : ops[i].stream;
         if (t && t->cuda)
-            res = cudaStreamCaptureCheck(t->cuda,
-                                         nops > 1 ? "loomGroupEnd" : loomCollName(ops[0].coll));
+            res = cudaStreamCapturing(t->cuda, capturing);
     }
+    if (res == loomSuccess && *capturing && !launch)
+        res = cudaStreamCaptureRefuse(nops > 1 ? "loomGroupEnd" : loomCollName(ops[0].coll));
     for (int i = 0; res != loomSuccess && i < nops; i++)
         opRelease(&ops[i]);
     return res;
@@ -267,8 +274,15 @@ static loomResult_t captureRefuse(struct loomStream *s, struct loomOp *ops, int 
 
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
 {
-    LOOMCHECK(captureRefuse(s, ops, nops));
-    if (s->cuda && devexecLaunchable(ops, nops))
+    int capturing, launch = s->cuda && devexecLaunchable(ops, nops);
+    LOOMCHECK(captureCheck(s, ops, nops, launch, &capturing));
+    if (launch && capturing) { /* Loom allocates and waits for its own stream meanwhile */
+        int mode = cudaStreamCaptureRelax(s->cuda);
+        loomResult_t res = launchNow(s, ops, nops);
+        cudaStreamCaptureRestore(s->cuda, mode);
+        return res;
+    }
+    if (launch)
         return launchNow(s, ops, nops);
     pthread_mutex_lock(&s->lock);
     struct streamUnit *u = unitTake(s, nops);

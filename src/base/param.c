@@ -139,7 +139,8 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_EXECUTOR] = {"LOOM_EXECUTOR", PARAM_STR, "auto", 0, 0, NULL, paramExecutorWords,
                              "what runs calls: kernel (the GPU kernel's plan interpreter: "
                              "built for the CPU on host buffers, one launch on the caller's "
-                             "stream on device buffers; shared-memory links only, single "
+                             "stream on device buffers, which CUDA graphs can capture; "
+                             "shared-memory links only, single "
                              "copies off), host (the host executor; device buffers "
                              "host-driven) or auto (host); the same on every rank"},
     [LOOM_PARAM_PROTO] = {"LOOM_PROTO", PARAM_STR, "", 0, 0, NULL, paramProtoWords,

@@ -56,6 +56,8 @@ void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
  */
 void cudaPlanUseStream(struct cudaExec *ex, void *stream);
 void *cudaPlanStream(const struct cudaExec *ex);
+/* Loom's own stream of this thread, which no application captures. */
+void *cudaPlanOwnStream(const struct cudaExec *ex);
 /* The context of the plan's buffers (current on the planning thread). */
 void *cudaPlanContext(const struct cudaExec *ex);
 /* Launches loomInterpret on the plan's stream: nblocks blocks of `threads` over `blocks`. */
@@ -103,10 +105,20 @@ loomResult_t cudaStreamUnitBegin(struct cudaStreamSync *cs, void *event);
 /* After the unit, whatever its result: lets the CUDA stream go on past it. */
 void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
 /*
- * loomInvalidUsage naming fn when the application is capturing the CUDA
- * stream into a graph (Loom's work cannot be captured yet), else loomSuccess.
+ * *capturing: 1 when the application is capturing the CUDA stream into a
+ * graph, else 0. Only calls that run as one launch (devexecLaunchable) may
+ * be captured; others are refused by cudaStreamCaptureRefuse.
  */
-loomResult_t cudaStreamCaptureCheck(struct cudaStreamSync *cs, const char *fn);
+loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing);
+/* loomInvalidUsage naming fn: a call that cannot be captured, on a stream being captured. */
+loomResult_t cudaStreamCaptureRefuse(const char *fn);
+/*
+ * Makes the calling thread's capture mode relaxed (cuThreadExchangeStreamCaptureMode) and
+ * returns the mode it had, for cudaStreamCaptureRestore: Loom allocates and waits for its own
+ * stream while it captures a call, which a capture in the default global mode forbids.
+ */
+int cudaStreamCaptureRelax(struct cudaStreamSync *cs);
+void cudaStreamCaptureRestore(struct cudaStreamSync *cs, int mode);
 /* Waits for the CUDA stream itself (after every unit ran). */
 loomResult_t cudaStreamSync(struct cudaStreamSync *cs);
 /* loomSuccess if the CUDA stream is idle, loomInProgress if not. */

@@ -496,6 +496,11 @@ void *cudaPlanStream(const struct cudaExec *ex)
     return ex->work;
 }
 
+void *cudaPlanOwnStream(const struct cudaExec *ex)
+{
+    return ex->stream;
+}
+
 void *cudaPlanContext(const struct cudaExec *ex)
 {
     return ex->ctx;

@@ -34,6 +34,9 @@ typedef struct cuStreamOpaque *cuStream_t;
 typedef struct cuEventOpaque *cuEvent_t;
 typedef struct cuModuleOpaque *cuModule_t;
 typedef struct cuFunctionOpaque *cuFunction_t;
+typedef struct cuGraphOpaque *cuGraph_t;
+typedef struct cuUserObjectOpaque *cuUserObject_t;
+typedef void (*cuHostFn_t)(void *userData);
 typedef struct {
     char reserved[64];
 } cuIpcHandle_t;
@@ -69,6 +72,10 @@ typedef struct {
 #define CUL_STREAM_WAIT_VALUE_GEQ 0x0
 #define CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 #define CUL_STREAM_CAPTURE_STATUS_NONE 0
+#define CUL_STREAM_CAPTURE_STATUS_ACTIVE 1
+#define CUL_STREAM_CAPTURE_MODE_RELAXED 2
+#define CUL_USER_OBJECT_NO_DESTRUCTOR_SYNC 1
+#define CUL_GRAPH_USER_OBJECT_MOVE 1
 
 /* The driver functions Loom uses; each member is named for the driver's function without "cu". */
 struct cudaLib {
@@ -104,6 +111,14 @@ struct cudaLib {
                                     unsigned int flags);
     cuResult_t (*streamWaitEvent)(cuStream_t s, cuEvent_t e, unsigned int flags);
     cuResult_t (*streamIsCapturing)(cuStream_t s, int *status);
+    cuResult_t (*streamGetCaptureInfo)(cuStream_t s, int *status, uint64_t *id, cuGraph_t *graph,
+                                       const void **deps, size_t *ndeps);
+    cuResult_t (*threadExchangeStreamCaptureMode)(int *mode);
+    cuResult_t (*launchHostFunc)(cuStream_t s, cuHostFn_t fn, void *userData);
+    cuResult_t (*userObjectCreate)(cuUserObject_t *obj, void *ptr, cuHostFn_t destroy,
+                                   unsigned int refs, unsigned int flags);
+    cuResult_t (*graphRetainUserObject)(cuGraph_t graph, cuUserObject_t obj, unsigned int refs,
+                                        unsigned int flags);
     cuResult_t (*eventCreate)(cuEvent_t *e, unsigned int flags);
     cuResult_t (*eventRecord)(cuEvent_t e, cuStream_t s);
     cuResult_t (*eventQuery)(cuEvent_t e);

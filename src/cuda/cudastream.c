@@ -100,21 +100,39 @@ fail_free:
     return res;
 }
 
-loomResult_t cudaStreamCaptureCheck(struct cudaStreamSync *cs, const char *fn)
+loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing)
 {
     int status = CUL_STREAM_CAPTURE_STATUS_NONE;
     cuResult_t r = cs->lib->streamIsCapturing(cs->stream, &status);
     if (r != CUL_SUCCESS)
         return cudaLibError(cs->lib, r, "asking whether the CUDA stream is being captured");
-    if (status == CUL_STREAM_CAPTURE_STATUS_NONE)
-        return loomSuccess;
-    /* A captured call would be replayed without the host work that orders, watches and retires
-     * it (the progress thread, the launch watchdog, the FIFO positions), so it is refused before
-     * anything touches the stream: the capture stays valid. */
+    *capturing = status != CUL_STREAM_CAPTURE_STATUS_NONE;
+    return loomSuccess;
+}
+
+loomResult_t cudaStreamCaptureRefuse(const char *fn)
+{
+    /* A call the progress thread runs would be replayed without it (nothing would order, watch
+     * or retire the replay), so it is refused before anything touches the stream: the capture
+     * stays valid. A launch carries its host work in the graph (devexec.c). */
     return loomSetError(loomInvalidUsage,
-                        "%s: the CUDA stream is being captured into a CUDA graph, and Loom calls "
-                        "cannot be captured yet; make the call outside the capture",
+                        "%s: the CUDA stream is being captured into a CUDA graph, and only calls "
+                        "that run as one launch of Loom's kernel can be captured (device buffers, "
+                        "LOOM_EXECUTOR=kernel, every peer on this host); make the call outside "
+                        "the capture",
                         fn);
+}
+
+int cudaStreamCaptureRelax(struct cudaStreamSync *cs)
+{
+    int mode = CUL_STREAM_CAPTURE_MODE_RELAXED;
+    cs->lib->threadExchangeStreamCaptureMode(&mode);
+    return mode;
+}
+
+void cudaStreamCaptureRestore(struct cudaStreamSync *cs, int mode)
+{
+    cs->lib->threadExchangeStreamCaptureMode(&mode);
 }
 
 void *cudaStreamHandle(const struct cudaStreamSync *cs)

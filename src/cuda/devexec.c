@@ -131,6 +131,12 @@ struct devLaunch {
     int heard;
     loomResult_t stopErr;
     char stopWhy[512];
+    /* captured into a CUDA graph: the graph owns it (a user object) and each replay runs it */
+    int graph;
+    int running;                 /* replays between their first and last host node */
+    int orphan;                  /* a communicator of it was destroyed: a replay stops at once */
+    int twice;                   /* two replays ran at once (two instances of one graph) */
+    struct devLaunch *nextGraph; /* on graphLaunches */
     /* set when retired */
     int done;
     loomResult_t err;
@@ -140,6 +146,7 @@ struct devLaunch {
 static pthread_mutex_t watchLock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t watchWork = PTHREAD_COND_INITIALIZER;
 static struct devLaunch *inflight, *freeLaunches;
+static struct devLaunch *graphLaunches; /* captured, while their graphs live */
 static int watchStarted;
 
 static size_t alignUp(size_t x)
@@ -737,11 +744,12 @@ static void launchRetire(struct devLaunch *L, cuResult_t r)
     snprintf(L->why, sizeof(L->why), "%s", err != loomSuccess ? debugLastError(NULL) : "");
     if (err != loomSuccess) {
         execMarkBroken(L->lanes, L->nlanes, err, post);
-        for (int i = 0; L->stream && i < L->nlanes; i++) { /* as a stream's unit that failed */
+        /* As a stream's unit that failed; a replay's error has nobody else to go to. */
+        for (int i = 0; (L->stream || L->graph) && i < L->nlanes; i++) {
             int none = loomSuccess;
             atomic_compare_exchange_strong(&L->lanes[i].comm->asyncError, &none, (int)err);
         }
-        if (L->stream)
+        if (L->stream && !L->graph)
             streamRecordError(L->stream, err, L->why);
         for (int j = 0; j < L->njoined; j++)
             streamRecordError(L->joined[j], err, L->why);
@@ -763,9 +771,16 @@ static void launchRetire(struct devLaunch *L, cuResult_t r)
     L->done = 1;
 }
 
-/* Looks at a launch in flight (watchLock held): retires it if it ended, else watches it. */
+/*
+ * Looks at a launch in flight (watchLock held): retires it if it ended, else
+ * watches it. A replay of a captured launch is retired by its last host node.
+ */
 static void launchCheck(struct devLaunch *L, uint64_t now)
 {
+    if (L->graph) {
+        launchWatch(L, now);
+        return;
+    }
     cuContext_t saved = NULL;
     L->lib->ctxGetCurrent(&saved);
     if (saved != L->ctx)
@@ -789,7 +804,7 @@ static int checkAll(int (*match)(const struct devLaunch *, const void *), const 
         if (match && !match(L, arg))
             continue;
         launchCheck(L, now);
-        if (L->done && L->stream)
+        if (L->done && L->stream && !L->graph)
             L->next = freeLaunches, freeLaunches = L; /* nobody waits for it */
         left |= !L->done;
     }
@@ -872,6 +887,155 @@ static void launchCount(struct devLaunch *L)
     }
 }
 
+/* ---- captured into a CUDA graph ---- */
+
+/*
+ * A replay begins (a host node of the graph, before the descriptor's copy
+ * and the kernel; no CUDA call may be made here): what devexecRun does for a
+ * launch after queueing it, so the watchdog watches the replay. The FIFO
+ * positions are the communicator's, where the last launch or replay left
+ * them (taken back first if a host-driven run had them since).
+ */
+static void replayBegin(void *arg)
+{
+    struct devLaunch *L = arg;
+    pthread_mutex_lock(&watchLock);
+    if (L->orphan) { /* blocks with no lanes: the kernel ends at once, touching no FIFO */
+        for (int b = 0; b < L->nblocks; b++)
+            L->blocks[b].nlanes = 0; /* copied in after this node */
+        __atomic_store_n(L->abort, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&watchLock);
+        WARN("a CUDA graph replayed a Loom call whose communicator was destroyed: the call did "
+             "nothing");
+        return;
+    }
+    if (L->running++ > 0) { /* two instances of the graph at once: both over one descriptor */
+        L->twice = 1;
+        if (!L->stopping) {
+            L->stopping = 1;
+            L->stopErr = loomInvalidUsage;
+            snprintf(L->stopWhy, sizeof(L->stopWhy),
+                     "a captured Loom call was replayed while its last replay still ran (two "
+                     "instances of one CUDA graph launched at once, or the graph launched on "
+                     "two streams)");
+        }
+        __atomic_store_n(L->abort, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&watchLock);
+        return;
+    }
+    for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
+        struct loomComm *comm = L->lanes[at].comm;
+        if (!comm->devexec->deviceOwns) {
+            positionsMove(comm, comm->devexec, 1);
+            comm->devexec->deviceOwns = 1;
+        }
+    }
+    __atomic_store_n(L->abort, 0, __ATOMIC_RELEASE);
+    memset(L->beats, 0, 2 * (size_t)L->nblocks * sizeof(uint64_t));
+    L->stopping = L->heard = L->done = L->deadSeen = L->twice = 0;
+    L->err = loomSuccess;
+    L->progress = launchProgress(L);
+    L->idleSince = L->lastLiveCheck = loomClockNs();
+    launchCount(L);
+    L->next = inflight;
+    inflight = L;
+    pthread_cond_signal(&watchWork);
+    pthread_mutex_unlock(&watchLock);
+}
+
+/* A replay ended (a host node after the copy back): retired, as the watchdog retires a launch. */
+static void replayEnd(void *arg)
+{
+    struct devLaunch *L = arg;
+    pthread_mutex_lock(&watchLock);
+    if (L->running > 0 && --L->running == 0)
+        launchRetire(L, CUL_SUCCESS);
+    pthread_mutex_unlock(&watchLock);
+}
+
+/*
+ * The graph was destroyed (the user object's destructor, on a thread of the
+ * driver's, after the graph's last replay; no CUDA call may be made here):
+ * the launch's memory is kept for later launches, as a retired launch's is.
+ */
+static void graphLaunchRelease(void *arg)
+{
+    struct devLaunch *L = arg;
+    pthread_mutex_lock(&watchLock);
+    struct devLaunch **pp = &graphLaunches;
+    while (*pp && *pp != L)
+        pp = &(*pp)->nextGraph;
+    if (*pp)
+        *pp = L->nextGraph;
+    L->graph = L->orphan = L->running = 0;
+    L->next = freeLaunches;
+    freeLaunches = L;
+    pthread_mutex_unlock(&watchLock);
+}
+
+/*
+ * Queues the launch into the graph being captured on `cs`: a host node that
+ * begins the replay, the descriptor's copy, the kernel, the copy back, and a
+ * host node that retires it. The graph holds the launch (a user object) for
+ * its life. What the launch needs from the host now (the connector views in
+ * GPU memory, the descriptor) is made outside the graph, on the executor's
+ * own stream, which cudaPlanEnd waits for before the call returns. Each
+ * replay copies the same staging copy in: the copy back of the last replay
+ * leaves nothing there that matters, since the kernel starts every lane from
+ * its first step (interp.h, loomDevRun).
+ */
+static loomResult_t launchCapture(struct devLaunch *L, struct cudaExec *ex, cuStream_t cs,
+                                  cuGraph_t graph)
+{
+    const struct cudaLib *lib = L->lib;
+    if (L->njoined > 0)
+        return loomSetError(loomInvalidUsage,
+                            "loomGroupEnd: the group's calls are on %d CUDA streams, and a "
+                            "group can be captured into a CUDA graph only from one; make its "
+                            "calls on the stream being captured",
+                            L->njoined + 1);
+    LOOMCHECK(launchCommsTake(L, cudaPlanOwnStream(ex)));
+    LOOMCHECK(descriptorFill(L));
+    cuUserObject_t obj = NULL;
+    cuResult_t r =
+        lib->userObjectCreate(&obj, L, graphLaunchRelease, 1, CUL_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "making a CUDA user object for a captured call");
+    L->graph = 1;
+    L->stream = NULL; /* replays report to the communicators (loomCommGetAsyncError) */
+    pthread_mutex_lock(&watchLock);
+    L->nextGraph = graphLaunches;
+    graphLaunches = L;
+    loomResult_t err = watchStart();
+    pthread_mutex_unlock(&watchLock);
+    /* From here the graph owns the launch: on a failure below it goes with the graph. */
+    if ((r = lib->graphRetainUserObject(graph, obj, 1, CUL_GRAPH_USER_OBJECT_MOVE)) != CUL_SUCCESS)
+        return cudaLibError(lib, r, "handing a captured call to its CUDA graph");
+    if (err != loomSuccess)
+        return err;
+    if ((r = lib->launchHostFunc(cs, replayBegin, L)) != CUL_SUCCESS)
+        return cudaLibError(lib, r, "capturing the host node that begins a replay");
+    LOOMCHECK(descriptorLaunch(L, ex, cs));
+    if ((r = lib->launchHostFunc(cs, replayEnd, L)) != CUL_SUCCESS)
+        return cudaLibError(lib, r, "capturing the host node that ends a replay");
+    return loomSuccess;
+}
+
+/* The graph being captured on cs, or NULL when cs is not capturing. */
+static loomResult_t captureGraph(const struct cudaLib *lib, cuStream_t cs, cuGraph_t *graph)
+{
+    int status = CUL_STREAM_CAPTURE_STATUS_NONE;
+    *graph = NULL;
+    cuResult_t r = lib->streamGetCaptureInfo(cs, &status, NULL, graph, NULL, NULL);
+    if (r != CUL_SUCCESS)
+        return cudaLibError(lib, r, "asking whether the CUDA stream is being captured");
+    if (status != CUL_STREAM_CAPTURE_STATUS_NONE && status != CUL_STREAM_CAPTURE_STATUS_ACTIVE)
+        return loomSetError(loomInvalidUsage, "the CUDA stream's capture was invalidated");
+    if (status == CUL_STREAM_CAPTURE_STATUS_NONE)
+        *graph = NULL;
+    return loomSuccess;
+}
+
 loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
                         struct loomStream *stream, const struct loomOp *ops, int nops)
 {
@@ -881,9 +1045,22 @@ loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
     loomResult_t err = execPrepare(lanes, nlanes); /* connects the peers named the first time */
     if (err != loomSuccess)
         return err;
+    cuGraph_t graph = NULL;
+    if (stream != NULL)
+        LOOMCHECK(captureGraph(lib, cudaPlanStream(ex), &graph));
     LOOMCHECK(launchTake(lib, &L));
     L->ctx = cudaPlanContext(ex);
     L->stream = stream;
+    if (graph != NULL) {
+        if ((err = lanesOrder(L, lanes, nlanes)) != loomSuccess ||
+            (err = joinedFind(L, ops, nops)) != loomSuccess ||
+            (err = launchCapture(L, ex, cudaPlanStream(ex), graph)) != loomSuccess) {
+            if (!L->graph)
+                launchGive(L);
+            return err; /* nothing ran: the communicators stay usable */
+        }
+        return loomSuccess;
+    }
     if ((err = lanesOrder(L, lanes, nlanes)) != loomSuccess ||
         (err = joinedFind(L, ops, nops)) != loomSuccess ||
         (err = launchCommsTake(L, cudaPlanStream(ex))) != loomSuccess ||
@@ -975,6 +1152,10 @@ void devexecFree(struct loomComm *comm)
     if (dc == NULL)
         return;
     settle(sameComm, comm); /* none is left: destroy waited for its pending operations */
+    pthread_mutex_lock(&watchLock);
+    for (struct devLaunch *L = graphLaunches; L; L = L->nextGraph)
+        L->orphan |= sameComm(L, comm); /* a later replay stops at once */
+    pthread_mutex_unlock(&watchLock);
     comm->devexec = NULL;
     dc->lib->memFreeHost(dc->mem);
     dc->lib->memFree(dc->dmem);

@@ -10,10 +10,12 @@
  *   - every collective on one rank with device buffers, blocking;
  *   - a call on a CUDA stream runs after the copy queued before it and
  *     before the copy queued after it, and returns before it is done;
- *   - host and device buffers mixed in one call are refused.
+ *   - host and device buffers mixed in one call are refused;
+ *   - launched calls captured into a CUDA graph replay with new inputs.
  * Several ranks on one GPU are exercised by loom-perf in tests/gpu/run.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,6 +334,105 @@ START_TEST(test_launch_timeout)
 }
 END_TEST
 
+/* A function of the driver that cudaLib does not carry (the application's graph calls). */
+static void *driverSym(const char *name)
+{
+    const char *driver = getenv("LOOM_CUDA_LIB"); /* as cudalib.c loads it */
+    void *h = dlopen(driver && *driver ? driver : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *fn = h ? dlsym(h, name) : NULL;
+    ck_assert_msg(fn != NULL, "the driver has no %s", name);
+    return fn;
+}
+
+/*
+ * CUDA graph capture of launched calls: two ranks of this process on the one
+ * GPU, each capturing 100 AllReduces (into 100 slots) on its own stream in
+ * the default global mode; both graphs replayed three times with new inputs,
+ * every slot checked; an AllReduce outside the graph between the replays.
+ */
+START_TEST(test_graph_capture)
+{
+    enum { RANKS = 2, CALLS = 100, CNT = 1 << 14 };
+    int devs[RANKS] = {0, 0};
+    loomComm_t comms[RANKS];
+    cuStream_t cs[RANKS];
+    loomStream_t s[RANKS];
+    int32_t *in[RANKS], *out[RANKS];
+    void *graph[RANKS], *exec[RANKS];
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    gpuUp();
+    ck_assert_msg(loomCommInitAll(comms, RANKS, devs) == loomSuccess, "%s", loomGetLastError(NULL));
+    gpuUp();
+    cuResult_t (*begin)(cuStream_t, int) =
+        (cuResult_t(*)(cuStream_t, int))driverSym("cuStreamBeginCapture_v2");
+    cuResult_t (*end)(cuStream_t, void **) =
+        (cuResult_t(*)(cuStream_t, void **))driverSym("cuStreamEndCapture");
+    cuResult_t (*instantiate)(void **, void *, unsigned long long) = (cuResult_t(*)(
+        void **, void *, unsigned long long))driverSym("cuGraphInstantiateWithFlags");
+    cuResult_t (*launch)(void *, cuStream_t) =
+        (cuResult_t(*)(void *, cuStream_t))driverSym("cuGraphLaunch");
+    cuResult_t (*execDestroy)(void *) = (cuResult_t(*)(void *))driverSym("cuGraphExecDestroy");
+    cuResult_t (*destroy)(void *) = (cuResult_t(*)(void *))driverSym("cuGraphDestroy");
+    int32_t *h = malloc((size_t)CALLS * CNT * 4);
+    for (int r = 0; r < RANKS; r++) {
+        ck_assert_int_eq(lib->streamCreateWithPriority(&cs[r], CUL_STREAM_NON_BLOCKING, 0),
+                         CUL_SUCCESS);
+        ck_assert_int_eq(loomStreamCreateCuda(&s[r], cs[r]), loomSuccess);
+        in[r] = (int32_t *)devAlloc(CNT * 4);
+        out[r] = (int32_t *)devAlloc((size_t)CALLS * CNT * 4);
+        /* connects the pair before the capture (a call outside it) */
+        ck_assert_msg(loomAllReduce(in[r], out[r], CNT, loomInt32, loomSum, comms[r], s[r]) ==
+                          loomSuccess,
+                      "%s", loomGetLastError(comms[r]));
+    }
+    for (int r = 0; r < RANKS; r++)
+        ck_assert_int_eq(lib->streamSynchronize(cs[r]), CUL_SUCCESS);
+    for (int r = 0; r < RANKS; r++) {
+        ck_assert_int_eq(begin(cs[r], 0), CUL_SUCCESS);
+        for (int k = 0; k < CALLS; k++)
+            ck_assert_msg(loomAllReduce(in[r], out[r] + (size_t)k * CNT, CNT, loomInt32, loomSum,
+                                        comms[r], s[r]) == loomSuccess,
+                          "call %d under capture: %s", k, loomGetLastError(comms[r]));
+        ck_assert_int_eq(end(cs[r], &graph[r]), CUL_SUCCESS);
+        ck_assert_int_eq(instantiate(&exec[r], graph[r], 0), CUL_SUCCESS);
+    }
+    for (int round = 0; round < 3; round++) {
+        for (int r = 0; r < RANKS; r++) {
+            for (size_t i = 0; i < CNT; i++)
+                h[i] = (int32_t)(i * (size_t)(round + 2) + (size_t)r);
+            toDevice(in[r], h, CNT * 4);
+        }
+        if (round == 1) /* a call outside the graph between replays */
+            for (int r = 0; r < RANKS; r++)
+                ck_assert_int_eq(
+                    loomAllReduce(in[r], out[r], CNT, loomInt32, loomMax, comms[r], s[r]),
+                    loomSuccess);
+        for (int r = 0; r < RANKS; r++)
+            ck_assert_int_eq(launch(exec[r], cs[r]), CUL_SUCCESS);
+        for (int r = 0; r < RANKS; r++) {
+            ck_assert_int_eq(lib->streamSynchronize(cs[r]), CUL_SUCCESS);
+            toHost(h, out[r], (size_t)CALLS * CNT * 4);
+            for (size_t k = 0; k < CALLS; k++)
+                for (size_t i = 0; i < CNT; i += 97)
+                    ck_assert_msg(h[k * CNT + i] ==
+                                      (int32_t)(RANKS * i * (size_t)(round + 2) + RANKS - 1),
+                                  "round %d, rank %d, call %zu: element %zu is %d", round, r, k, i,
+                                  h[k * CNT + i]);
+        }
+    }
+    for (int r = 0; r < RANKS; r++) {
+        loomResult_t async = loomSuccess;
+        ck_assert_int_eq(loomCommGetAsyncError(comms[r], &async), loomSuccess);
+        ck_assert_msg(async == loomSuccess, "rank %d: %s", r, loomGetLastError(comms[r]));
+        ck_assert_int_eq(execDestroy(exec[r]), CUL_SUCCESS);
+        ck_assert_int_eq(destroy(graph[r]), CUL_SUCCESS);
+        ck_assert_int_eq(loomStreamDestroy(s[r]), loomSuccess);
+        ck_assert_int_eq(loomCommDestroy(comms[r]), loomSuccess);
+    }
+    free(h);
+}
+END_TEST
+
 int main(void)
 {
     const struct cudaLib *probe;
@@ -358,6 +459,7 @@ int main(void)
     tcase_add_test(tc, test_stream_order);
     tcase_add_test(tc, test_kernel_allreduce_kernel);
     tcase_add_test(tc, test_launch_timeout);
+    tcase_add_test(tc, test_graph_capture);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

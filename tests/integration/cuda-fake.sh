@@ -13,8 +13,12 @@
 # Cases: 1, 2 and 4 ranks on a CUDA stream (-z 0); blocking calls with tiny
 # FIFOs; p2p disabled (host-staged); two channels; the kernel that stands in
 # for stream memory operations; misaligned buffers; every command of the
-# fake delayed. Then loom-perf without a driver: host buffers by default,
-# a clear error for -G 1. About 30 s on 2 cores (more when they are busy).
+# fake delayed. Then tests/gpu/check_gpu, the GPU unit tests, on the stand-in
+# (its kernel comparisons only compare reduce.c with itself there; its cases
+# of ranks as threads of one process, stream order, a launch's timeout and
+# CUDA graph capture run the library's real logic). Then loom-perf without a
+# driver: host buffers by default, a clear error for -G 1. About 50 s on 2
+# cores (more when they are busy).
 # shellcheck disable=SC2086 # ALL, SIZES and PERF_ENV are word lists, split on purpose
 set -u
 . "$(dirname "$0")/common.sh"
@@ -54,6 +58,15 @@ perf_case 2 $ALL $SIZES -O 1
 PERF_ENV="FAKECUDA_DELAY_US=50 LOOM_BUFFSIZE=4096"
 perf_case 3 -G 1 -C all -d float -o sum $SIZES
 PERF_ENV=
+
+CHECK_GPU=$top_builddir/tests/gpu/check_gpu
+if [ -x "$CHECK_GPU" ]; then
+    run_to "$TEST_TMPDIR/check_gpu.out" "$TEST_TMPDIR/check_gpu.err" "$CHECK_GPU" ||
+        { show_log "$TEST_TMPDIR/check_gpu.out"; show_log "$TEST_TMPDIR/check_gpu.err";
+          record_failure "tests/gpu/check_gpu on the stand-in driver"; }
+else
+    note "tests/gpu/check_gpu is not built: not run on the stand-in"
+fi
 
 # No driver: host buffers by default, and -G 1 is refused with a reason.
 LOOM_CUDA_LIB=/nonexistent/libcuda.so.1

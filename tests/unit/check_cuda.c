@@ -1078,12 +1078,234 @@ START_TEST(test_fake_capture_refused)
 }
 END_TEST
 
-START_TEST(test_fake_launch_capture_refused)
+/* The fake driver's graph functions (cudaLib carries only what Loom calls). */
+struct graphFns {
+    cuResult_t (*begin)(cuStream_t, int);
+    cuResult_t (*end)(cuStream_t, void **);
+    cuResult_t (*instantiate)(void **, void *, unsigned long long);
+    cuResult_t (*launch)(void *, cuStream_t);
+    cuResult_t (*execDestroy)(void *);
+    cuResult_t (*destroy)(void *);
+};
+
+static int graphFnsGet(struct graphFns *g)
+{
+    g->begin = (cuResult_t(*)(cuStream_t, int))fakeSym("cuStreamBeginCapture_v2");
+    g->end = (cuResult_t(*)(cuStream_t, void **))fakeSym("cuStreamEndCapture");
+    g->instantiate =
+        (cuResult_t(*)(void **, void *, unsigned long long))fakeSym("cuGraphInstantiateWithFlags");
+    g->launch = (cuResult_t(*)(void *, cuStream_t))fakeSym("cuGraphLaunch");
+    g->execDestroy = (cuResult_t(*)(void *))fakeSym("cuGraphExecDestroy");
+    g->destroy = (cuResult_t(*)(void *))fakeSym("cuGraphDestroy");
+    return g->begin && g->end && g->instantiate && g->launch && g->execDestroy && g->destroy;
+}
+
+#define CAPTURED 100 /* calls captured: 98 AllReduces and a group of two */
+
+/*
+ * Captures CAPTURED calls on device buffers into a graph (global capture
+ * mode, in which the fake refuses allocations from a thread that is not
+ * relaxed): 98 AllReduces into slots 0-97 of `out`, and a group of a Max
+ * AllReduce and a Broadcast from rank 1 into slots 98 and 99.
+ */
+static int captureCalls(int rank, loomComm_t comm, const struct graphFns *g, struct heldStream *h,
+                        void **graph)
+{
+    void *pi = (void *)(uintptr_t)h->in;
+    int32_t *po = (int32_t *)(uintptr_t)h->out;
+    if (g->begin(h->cs, 0) != CUL_SUCCESS)
+        return testRankFail(rank, 20, "cuStreamBeginCapture failed");
+    for (int k = 0; k < CAPTURED - 2; k++)
+        if (loomAllReduce(pi, po + k * N, N, loomInt32, loomSum, comm, h->s) != loomSuccess)
+            return testRankFail(rank, 21, "AllReduce %d under capture: %s", k,
+                                loomGetLastError(NULL));
+    loomGroupStart();
+    loomAllReduce(pi, po + (CAPTURED - 2) * N, N, loomInt32, loomMax, comm, h->s);
+    loomBroadcast(pi, po + (CAPTURED - 1) * N, N, loomInt32, 1, comm, h->s);
+    if (loomGroupEnd() != loomSuccess)
+        return testRankFail(rank, 22, "a group under capture: %s", loomGetLastError(NULL));
+    if (g->end(h->cs, graph) != CUL_SUCCESS)
+        return testRankFail(rank, 23, "the capture was invalidated (allocated in global mode?)");
+    return 0;
+}
+
+/* Replays the graph with inputs of round r and checks every slot. */
+static int replayCheck(int rank, int n, const struct cudaLib *lib, const struct graphFns *g,
+                       struct heldStream *h, void *exec, int r, int32_t *out)
+{
+    int32_t in[N];
+    for (int i = 0; i < N; i++)
+        in[i] = i * (r + 2) + rank;
+    memset(out, 0, CAPTURED * N * sizeof(*out));
+    if (lib->memcpyAsync(h->in, (cuDevPtr_t)(uintptr_t)in, sizeof(in), h->cs) ||
+        lib->memcpyAsync(h->out, (cuDevPtr_t)(uintptr_t)out, CAPTURED * N * sizeof(*out), h->cs) ||
+        g->launch(exec, h->cs) != CUL_SUCCESS ||
+        lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, h->out, CAPTURED * N * sizeof(*out), h->cs) ||
+        lib->streamSynchronize(h->cs))
+        return testRankFail(rank, 30, "round %d: queueing the replay failed", r);
+    for (int k = 0; k < CAPTURED; k++) {
+        for (int i = 0; i < N; i++) {
+            int32_t want = k < CAPTURED - 2    ? n * i * (r + 2) + n * (n - 1) / 2
+                           : k == CAPTURED - 2 ? i * (r + 2) + n - 1
+                                               : i * (r + 2) + 1;
+            if (out[k * N + i] != want)
+                return testRankFail(rank, 31, "round %d: call %d out[%d] = %d, want %d", r, k, i,
+                                    out[k * N + i], want);
+        }
+    }
+    return 0;
+}
+
+/*
+ * Captured calls replay: CAPTURED calls captured once, the graph replayed in
+ * three rounds with new inputs, each checked; before round 1 a call on the
+ * same device buffers outside the graph and an AllReduce of host buffers
+ * (the host-driven run takes the FIFO positions back; the next replay must
+ * take them in again), before round 2 nothing. Nothing runs at capture.
+ */
+static int captureLaunchRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    struct heldStream h;
+    struct graphFns g;
+    size_t fatbinBytes;
+    void *graph = NULL, *exec = NULL;
+    int32_t *out = calloc(CAPTURED * N, sizeof(*out)), host[N];
+    int rc;
+    if (cudaLibGet(&lib) != loomSuccess ||
+        heldStreamMake(lib, CAPTURED * N * sizeof(int32_t), &h) || !graphFnsGet(&g) || out == NULL)
+        return testRankFail(rank, 10, "no driver, stream, device memory or graph functions: %s",
+                            loomGetLastError(NULL));
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    __atomic_store_n(h.flag, 1, __ATOMIC_RELEASE);
+    if (lib->memcpyAsync(h.out, (cuDevPtr_t)(uintptr_t)out, CAPTURED * N * sizeof(*out), h.cs) ||
+        lib->streamSynchronize(h.cs))
+        return testRankFail(rank, 11, "zeroing the output failed");
+    if ((rc = captureCalls(rank, comm, &g, &h, &graph)) != 0)
+        return rc;
+    if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, h.out, CAPTURED * N * sizeof(*out), h.cs) ||
+        lib->streamSynchronize(h.cs) || out[0] != 0 || out[(CAPTURED - 1) * N + 1] != 0)
+        return testRankFail(rank, 12, "a captured call ran at capture: out[0] = %d", out[0]);
+    if (g.instantiate(&exec, graph, 0) != CUL_SUCCESS)
+        return testRankFail(rank, 13, "cuGraphInstantiate failed");
+    for (int r = 0; r < 3; r++) {
+        if (r == 1) {
+            for (int i = 0; i < N; i++)
+                host[i] = i + rank;
+            if (loomAllReduce((void *)(uintptr_t)h.in, (void *)(uintptr_t)h.out, N, loomInt32,
+                              loomSum, comm, h.s) != loomSuccess ||
+                loomStreamSynchronize(h.s) != loomSuccess ||
+                loomAllReduce(host, host, N, loomInt32, loomSum, comm, NULL) != loomSuccess)
+                return testRankFail(rank, 14, "calls between replays: %s", loomGetLastError(comm));
+            for (int i = 0; i < N; i++)
+                if (host[i] != n * i + n * (n - 1) / 2)
+                    return testRankFail(rank, 15, "host AllReduce between replays: [%d] = %d", i,
+                                        host[i]);
+        }
+        if ((rc = replayCheck(rank, n, lib, &g, &h, exec, r, out)) != 0)
+            return rc;
+    }
+    loomResult_t async = loomSuccess;
+    if (loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomSuccess)
+        return testRankFail(rank, 16, "the async error after the replays is %d", async);
+    if (g.execDestroy(exec) != CUL_SUCCESS || g.destroy(graph) != CUL_SUCCESS)
+        return testRankFail(rank, 17, "destroying the graph failed");
+    /* After the graph: launches as before (a launch's record reused once the graph let it go). */
+    for (int i = 0; i < N; i++)
+        host[i] = 3 * i + rank;
+    if (lib->memcpyAsync(h.in, (cuDevPtr_t)(uintptr_t)host, sizeof(host), h.cs) ||
+        loomAllReduce((void *)(uintptr_t)h.in, (void *)(uintptr_t)h.out, N, loomInt32, loomSum,
+                      comm, h.s) != loomSuccess ||
+        lib->memcpyAsync((cuDevPtr_t)(uintptr_t)host, h.out, sizeof(host), h.cs) ||
+        lib->streamSynchronize(h.cs) || loomStreamSynchronize(h.s) != loomSuccess)
+        return testRankFail(rank, 18, "AllReduce after the graph: %s", loomGetLastError(comm));
+    for (int i = 0; i < N; i++)
+        if (host[i] != 3 * n * i + n * (n - 1) / 2)
+            return testRankFail(rank, 19, "after the graph: out[%d] = %d", i, host[i]);
+    heldStreamFree(lib, &h);
+    free(out);
+    return 0;
+}
+
+START_TEST(test_fake_launch_capture)
+{
+    useFake("FAKECUDA_DELAY_US", "5");
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    fakeDriver(0);
+    runRanks(2, captureLaunchRank);
+}
+END_TEST
+
+/* Host FIFOs (no p2p): their positions go between the replays and the host-driven run. */
+START_TEST(test_fake_launch_capture_ranks_ll_host_fifos)
 {
     useFake(NULL, NULL);
     setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_P2P_DISABLE", "1", 1);
+    setenv("LOOM_PROTO", "LL", 1);
+    setenv("LOOM_NCHANNELS", "2", 1);
     fakeDriver(0);
-    runRanks(2, captureRank);
+    runRanks(3, captureLaunchRank);
+}
+END_TEST
+
+/*
+ * A replay whose peer never replays: both ranks capture, rank 1 never
+ * launches its graph. Rank 0's replay is stopped by the watchdog after
+ * LOOM_TIMEOUT, its stream goes on, and the communicator's async error
+ * says so. Then rank 0 destroys the communicator and replays again: the
+ * call does nothing (its kernel stops at once) and nothing crashes.
+ */
+static int captureTimeoutRank(int rank, int n, loomComm_t comm)
+{
+    const struct cudaLib *lib;
+    struct heldStream h;
+    struct graphFns g;
+    size_t fatbinBytes;
+    void *graph = NULL, *exec = NULL;
+    (void)n;
+    if (cudaLibGet(&lib) != loomSuccess ||
+        heldStreamMake(lib, CAPTURED * N * sizeof(int32_t), &h) || !graphFnsGet(&g))
+        return testRankFail(rank, 10, "no driver, stream, device memory or graph functions: %s",
+                            loomGetLastError(NULL));
+    if (cudaFatbin(&fatbinBytes) == NULL)
+        return 0;
+    __atomic_store_n(h.flag, 1, __ATOMIC_RELEASE);
+    int rc = captureCalls(rank, comm, &g, &h, &graph);
+    if (rc != 0)
+        return rc;
+    if (rank == 1) {
+        sleep(5); /* never replays; leaves well after rank 0 gave up */
+        return 0;
+    }
+    if (g.instantiate(&exec, graph, 0) != CUL_SUCCESS || g.launch(exec, h.cs) != CUL_SUCCESS ||
+        lib->streamSynchronize(h.cs) != CUL_SUCCESS)
+        return testRankFail(rank, 11, "the replay did not return");
+    loomResult_t async = loomSuccess;
+    if (loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomTimeout)
+        return testRankFail(rank, 12, "the async error is %d, not loomTimeout", async);
+    if (strstr(loomGetLastError(comm), "rank 1") == NULL)
+        return testRankFail(rank, 13, "the error does not name rank 1: %s", loomGetLastError(comm));
+    if (fakeCount("fakecudaInterpretThreads") != 0)
+        return testRankFail(rank, 14, "%d threads of the kernel still run",
+                            fakeCount("fakecudaInterpretThreads"));
+    loomStreamDestroy(h.s);
+    loomCommDestroy(comm);
+    if (g.launch(exec, h.cs) != CUL_SUCCESS || lib->streamSynchronize(h.cs) != CUL_SUCCESS)
+        return testRankFail(rank, 15, "a replay after the communicator went did not return");
+    g.execDestroy(exec);
+    g.destroy(graph);
+    return 0;
+}
+
+START_TEST(test_fake_launch_capture_timeout)
+{
+    useFake(NULL, NULL);
+    setenv("LOOM_EXECUTOR", "kernel", 1);
+    setenv("LOOM_TIMEOUT", "1", 1);
+    fakeDriver(0);
+    runRanks(2, captureTimeoutRank);
 }
 END_TEST
 
@@ -1242,6 +1464,10 @@ START_TEST(test_constants_match_cuda_h)
     ck_assert_int_eq(CUL_STREAM_WAIT_VALUE_GEQ, CU_STREAM_WAIT_VALUE_GEQ);
     ck_assert_int_eq(CUL_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     ck_assert_int_eq(CUL_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_STATUS_NONE);
+    ck_assert_int_eq(CUL_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    ck_assert_int_eq(CUL_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_RELAXED);
+    ck_assert_int_eq(CUL_USER_OBJECT_NO_DESTRUCTOR_SYNC, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    ck_assert_int_eq(CUL_GRAPH_USER_OBJECT_MOVE, CU_GRAPH_USER_OBJECT_MOVE);
     ck_assert_uint_eq(sizeof(cuIpcHandle_t), sizeof(CUipcMemHandle));
     ck_assert_uint_eq(sizeof(cuUuid_t), sizeof(CUuuid));
     ck_assert_uint_eq(sizeof(cuDevPtr_t), sizeof(CUdeviceptr));
@@ -1294,7 +1520,9 @@ static Suite *cudaSuite(void)
     tcase_add_test(fake, test_fake_launch_group);
     tcase_add_test(fake, test_fake_launch_group_streams);
     tcase_add_test(fake, test_fake_capture_refused);
-    tcase_add_test(fake, test_fake_launch_capture_refused);
+    tcase_add_test(fake, test_fake_launch_capture);
+    tcase_add_test(fake, test_fake_launch_capture_ranks_ll_host_fifos);
+    tcase_add_test(fake, test_fake_launch_capture_timeout);
     tcase_add_test(fake, test_fake_launch_mismatch);
     tcase_add_test(fake, test_fake_launch_dead_peer);
     suite_add_tcase(s, fake);

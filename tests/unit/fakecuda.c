@@ -31,9 +31,18 @@
  *     else the process aborts, as a GPU would fault; the fake runs on a copy
  *     of the descriptor whose addresses are its own views of device memory,
  *     and writes back what the kernel leaves (status, error records, lanes);
- *   - stream capture: commands queued while a stream is captured are the
- *     graph's and never run; synchronising or querying the stream then fails
- *     and invalidates the capture, as the driver does;
+ *   - stream capture and graphs: commands queued while a stream is captured
+ *     are the graph's nodes, in order, and do not run; synchronising or
+ *     querying the stream then fails and invalidates the capture, as the
+ *     driver does, and so does an allocation (cuMemAlloc, cuMemHostAlloc,
+ *     cuMemHostRegister) while a capture in global mode is under way, unless
+ *     the calling thread swapped its mode to relaxed
+ *     (cuThreadExchangeStreamCaptureMode). An instantiated graph launched on
+ *     a stream queues copies of its nodes there. Host functions
+ *     (cuLaunchHostFunc) run in stream order; user objects retained by a
+ *     graph are released, and their destructors run on a thread of their
+ *     own, once the graph and its instances are destroyed and their launches
+ *     have ended;
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
  *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit;
  *     FAKECUDA_IPC_REFUSE=1 (read at each call, so a forked rank may set it
@@ -303,10 +312,14 @@ static cuResult_t mapDevice(int fd, size_t bytes, enum rangeKind kind, cuDevPtr_
     return CUL_SUCCESS;
 }
 
+static int captureForbids(void);
+
 EXPORT cuResult_t cuMemAlloc_v2(cuDevPtr_t *ptr, size_t bytes)
 {
     if (current == NULL)
         return FAKE_ERROR_INVALID_CONTEXT;
+    if (captureForbids())
+        return FAKE_ERROR_CAPTURE_UNSUPPORTED;
     int fd = memfd_create("fakecuda", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
         return CUL_ERROR_INVALID_VALUE;
@@ -337,6 +350,8 @@ EXPORT cuResult_t cuMemFree_v2(cuDevPtr_t ptr)
 EXPORT cuResult_t cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
 {
     (void)flags;
+    if (captureForbids())
+        return FAKE_ERROR_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&memLock);
     for (struct range *r = ranges; r; r = r->next) {
         if ((char *)p < r->addr + r->bytes && r->addr < (char *)p + bytes) {
@@ -445,7 +460,15 @@ EXPORT cuResult_t cuIpcCloseMemHandle(cuDevPtr_t ptr)
 
 /* ---- streams, events, kernels ---- */
 
-enum cmdKind { CMD_COPY, CMD_REDUCE, CMD_WAIT_FLAG, CMD_WAIT_EVENT, CMD_WAIT_VALUE, CMD_INTERPRET };
+enum cmdKind {
+    CMD_COPY,
+    CMD_REDUCE,
+    CMD_WAIT_FLAG,
+    CMD_WAIT_EVENT,
+    CMD_WAIT_VALUE,
+    CMD_INTERPRET,
+    CMD_HOST
+};
 
 struct cuStreamOpaque;
 
@@ -468,6 +491,25 @@ struct cmd {
     struct cuEventOpaque event;  /* CMD_WAIT_EVENT: a copy taken at enqueue */
     struct loomDevBlock *blocks; /* CMD_INTERPRET: nblocks blocks of nthreads */
     unsigned int nblocks, nthreads;
+    cuHostFn_t fn; /* CMD_HOST: fn(userData) */
+    void *userData;
+};
+
+/* A user object: destroy(ptr) once its last reference is released. */
+struct cuUserObjectOpaque {
+    void *ptr;
+    cuHostFn_t destroy;
+    _Atomic int refs;
+};
+
+/* A graph (captured or instantiated): its nodes in order and the user objects it holds. */
+struct cuGraphOpaque {
+    struct cmd *head, *tail;
+    struct cuUserObjectOpaque **objs;
+    unsigned int *objRefs;
+    int nobjs;
+    struct cuStreamOpaque *lastStream; /* instances: launched last on, up to ticket */
+    uint64_t lastTicket;
 };
 
 struct cuStreamOpaque {
@@ -477,8 +519,10 @@ struct cuStreamOpaque {
     struct cmd *head, *tail;
     uint64_t enqueued, done;
     int stop;
-    int capturing, invalidated; /* cuStreamBeginCapture: commands go to the graph, never run */
-    int captured;               /* commands in the graph being captured */
+    int capturing, invalidated;  /* cuStreamBeginCapture: commands go to the graph, never run */
+    int captured;                /* commands in the graph being captured */
+    int captureGlobal;           /* the capture's mode is global */
+    struct cuGraphOpaque *graph; /* the graph being captured */
     pthread_t thread;
     struct cuStreamOpaque *nextOfAll;
 };
@@ -824,6 +868,9 @@ static void cmdRun(struct cmd *c)
     case CMD_INTERPRET:
         interpretRun(c->blocks, c->nblocks, c->nthreads);
         break;
+    case CMD_HOST:
+        c->fn(c->userData);
+        break;
     }
 }
 
@@ -899,10 +946,14 @@ static cuResult_t enqueue(cuStream_t h, struct cmd *c)
     }
     c->next = NULL;
     pthread_mutex_lock(&s->lock);
-    if (s->capturing) { /* a node of the graph, which this fake never runs */
+    if (s->capturing) { /* a node of the graph: run when the graph is launched */
         s->captured++;
+        if (s->graph->tail)
+            s->graph->tail->next = c;
+        else
+            s->graph->head = c;
+        s->graph->tail = c;
         pthread_mutex_unlock(&s->lock);
-        free(c);
         return CUL_SUCCESS;
     }
     if (s->tail)
@@ -978,36 +1029,79 @@ EXPORT cuResult_t cuStreamSynchronize(cuStream_t h)
 
 /*
  * Capture (cuStreamBeginCapture ... cuStreamEndCapture): commands queued on
- * the stream meanwhile become the graph's and are not run; a synchronisation
- * or query of the stream fails and invalidates the capture, as the driver
- * does. The graph handed out is only a count: nothing here instantiates it.
+ * the stream meanwhile become the graph's nodes and are not run; a
+ * synchronisation or query of the stream fails and invalidates the capture,
+ * as the driver does.
  */
 static int lastCapture = -1;
+static _Atomic int globalCaptures;  /* captures under way in global mode */
+static __thread int threadMode = 0; /* this thread's capture mode: 0 global, 2 relaxed */
 
-EXPORT cuResult_t cuStreamBeginCapture_v2(cuStream_t h, int mode)
+static void graphFree(struct cuGraphOpaque *g);
+
+/*
+ * 1 if an allocation on this thread is refused: a capture in global mode is
+ * under way and the thread did not swap its mode to relaxed. The captures
+ * are invalidated, as the driver does.
+ */
+static int captureForbids(void)
 {
-    (void)mode;
-    struct cuStreamOpaque *s = streamOf(h);
-    if (s == NULL)
-        return CUL_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&s->lock);
-    s->capturing = 1;
-    s->invalidated = s->captured = 0;
-    pthread_mutex_unlock(&s->lock);
+    if (atomic_load(&globalCaptures) == 0 || threadMode == 2)
+        return 0;
+    pthread_mutex_lock(&streamsLock);
+    for (struct cuStreamOpaque *s = allStreams; s; s = s->nextOfAll) {
+        pthread_mutex_lock(&s->lock);
+        s->invalidated |= s->capturing && s->captureGlobal;
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&streamsLock);
+    return 1;
+}
+
+EXPORT cuResult_t cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    int was = threadMode;
+    threadMode = *mode;
+    *mode = was;
     return CUL_SUCCESS;
 }
 
-EXPORT cuResult_t cuStreamEndCapture(cuStream_t h, void **graph)
+EXPORT cuResult_t cuStreamBeginCapture_v2(cuStream_t h, int mode)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    struct cuGraphOpaque *g = calloc(1, sizeof(*g));
+    if (s == NULL || g == NULL) {
+        free(g);
+        return CUL_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->capturing = 1;
+    s->captureGlobal = mode == 0;
+    s->invalidated = s->captured = 0;
+    s->graph = g;
+    pthread_mutex_unlock(&s->lock);
+    if (mode == 0)
+        atomic_fetch_add(&globalCaptures, 1);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamEndCapture(cuStream_t h, cuGraph_t *graph)
 {
     struct cuStreamOpaque *s = streamOf(h);
     if (s == NULL)
         return CUL_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&s->lock);
     int bad = !s->capturing || s->invalidated;
+    struct cuGraphOpaque *g = s->graph;
+    if (s->capturing && s->captureGlobal)
+        atomic_fetch_sub(&globalCaptures, 1);
     s->capturing = 0;
+    s->graph = NULL;
     lastCapture = s->captured;
     pthread_mutex_unlock(&s->lock);
-    *graph = bad ? NULL : (void *)&lastCapture;
+    if (bad && g)
+        graphFree(g);
+    *graph = bad ? NULL : g;
     return bad ? FAKE_ERROR_CAPTURE_INVALIDATED : CUL_SUCCESS;
 }
 
@@ -1019,6 +1113,191 @@ EXPORT cuResult_t cuStreamIsCapturing(cuStream_t h, int *status)
     pthread_mutex_lock(&s->lock);
     *status = s->capturing ? (s->invalidated ? 2 : 1) : 0;
     pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuStreamGetCaptureInfo_v2(cuStream_t h, int *status, uint64_t *id,
+                                            cuGraph_t *graph, const void **deps, size_t *ndeps)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    if (s == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&s->lock);
+    *status = s->capturing ? (s->invalidated ? 2 : 1) : 0;
+    if (id)
+        *id = (uint64_t)(uintptr_t)s->graph;
+    if (graph)
+        *graph = s->capturing ? s->graph : NULL;
+    if (deps)
+        *deps = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuLaunchHostFunc(cuStream_t h, cuHostFn_t fn, void *userData)
+{
+    struct cmd *c = calloc(1, sizeof(*c));
+    if (c == NULL || fn == NULL) {
+        free(c);
+        return CUL_ERROR_INVALID_VALUE;
+    }
+    c->kind = CMD_HOST;
+    c->fn = fn;
+    c->userData = userData;
+    return enqueue(h, c);
+}
+
+/* ---- user objects and graphs ---- */
+
+static void *userObjectDestroy(void *arg)
+{
+    struct cuUserObjectOpaque *o = arg;
+    o->destroy(o->ptr);
+    free(o);
+    return NULL;
+}
+
+EXPORT cuResult_t cuUserObjectCreate(cuUserObject_t *obj, void *ptr, cuHostFn_t destroy,
+                                     unsigned int refs, unsigned int flags)
+{
+    if (flags != CUL_USER_OBJECT_NO_DESTRUCTOR_SYNC || refs == 0 || destroy == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    struct cuUserObjectOpaque *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    o->ptr = ptr;
+    o->destroy = destroy;
+    atomic_store(&o->refs, (int)refs);
+    *obj = o;
+    return CUL_SUCCESS;
+}
+
+/* The destructor runs on a thread of its own, as the driver's may. */
+EXPORT cuResult_t cuUserObjectRelease(cuUserObject_t obj, unsigned int refs)
+{
+    if (atomic_fetch_sub(&obj->refs, (int)refs) == (int)refs) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, userObjectDestroy, obj) != 0)
+            userObjectDestroy(obj);
+        else
+            pthread_detach(t);
+    }
+    return CUL_SUCCESS;
+}
+
+static cuResult_t graphHold(struct cuGraphOpaque *g, cuUserObject_t obj, unsigned int refs)
+{
+    struct cuUserObjectOpaque **objs = realloc(g->objs, (size_t)(g->nobjs + 1) * sizeof(*objs));
+    unsigned int *objRefs = objs ? realloc(g->objRefs, (size_t)(g->nobjs + 1) * sizeof(int)) : NULL;
+    if (objs)
+        g->objs = objs;
+    if (objRefs == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    g->objRefs = objRefs;
+    g->objs[g->nobjs] = obj;
+    g->objRefs[g->nobjs++] = refs;
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuGraphRetainUserObject(cuGraph_t g, cuUserObject_t obj, unsigned int refs,
+                                          unsigned int flags)
+{
+    if (g == NULL || obj == NULL || refs == 0 || (flags & ~CUL_GRAPH_USER_OBJECT_MOVE))
+        return CUL_ERROR_INVALID_VALUE;
+    if (!(flags & CUL_GRAPH_USER_OBJECT_MOVE))
+        atomic_fetch_add(&obj->refs, (int)refs);
+    return graphHold(g, obj, refs);
+}
+
+/* Its nodes freed and its user objects released, once its launches have ended. */
+static void graphFree(struct cuGraphOpaque *g)
+{
+    while (g->lastStream && streamDone(g->lastStream) < g->lastTicket)
+        pause1us();
+    for (struct cmd *c = g->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    for (int i = 0; i < g->nobjs; i++)
+        cuUserObjectRelease(g->objs[i], g->objRefs[i]);
+    free(g->objs);
+    free(g->objRefs);
+    free(g);
+}
+
+EXPORT cuResult_t cuGraphDestroy(cuGraph_t g)
+{
+    if (g == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    graphFree(g);
+    return CUL_SUCCESS;
+}
+
+/* An instance: a copy of the graph's nodes, holding a reference to each of its user objects. */
+EXPORT cuResult_t cuGraphInstantiateWithFlags(cuGraph_t *exec, cuGraph_t g,
+                                              unsigned long long flags)
+{
+    (void)flags;
+    struct cuGraphOpaque *e = calloc(1, sizeof(*e));
+    if (g == NULL || e == NULL) {
+        free(e);
+        return CUL_ERROR_INVALID_VALUE;
+    }
+    for (struct cmd *c = g->head; c; c = c->next) {
+        struct cmd *copy = malloc(sizeof(*copy));
+        if (copy == NULL) {
+            graphFree(e);
+            return CUL_ERROR_INVALID_VALUE;
+        }
+        *copy = *c;
+        copy->next = NULL;
+        if (e->tail)
+            e->tail->next = copy;
+        else
+            e->head = copy;
+        e->tail = copy;
+    }
+    for (int i = 0; i < g->nobjs; i++) {
+        atomic_fetch_add(&g->objs[i]->refs, (int)g->objRefs[i]);
+        if (graphHold(e, g->objs[i], g->objRefs[i]) != CUL_SUCCESS) {
+            cuUserObjectRelease(g->objs[i], g->objRefs[i]);
+            graphFree(e);
+            return CUL_ERROR_INVALID_VALUE;
+        }
+    }
+    *exec = e;
+    return CUL_SUCCESS;
+}
+
+/* Queues a copy of each node on the stream, in order. */
+EXPORT cuResult_t cuGraphLaunch(cuGraph_t exec, cuStream_t h)
+{
+    struct cuStreamOpaque *s = streamOf(h);
+    if (exec == NULL || s == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    for (struct cmd *c = exec->head; c; c = c->next) {
+        struct cmd *copy = malloc(sizeof(*copy));
+        if (copy == NULL)
+            return CUL_ERROR_INVALID_VALUE;
+        *copy = *c;
+        cuResult_t r = enqueue(h, copy);
+        if (r != CUL_SUCCESS)
+            return r;
+    }
+    pthread_mutex_lock(&s->lock);
+    exec->lastStream = s;
+    exec->lastTicket = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return CUL_SUCCESS;
+}
+
+EXPORT cuResult_t cuGraphExecDestroy(cuGraph_t exec)
+{
+    if (exec == NULL)
+        return CUL_ERROR_INVALID_VALUE;
+    graphFree(exec);
     return CUL_SUCCESS;
 }
 
