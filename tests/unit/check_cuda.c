@@ -1277,6 +1277,7 @@ static int captureTimeoutRank(int rank, int n, loomComm_t comm)
         return rc;
     if (rank == 1) {
         sleep(5); /* never replays; leaves well after rank 0 gave up */
+        g.destroy(graph);
         return 0;
     }
     if (g.instantiate(&exec, graph, 0) != CUL_SUCCESS || g.launch(exec, h.cs) != CUL_SUCCESS ||
