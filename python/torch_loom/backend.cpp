@@ -13,7 +13,9 @@
  * Asynchrony: each backend owns one worker thread that runs the queued
  * operations in issue order, each a blocking Loom call (NULL stream) on that
  * thread, and completes the operation's Work (and its Future) when the call
- * returns. Deviation from "a Loom host stream per process group": a Loom host
+ * returns. A caller that waits (Work::wait) for the next queued operation
+ * before the worker took it runs it itself (runHere): a synchronous call
+ * then costs no thread hand-off. Deviation from "a Loom host stream per process group": a Loom host
  * stream is also an ordered queue on a thread of its own, but it reports
  * completion and errors only for the whole stream (loomStreamQuery /
  * loomStreamSynchronize), while c10d needs them per operation; a worker of
@@ -193,14 +195,20 @@ struct Dense {
     }
 };
 
+class BackendLoom;
+
 class WorkLoom : public c10d::Work {
   public:
-    WorkLoom(int rank, OpType type, std::vector<at::Tensor> outputs)
+    WorkLoom(int rank, OpType type, std::vector<at::Tensor> outputs,
+             c10::weak_intrusive_ptr<c10d::Backend> owner)
         : Work(rank, type), outputs_(std::move(outputs)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get())))
+              c10::ListType::create(c10::TensorType::get()))),
+          owner_(std::move(owner))
     {
     }
+    /* A caller that waits for an operation the worker has not started runs it itself. */
+    bool wait(std::chrono::milliseconds timeout) override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
     {
         return future_;
@@ -227,6 +235,7 @@ class WorkLoom : public c10d::Work {
   private:
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
+    c10::weak_intrusive_ptr<c10d::Backend> owner_; /* a BackendLoom */
 };
 
 /*
@@ -631,8 +640,8 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(!batch_, "torch_loom: startCoalescing: a batch is already open");
         batch_ = std::make_unique<Batch>();
         batch_->device = c10::Device(c10::DeviceType::CPU);
-        batch_->work =
-            c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED, std::vector<at::Tensor>{});
+        batch_->work = c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED,
+                                                     std::vector<at::Tensor>{}, self());
     }
     c10::intrusive_ptr<c10d::Work> endCoalescing() override
     {
@@ -786,6 +795,25 @@ class BackendLoom : public c10d::Backend {
         });
     }
 
+    /*
+     * A caller waits for w, which is next in the queue and not started: it
+     * runs it here, on its own thread. A synchronous call (dist.all_reduce
+     * without async_op) then costs no thread hand-off: the worker need not
+     * wake up for it, nor wake the caller when it is done. Anything else
+     * (the worker busy, w behind other tasks) waits as before.
+     */
+    void runHere(const WorkLoom *w)
+    {
+        Task job;
+        {
+            std::lock_guard<std::mutex> g(m_);
+            if (running_ || queue_.empty() || queue_.front().work.get() != w)
+                return;
+            job = take();
+        }
+        execute(job);
+    }
+
   private:
     loomComm_t comm_;
     std::chrono::milliseconds timeout_;
@@ -806,7 +834,8 @@ class BackendLoom : public c10d::Backend {
     /* Loom streams wrapping the CUDA streams operations were issued on, by native handle. */
     std::mutex streamsM_;
     std::map<void *, loomStream_t> cudaStreams_;
-    size_t busy_ = 0; /* tasks queued or running on the worker (under m_) */
+    size_t busy_ = 0;      /* tasks queued or running (under m_) */
+    bool running_ = false; /* a task is running, on the worker or a waiting caller (under m_) */
     std::condition_variable idle_;
     std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
@@ -817,6 +846,13 @@ class BackendLoom : public c10d::Backend {
         c10::weak_intrusive_ptr<c10d::Backend> made{
             c10::intrusive_ptr<c10d::Backend>()}; /* what it returned (nullptr: none) */
     } lastSplit_;
+
+    /* This backend, for its Works to reach it while it lives. */
+    c10::weak_intrusive_ptr<c10d::Backend> self()
+    {
+        return c10::weak_intrusive_ptr<c10d::Backend>(
+            c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this));
+    }
 
     void check(loomResult_t r, const char *what)
     {
@@ -848,7 +884,7 @@ class BackendLoom : public c10d::Backend {
         }
         if (dev.is_cuda())
             return runOnCuda(type, std::move(outputs), {std::move(fn)}, false, dev);
-        auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs));
+        auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs), self());
         std::vector<Job> jobs;
         jobs.push_back(std::move(fn));
         submit(work, std::move(jobs), false);
@@ -944,18 +980,38 @@ class BackendLoom : public c10d::Backend {
             f();
     }
 
+    /*
+     * Takes the task at the head of the queue (m_ held, running_ clear).
+     * The worker and a waiting caller (runHere) take tasks this way, one at
+     * a time, in issue order.
+     */
+    Task take()
+    {
+        Task job = std::move(queue_.front());
+        queue_.pop_front();
+        running_ = true;
+        return job;
+    }
+
     void run()
     {
         for (;;) {
             Task job;
             {
                 std::unique_lock<std::mutex> g(m_);
-                cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
+                cv_.wait(g, [this] { return !running_ && (stop_ || !queue_.empty()); });
                 if (queue_.empty())
                     return;
-                job = std::move(queue_.front());
-                queue_.pop_front();
+                job = take();
             }
+            execute(job);
+        }
+    }
+
+    /* Runs a task taken from the queue and completes its Work. */
+    void execute(Task &job)
+    {
+        {
             std::exception_ptr e;
             if (aborted_) {
                 try {
@@ -972,12 +1028,14 @@ class BackendLoom : public c10d::Backend {
                 }
             }
             job.work->complete(e);
-            {
-                std::lock_guard<std::mutex> g(m_);
-                busy_--;
-            }
-            idle_.notify_all();
         }
+        {
+            std::lock_guard<std::mutex> g(m_);
+            running_ = false;
+            busy_--;
+        }
+        idle_.notify_all();
+        cv_.notify_one(); /* the worker, if a caller ran this task */
     }
 
     void stopWorker()
@@ -1138,6 +1196,14 @@ class BackendLoom : public c10d::Backend {
         return [d, src, counts] { d->writeBack(); };
     }
 };
+
+bool WorkLoom::wait(std::chrono::milliseconds timeout)
+{
+    if (!isCompleted())
+        if (auto owner = owner_.lock())
+            static_cast<BackendLoom *>(owner.get())->runHere(this);
+    return c10d::Work::wait(timeout);
+}
 
 /* Called by torch.distributed for each process group with this backend. */
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store> &store,
