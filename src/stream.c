@@ -251,22 +251,35 @@ static loomResult_t launchNow(struct loomStream *s, struct loomOp *ops, int nops
 }
 
 /*
- * *capturing: a CUDA stream of ops is being captured into a graph. Only a
- * launch can be (devexec.c keeps its host work in the graph); anything else
- * is refused with loomInvalidUsage (ops released).
+ * *capturing: s, the stream of every op, is being captured into a graph.
+ * Only a launch can be (devexec.c keeps its host work in the graph), and
+ * only from that one stream; anything else under capture is refused with
+ * loomInvalidUsage (ops released).
  */
 static loomResult_t captureCheck(struct loomStream *s, struct loomOp *ops, int nops, int launch,
                                  int *capturing)
 {
     loomResult_t res = loomSuccess;
+    int any = 0, others = 0;
     *capturing = 0;
-    for (int i = -1; i < nops && res == loomSuccess && !*capturing; i++) {
+    for (int i = -1; i < nops && res == loomSuccess; i++) {
         struct loomStream *t = i < 0 ? s : ops[i].stream;
+        int c = 0;
         if (t && t->cuda)
-            res = cudaStreamCapturing(t->cuda, capturing);
+            res = cudaStreamCapturing(t->cuda, &c);
+        any |= c;
+        if (i < 0)
+            *capturing = c;
+        others |= t != NULL && t != s;
     }
-    if (res == loomSuccess && *capturing && !launch)
-        res = cudaStreamCaptureRefuse(nops > 1 ? "loomGroupEnd" : loomCollName(ops[0].coll));
+    const char *fn = nops > 1 ? "loomGroupEnd" : loomCollName(ops[0].coll);
+    if (res == loomSuccess && any && !launch)
+        res = cudaStreamCaptureRefuse(fn, "only calls that run as one launch of Loom's kernel "
+                                          "can be captured (device buffers, "
+                                          "LOOM_EXECUTOR=kernel, every peer on this host)");
+    else if (res == loomSuccess && any && others)
+        res = cudaStreamCaptureRefuse(fn, "a group can be captured only when all its calls are "
+                                          "on the stream being captured");
     for (int i = 0; res != loomSuccess && i < nops; i++)
         opRelease(&ops[i]);
     return res;

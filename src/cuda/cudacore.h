@@ -110,8 +110,9 @@ void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
  * be captured; others are refused by cudaStreamCaptureRefuse.
  */
 loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing);
-/* loomInvalidUsage naming fn: a call that cannot be captured, on a stream being captured. */
-loomResult_t cudaStreamCaptureRefuse(const char *fn);
+/* loomInvalidUsage naming fn and why: a call that cannot be captured, on a stream being captured.
+ */
+loomResult_t cudaStreamCaptureRefuse(const char *fn, const char *why);
 /*
  * Makes the calling thread's capture mode relaxed (cuThreadExchangeStreamCaptureMode) and
  * returns the mode it had, for cudaStreamCaptureRestore: Loom allocates and waits for its own

@@ -80,6 +80,7 @@ static const struct {
     SYM("cuThreadExchangeStreamCaptureMode", threadExchangeStreamCaptureMode),
     SYM("cuLaunchHostFunc", launchHostFunc),
     SYM("cuUserObjectCreate", userObjectCreate),
+    SYM("cuUserObjectRelease", userObjectRelease),
     SYM("cuGraphRetainUserObject", graphRetainUserObject),
     SYM("cuEventCreate", eventCreate),
     SYM("cuEventRecord", eventRecord),

@@ -117,6 +117,7 @@ struct cudaLib {
     cuResult_t (*launchHostFunc)(cuStream_t s, cuHostFn_t fn, void *userData);
     cuResult_t (*userObjectCreate)(cuUserObject_t *obj, void *ptr, cuHostFn_t destroy,
                                    unsigned int refs, unsigned int flags);
+    cuResult_t (*userObjectRelease)(cuUserObject_t obj, unsigned int refs);
     cuResult_t (*graphRetainUserObject)(cuGraph_t graph, cuUserObject_t obj, unsigned int refs,
                                         unsigned int flags);
     cuResult_t (*eventCreate)(cuEvent_t *e, unsigned int flags);

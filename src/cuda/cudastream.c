@@ -110,17 +110,15 @@ loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing)
     return loomSuccess;
 }
 
-loomResult_t cudaStreamCaptureRefuse(const char *fn)
+loomResult_t cudaStreamCaptureRefuse(const char *fn, const char *why)
 {
     /* A call the progress thread runs would be replayed without it (nothing would order, watch
      * or retire the replay), so it is refused before anything touches the stream: the capture
      * stays valid. A launch carries its host work in the graph (devexec.c). */
     return loomSetError(loomInvalidUsage,
-                        "%s: the CUDA stream is being captured into a CUDA graph, and only calls "
-                        "that run as one launch of Loom's kernel can be captured (device buffers, "
-                        "LOOM_EXECUTOR=kernel, every peer on this host); make the call outside "
-                        "the capture",
-                        fn);
+                        "%s: the CUDA stream is being captured into a CUDA graph, and %s; make "
+                        "the call outside the capture",
+                        fn, why);
 }
 
 int cudaStreamCaptureRelax(struct cudaStreamSync *cs)

@@ -133,9 +133,9 @@ struct devLaunch {
     char stopWhy[512];
     /* captured into a CUDA graph: the graph owns it (a user object) and each replay runs it */
     int graph;
-    int running;                 /* replays between their first and last host node */
-    int orphan;                  /* a communicator of it was destroyed: a replay stops at once */
-    int twice;                   /* two replays ran at once (two instances of one graph) */
+    int running; /* replays between their first and last host node */
+    int orphan;  /* a communicator of it was destroyed, or its capture failed: replays do nothing */
+    uint64_t stopSince;          /* when the watchdog first saw a replay told to stop */
     struct devLaunch *nextGraph; /* on graphLaunches */
     /* set when retired */
     int done;
@@ -729,14 +729,20 @@ static void launchCascade(const struct devLaunch *L)
     }
 }
 
-/* An ended launch (r: its event's query): its error recorded everywhere, its counts dropped. */
-static void launchRetire(struct devLaunch *L, cuResult_t r)
+/*
+ * An ended launch (r: its event's query): its error recorded everywhere, its
+ * counts dropped. lost: a replay that never ended (its last host node did not
+ * run), retired with that line instead.
+ */
+static void launchRetire(struct devLaunch *L, cuResult_t r, const char *lost)
 {
     loomResult_t err = loomSuccess;
-    int post = 1, failed = r != CUL_SUCCESS;
+    int post = 1, failed = r != CUL_SUCCESS || lost != NULL;
     for (int b = 0; b < L->nblocks; b++)
         failed |= L->blocks[b].status != LOOM_DEV_OK;
-    if (r != CUL_SUCCESS)
+    if (lost)
+        err = loomSetError(loomUnhandledCudaError, "%s", lost);
+    else if (r != CUL_SUCCESS)
         err = cudaLibError(L->lib, r, "the kernel of a collective");
     else if (failed)
         err = launchError(L, &post);
@@ -779,6 +785,17 @@ static void launchCheck(struct devLaunch *L, uint64_t now)
 {
     if (L->graph) {
         launchWatch(L, now);
+        if (L->stopping && L->stopSince == 0)
+            L->stopSince = now;
+        /* Told to stop a timeout ago and still not ended: its last host node will not run (the
+         * context failed: the driver calls no host function after an error). */
+        if (L->stopping &&
+            now - L->stopSince >= (uint64_t)L->lanes[0].comm->timeoutSec * 1000000000ULL) {
+            L->running = 0;
+            launchRetire(L, CUL_SUCCESS,
+                         "the replay of a captured call did not end after it was told to stop: "
+                         "the CUDA context failed, or the GPU hangs");
+        }
         return;
     }
     cuContext_t saved = NULL;
@@ -789,7 +806,7 @@ static void launchCheck(struct devLaunch *L, uint64_t now)
     if (r == CUL_ERROR_NOT_READY)
         launchWatch(L, now);
     else
-        launchRetire(L, r);
+        launchRetire(L, r, NULL);
     if (saved != L->ctx)
         L->lib->ctxSetCurrent(saved);
 }
@@ -865,10 +882,12 @@ static loomResult_t launchCommsTake(struct devLaunch *L, cuStream_t stream)
         struct devexecComm *dc = NULL;
         struct loomComm *comm = L->lanes[at].comm;
         LOOMCHECK(commState(comm, L->lib, stream, &dc));
+        pthread_mutex_lock(&watchLock); /* a replay's first node takes them too */
         if (!dc->deviceOwns) {
             positionsMove(comm, dc, 1);
             dc->deviceOwns = 1;
         }
+        pthread_mutex_unlock(&watchLock);
     }
     return loomSuccess;
 }
@@ -900,24 +919,24 @@ static void replayBegin(void *arg)
 {
     struct devLaunch *L = arg;
     pthread_mutex_lock(&watchLock);
-    if (L->orphan) { /* blocks with no lanes: the kernel ends at once, touching no FIFO */
+    int broken = 0;
+    for (int i = 0; i < L->nlanes && !L->orphan; i++)
+        broken |= atomic_load(&L->lanes[i].comm->broken) != 0 ||
+                  atomic_load(&L->lanes[i].comm->abortFlag) != 0;
+    if (L->orphan || broken) { /* blocks with no lanes: the kernel ends at once, touching no FIFO */
         for (int b = 0; b < L->nblocks; b++)
             L->blocks[b].nlanes = 0; /* copied in after this node */
         __atomic_store_n(L->abort, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&watchLock);
-        WARN("a CUDA graph replayed a Loom call whose communicator was destroyed: the call did "
-             "nothing");
-        return;
+        return; /* a broken communicator's error is in loomCommGetAsyncError already */
     }
     if (L->running++ > 0) { /* two instances of the graph at once: both over one descriptor */
-        L->twice = 1;
         if (!L->stopping) {
             L->stopping = 1;
             L->stopErr = loomInvalidUsage;
             snprintf(L->stopWhy, sizeof(L->stopWhy),
                      "a captured Loom call was replayed while its last replay still ran (two "
-                     "instances of one CUDA graph launched at once, or the graph launched on "
-                     "two streams)");
+                     "instances of one CUDA graph launched at once)");
         }
         __atomic_store_n(L->abort, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&watchLock);
@@ -932,8 +951,10 @@ static void replayBegin(void *arg)
     }
     __atomic_store_n(L->abort, 0, __ATOMIC_RELEASE);
     memset(L->beats, 0, 2 * (size_t)L->nblocks * sizeof(uint64_t));
-    L->stopping = L->heard = L->done = L->deadSeen = L->twice = 0;
-    L->err = loomSuccess;
+    L->stopping = L->heard = L->done = L->deadSeen = 0;
+    L->deadProgress = L->stopSince = 0;
+    L->err = L->stopErr = loomSuccess;
+    L->why[0] = L->stopWhy[0] = '\0';
     L->progress = launchProgress(L);
     L->idleSince = L->lastLiveCheck = loomClockNs();
     launchCount(L);
@@ -949,7 +970,7 @@ static void replayEnd(void *arg)
     struct devLaunch *L = arg;
     pthread_mutex_lock(&watchLock);
     if (L->running > 0 && --L->running == 0)
-        launchRetire(L, CUL_SUCCESS);
+        launchRetire(L, CUL_SUCCESS, NULL);
     pthread_mutex_unlock(&watchLock);
 }
 
@@ -967,7 +988,12 @@ static void graphLaunchRelease(void *arg)
         pp = &(*pp)->nextGraph;
     if (*pp)
         *pp = L->nextGraph;
-    L->graph = L->orphan = L->running = 0;
+    if (L->running > 0) { /* its last replay never ended (see launchCheck) */
+        L->running = 0;
+        launchRetire(L, CUL_SUCCESS,
+                     "a CUDA graph was destroyed while a replay of a captured call had not ended");
+    }
+    L->graph = L->orphan = 0;
     L->next = freeLaunches;
     freeLaunches = L;
     pthread_mutex_unlock(&watchLock);
@@ -996,29 +1022,38 @@ static loomResult_t launchCapture(struct devLaunch *L, struct cudaExec *ex, cuSt
                             L->njoined + 1);
     LOOMCHECK(launchCommsTake(L, cudaPlanOwnStream(ex)));
     LOOMCHECK(descriptorFill(L));
+    pthread_mutex_lock(&watchLock);
+    loomResult_t err = watchStart();
+    pthread_mutex_unlock(&watchLock);
+    LOOMCHECK(err);
     cuUserObject_t obj = NULL;
     cuResult_t r =
         lib->userObjectCreate(&obj, L, graphLaunchRelease, 1, CUL_USER_OBJECT_NO_DESTRUCTOR_SYNC);
     if (r != CUL_SUCCESS)
         return cudaLibError(lib, r, "making a CUDA user object for a captured call");
+    /* From here the user object owns the launch: its destructor gives it back. */
     L->graph = 1;
     L->stream = NULL; /* replays report to the communicators (loomCommGetAsyncError) */
+    if ((r = lib->graphRetainUserObject(graph, obj, 1, CUL_GRAPH_USER_OBJECT_MOVE)) !=
+        CUL_SUCCESS) {
+        lib->userObjectRelease(obj, 1);
+        return cudaLibError(lib, r, "handing a captured call to its CUDA graph");
+    }
     pthread_mutex_lock(&watchLock);
     L->nextGraph = graphLaunches;
     graphLaunches = L;
-    loomResult_t err = watchStart();
     pthread_mutex_unlock(&watchLock);
-    /* From here the graph owns the launch: on a failure below it goes with the graph. */
-    if ((r = lib->graphRetainUserObject(graph, obj, 1, CUL_GRAPH_USER_OBJECT_MOVE)) != CUL_SUCCESS)
-        return cudaLibError(lib, r, "handing a captured call to its CUDA graph");
-    if (err != loomSuccess)
-        return err;
     if ((r = lib->launchHostFunc(cs, replayBegin, L)) != CUL_SUCCESS)
         return cudaLibError(lib, r, "capturing the host node that begins a replay");
-    LOOMCHECK(descriptorLaunch(L, ex, cs));
-    if ((r = lib->launchHostFunc(cs, replayEnd, L)) != CUL_SUCCESS)
-        return cudaLibError(lib, r, "capturing the host node that ends a replay");
-    return loomSuccess;
+    err = descriptorLaunch(L, ex, cs);
+    if (err == loomSuccess && (r = lib->launchHostFunc(cs, replayEnd, L)) != CUL_SUCCESS)
+        err = cudaLibError(lib, r, "capturing the host node that ends a replay");
+    if (err != loomSuccess) { /* the graph has the first node: its replays do nothing */
+        pthread_mutex_lock(&watchLock);
+        L->orphan = 1;
+        pthread_mutex_unlock(&watchLock);
+    }
+    return err;
 }
 
 /* The graph being captured on cs, or NULL when cs is not capturing. */
@@ -1137,8 +1172,10 @@ void devexecReclaim(struct loomComm *comm)
     if (dc == NULL || !dc->deviceOwns)
         return;
     settle(sameComm, comm);
+    pthread_mutex_lock(&watchLock); /* a replay's first node takes them too */
     positionsMove(comm, dc, 0);
     dc->deviceOwns = 0;
+    pthread_mutex_unlock(&watchLock);
 }
 
 void devexecSettle(const struct loomStream *s)
@@ -1151,11 +1188,11 @@ void devexecFree(struct loomComm *comm)
     struct devexecComm *dc = comm->devexec;
     if (dc == NULL)
         return;
-    settle(sameComm, comm); /* none is left: destroy waited for its pending operations */
-    pthread_mutex_lock(&watchLock);
+    pthread_mutex_lock(&watchLock); /* first: a replay that begins from here does nothing */
     for (struct devLaunch *L = graphLaunches; L; L = L->nextGraph)
-        L->orphan |= sameComm(L, comm); /* a later replay stops at once */
+        L->orphan |= sameComm(L, comm);
     pthread_mutex_unlock(&watchLock);
+    settle(sameComm, comm); /* none is left: destroy waited for its pending operations */
     comm->devexec = NULL;
     dc->lib->memFreeHost(dc->mem);
     dc->lib->memFree(dc->dmem);

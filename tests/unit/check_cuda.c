@@ -1106,10 +1106,12 @@ static int graphFnsGet(struct graphFns *g)
  * Captures CAPTURED calls on device buffers into a graph (global capture
  * mode, in which the fake refuses allocations from a thread that is not
  * relaxed): 98 AllReduces into slots 0-97 of `out`, and a group of a Max
- * AllReduce and a Broadcast from rank 1 into slots 98 and 99.
+ * AllReduce and a Broadcast from rank 1 into slots 98 and 99. A group with a
+ * call on `other`, a stream not captured, is refused in between, and the
+ * capture goes on.
  */
 static int captureCalls(int rank, loomComm_t comm, const struct graphFns *g, struct heldStream *h,
-                        void **graph)
+                        loomStream_t other, void **graph)
 {
     void *pi = (void *)(uintptr_t)h->in;
     int32_t *po = (int32_t *)(uintptr_t)h->out;
@@ -1119,6 +1121,15 @@ static int captureCalls(int rank, loomComm_t comm, const struct graphFns *g, str
         if (loomAllReduce(pi, po + k * N, N, loomInt32, loomSum, comm, h->s) != loomSuccess)
             return testRankFail(rank, 21, "AllReduce %d under capture: %s", k,
                                 loomGetLastError(NULL));
+    if (other != NULL) {
+        loomGroupStart();
+        loomAllReduce(pi, po, N, loomInt32, loomMax, comm, h->s);
+        loomBroadcast(pi, po + N, N, loomInt32, 1, comm, other);
+        if (loomGroupEnd() != loomInvalidUsage ||
+            !strstr(loomGetLastError(NULL), "all its calls are on the stream being captured"))
+            return testRankFail(rank, 24, "a group over two streams under capture: '%s'",
+                                loomGetLastError(NULL));
+    }
     loomGroupStart();
     loomAllReduce(pi, po + (CAPTURED - 2) * N, N, loomInt32, loomMax, comm, h->s);
     loomBroadcast(pi, po + (CAPTURED - 1) * N, N, loomInt32, 1, comm, h->s);
@@ -1182,8 +1193,14 @@ static int captureLaunchRank(int rank, int n, loomComm_t comm)
     if (lib->memcpyAsync(h.out, (cuDevPtr_t)(uintptr_t)out, CAPTURED * N * sizeof(*out), h.cs) ||
         lib->streamSynchronize(h.cs))
         return testRankFail(rank, 11, "zeroing the output failed");
-    if ((rc = captureCalls(rank, comm, &g, &h, &graph)) != 0)
+    cuStream_t ocs;
+    loomStream_t other;
+    if (lib->streamCreateWithPriority(&ocs, 0, 0) || loomStreamCreateCuda(&other, ocs))
+        return testRankFail(rank, 11, "a second stream: %s", loomGetLastError(NULL));
+    if ((rc = captureCalls(rank, comm, &g, &h, other, &graph)) != 0)
         return rc;
+    loomStreamDestroy(other);
+    lib->streamDestroy(ocs);
     if (lib->memcpyAsync((cuDevPtr_t)(uintptr_t)out, h.out, CAPTURED * N * sizeof(*out), h.cs) ||
         lib->streamSynchronize(h.cs) || out[0] != 0 || out[(CAPTURED - 1) * N + 1] != 0)
         return testRankFail(rank, 12, "a captured call ran at capture: out[0] = %d", out[0]);
@@ -1254,8 +1271,10 @@ END_TEST
  * A replay whose peer never replays: both ranks capture, rank 1 never
  * launches its graph. Rank 0's replay is stopped by the watchdog after
  * LOOM_TIMEOUT, its stream goes on, and the communicator's async error
- * says so. Then rank 0 destroys the communicator and replays again: the
- * call does nothing (its kernel stops at once) and nothing crashes.
+ * says so; the graph's other calls, on the broken communicator, do nothing
+ * (else each would wait out its own timeout: the replay would last until
+ * rank 1 leaves), and neither does a second replay. Then rank 0 destroys the communicator and
+ * replays again: the calls do nothing (their kernels end at once) and nothing crashes.
  */
 static int captureTimeoutRank(int rank, int n, loomComm_t comm)
 {
@@ -1272,17 +1291,22 @@ static int captureTimeoutRank(int rank, int n, loomComm_t comm)
     if (cudaFatbin(&fatbinBytes) == NULL)
         return 0;
     __atomic_store_n(h.flag, 1, __ATOMIC_RELEASE);
-    int rc = captureCalls(rank, comm, &g, &h, &graph);
+    int rc = captureCalls(rank, comm, &g, &h, NULL, &graph);
     if (rc != 0)
         return rc;
     if (rank == 1) {
-        sleep(5); /* never replays; leaves well after rank 0 gave up */
+        sleep(8); /* never replays; leaves well after rank 0 gave up */
         g.destroy(graph);
         return 0;
     }
+    double t0 = testNowSec();
     if (g.instantiate(&exec, graph, 0) != CUL_SUCCESS || g.launch(exec, h.cs) != CUL_SUCCESS ||
         lib->streamSynchronize(h.cs) != CUL_SUCCESS)
         return testRankFail(rank, 11, "the replay did not return");
+    /* Its first call timed out (1 s); had the others each waited out a timeout of their own,
+     * the replay would have lasted until rank 1 left (8 s). */
+    if (testNowSec() - t0 > 5)
+        return testRankFail(rank, 17, "the replay took %.1f s", testNowSec() - t0);
     loomResult_t async = loomSuccess;
     if (loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomTimeout)
         return testRankFail(rank, 12, "the async error is %d, not loomTimeout", async);
@@ -1291,6 +1315,11 @@ static int captureTimeoutRank(int rank, int n, loomComm_t comm)
     if (fakeCount("fakecudaInterpretThreads") != 0)
         return testRankFail(rank, 14, "%d threads of the kernel still run",
                             fakeCount("fakecudaInterpretThreads"));
+    if (g.launch(exec, h.cs) != CUL_SUCCESS || lib->streamSynchronize(h.cs) != CUL_SUCCESS ||
+        loomCommGetAsyncError(comm, &async) != loomSuccess || async != loomTimeout ||
+        strstr(loomGetLastError(comm), "rank 1") == NULL)
+        return testRankFail(rank, 16, "a replay on the broken communicator: %d, '%s'", async,
+                            loomGetLastError(comm));
     loomStreamDestroy(h.s);
     loomCommDestroy(comm);
     if (g.launch(exec, h.cs) != CUL_SUCCESS || lib->streamSynchronize(h.cs) != CUL_SUCCESS)

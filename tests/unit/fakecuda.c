@@ -38,11 +38,12 @@
  *     cuMemHostRegister) while a capture in global mode is under way, unless
  *     the calling thread swapped its mode to relaxed
  *     (cuThreadExchangeStreamCaptureMode). An instantiated graph launched on
- *     a stream queues copies of its nodes there. Host functions
- *     (cuLaunchHostFunc) run in stream order; user objects retained by a
- *     graph are released, and their destructors run on a thread of their
- *     own, once the graph and its instances are destroyed and their launches
- *     have ended;
+ *     a stream queues copies of its nodes there, after the instance's last
+ *     launch. Host functions (cuLaunchHostFunc) run in stream order; user
+ *     objects retained by a graph are released, and their destructors run on
+ *     a thread of their own, once the graph and its instances are destroyed
+ *     and their launches have ended; a host function or a destructor that
+ *     makes a CUDA call aborts the process (the driver refuses it);
  *   - FAKECUDA_NO_MEMOPS=1 refuses cuStreamWaitValue32 (not supported), so
  *     the library's fallback kernel runs; FAKECUDA_NO_DEVICE=1 fails cuInit;
  *     FAKECUDA_IPC_REFUSE=1 (read at each call, so a forked rank may set it
@@ -161,6 +162,21 @@ static int deviceCount = 1;
 static unsigned delayUs;
 static int noMemops;
 
+/*
+ * Host functions (cuLaunchHostFunc) and user objects' destructors may make no
+ * CUDA call: the driver refuses it (CUDA_ERROR_NOT_PERMITTED) or deadlocks.
+ * Here such a call aborts the process, so a test sees it.
+ */
+static __thread int inHostFn;
+#define NOT_IN_HOST_FN()                                                                           \
+    do {                                                                                           \
+        if (inHostFn) {                                                                            \
+            fprintf(stderr, "fakecuda: %s called from a host function or a destructor\n",          \
+                    __func__);                                                                     \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
 static int envInt(const char *name, int fallback)
 {
     const char *v = getenv(name);
@@ -184,6 +200,7 @@ EXPORT cuResult_t cuInit(unsigned int flags)
 
 EXPORT cuResult_t cuGetErrorString(cuResult_t res, const char **str)
 {
+    NOT_IN_HOST_FN();
     *str = res == CUL_SUCCESS ? "no error" : "fake CUDA error";
     return CUL_SUCCESS;
 }
@@ -242,12 +259,14 @@ EXPORT cuResult_t cuDevicePrimaryCtxRelease_v2(cuDevice_t dev)
 
 EXPORT cuResult_t cuCtxGetCurrent(cuContext_t *ctx)
 {
+    NOT_IN_HOST_FN();
     *ctx = current;
     return CUL_SUCCESS;
 }
 
 EXPORT cuResult_t cuCtxSetCurrent(cuContext_t ctx)
 {
+    NOT_IN_HOST_FN();
     current = ctx;
     return CUL_SUCCESS;
 }
@@ -316,6 +335,7 @@ static int captureForbids(void);
 
 EXPORT cuResult_t cuMemAlloc_v2(cuDevPtr_t *ptr, size_t bytes)
 {
+    NOT_IN_HOST_FN();
     if (current == NULL)
         return FAKE_ERROR_INVALID_CONTEXT;
     if (captureForbids())
@@ -340,6 +360,7 @@ static void rangeFree(struct range *r)
 
 EXPORT cuResult_t cuMemFree_v2(cuDevPtr_t ptr)
 {
+    NOT_IN_HOST_FN();
     struct range *r = rangeRemove((void *)(uintptr_t)ptr);
     if (r == NULL || r->kind != RANGE_DEVICE)
         return CUL_ERROR_INVALID_VALUE;
@@ -382,6 +403,7 @@ EXPORT cuResult_t cuMemHostUnregister(void *p)
 
 EXPORT cuResult_t cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
 {
+    NOT_IN_HOST_FN();
     void *mem = NULL;
     if (posix_memalign(&mem, 4096, bytes) != 0)
         return CUL_ERROR_INVALID_VALUE;
@@ -869,7 +891,9 @@ static void cmdRun(struct cmd *c)
         interpretRun(c->blocks, c->nblocks, c->nthreads);
         break;
     case CMD_HOST:
+        inHostFn = 1;
         c->fn(c->userData);
+        inHostFn = 0;
         break;
     }
 }
@@ -1021,6 +1045,7 @@ static int captureBroken(struct cuStreamOpaque *s)
 
 EXPORT cuResult_t cuStreamSynchronize(cuStream_t h)
 {
+    NOT_IN_HOST_FN();
     if (streamOf(h) && captureBroken(streamOf(h)))
         return FAKE_ERROR_CAPTURE_UNSUPPORTED;
     streamDrain(streamOf(h));
@@ -1107,6 +1132,7 @@ EXPORT cuResult_t cuStreamEndCapture(cuStream_t h, cuGraph_t *graph)
 
 EXPORT cuResult_t cuStreamIsCapturing(cuStream_t h, int *status)
 {
+    NOT_IN_HOST_FN();
     struct cuStreamOpaque *s = streamOf(h);
     if (s == NULL)
         return CUL_ERROR_INVALID_VALUE;
@@ -1119,6 +1145,7 @@ EXPORT cuResult_t cuStreamIsCapturing(cuStream_t h, int *status)
 EXPORT cuResult_t cuStreamGetCaptureInfo_v2(cuStream_t h, int *status, uint64_t *id,
                                             cuGraph_t *graph, const void **deps, size_t *ndeps)
 {
+    NOT_IN_HOST_FN();
     struct cuStreamOpaque *s = streamOf(h);
     if (s == NULL)
         return CUL_ERROR_INVALID_VALUE;
@@ -1138,6 +1165,7 @@ EXPORT cuResult_t cuStreamGetCaptureInfo_v2(cuStream_t h, int *status, uint64_t 
 
 EXPORT cuResult_t cuLaunchHostFunc(cuStream_t h, cuHostFn_t fn, void *userData)
 {
+    NOT_IN_HOST_FN();
     struct cmd *c = calloc(1, sizeof(*c));
     if (c == NULL || fn == NULL) {
         free(c);
@@ -1154,7 +1182,9 @@ EXPORT cuResult_t cuLaunchHostFunc(cuStream_t h, cuHostFn_t fn, void *userData)
 static void *userObjectDestroy(void *arg)
 {
     struct cuUserObjectOpaque *o = arg;
+    inHostFn = 1;
     o->destroy(o->ptr);
+    inHostFn = 0;
     free(o);
     return NULL;
 }
@@ -1271,12 +1301,22 @@ EXPORT cuResult_t cuGraphInstantiateWithFlags(cuGraph_t *exec, cuGraph_t g,
     return CUL_SUCCESS;
 }
 
-/* Queues a copy of each node on the stream, in order. */
+/* Queues a copy of each node on the stream, in order, after the instance's last launch. */
 EXPORT cuResult_t cuGraphLaunch(cuGraph_t exec, cuStream_t h)
 {
     struct cuStreamOpaque *s = streamOf(h);
     if (exec == NULL || s == NULL)
         return CUL_ERROR_INVALID_VALUE;
+    if (exec->lastStream && exec->lastStream != s) { /* after the instance's last launch */
+        struct cmd *w = calloc(1, sizeof(*w));
+        if (w == NULL)
+            return CUL_ERROR_INVALID_VALUE;
+        w->kind = CMD_WAIT_EVENT;
+        w->event = (struct cuEventOpaque){exec->lastStream, exec->lastTicket};
+        cuResult_t r = enqueue(h, w);
+        if (r != CUL_SUCCESS)
+            return r;
+    }
     for (struct cmd *c = exec->head; c; c = c->next) {
         struct cmd *copy = malloc(sizeof(*copy));
         if (copy == NULL)
@@ -1309,6 +1349,7 @@ EXPORT int fakecudaLastCapture(void)
 
 EXPORT cuResult_t cuStreamQuery(cuStream_t h)
 {
+    NOT_IN_HOST_FN();
     struct cuStreamOpaque *s = streamOf(h);
     if (s && captureBroken(s))
         return FAKE_ERROR_CAPTURE_UNSUPPORTED;
@@ -1328,6 +1369,7 @@ EXPORT cuResult_t cuStreamGetCtx(cuStream_t h, cuContext_t *ctx)
 
 EXPORT cuResult_t cuCtxSynchronize(void)
 {
+    NOT_IN_HOST_FN();
     pthread_mutex_lock(&streamsLock);
     int n = 0;
     struct cuStreamOpaque *list[256];
@@ -1374,6 +1416,7 @@ EXPORT cuResult_t cuEventDestroy_v2(cuEvent_t e)
 
 EXPORT cuResult_t cuEventRecord(cuEvent_t e, cuStream_t h)
 {
+    NOT_IN_HOST_FN();
     struct cuStreamOpaque *s = streamOf(h);
     pthread_mutex_lock(&s->lock);
     if (s->capturing) { /* a node of the graph: the event itself is not recorded now */
@@ -1389,6 +1432,7 @@ EXPORT cuResult_t cuEventRecord(cuEvent_t e, cuStream_t h)
 
 EXPORT cuResult_t cuEventQuery(cuEvent_t e)
 {
+    NOT_IN_HOST_FN();
     if (e->stream == NULL || streamDone(e->stream) >= e->ticket)
         return CUL_SUCCESS;
     return CUL_ERROR_NOT_READY;
@@ -1403,6 +1447,7 @@ EXPORT cuResult_t cuEventSynchronize(cuEvent_t e)
 
 EXPORT cuResult_t cuStreamWaitEvent(cuStream_t h, cuEvent_t e, unsigned int flags)
 {
+    NOT_IN_HOST_FN();
     (void)flags;
     struct cmd *c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -1414,6 +1459,7 @@ EXPORT cuResult_t cuStreamWaitEvent(cuStream_t h, cuEvent_t e, unsigned int flag
 
 EXPORT cuResult_t cuMemcpyAsync(cuDevPtr_t dst, cuDevPtr_t src, size_t bytes, cuStream_t h)
 {
+    NOT_IN_HOST_FN();
     char *d = translate((void *)(uintptr_t)dst, bytes, 0);
     const char *s = translate((void *)(uintptr_t)src, bytes, 0);
     if (bytes > 0 && (d == NULL || s == NULL))
@@ -1552,6 +1598,7 @@ EXPORT cuResult_t cuLaunchKernel(cuFunction_t f, unsigned int gx, unsigned int g
                                  unsigned int sharedBytes, cuStream_t h, void **params,
                                  void **extra)
 {
+    NOT_IN_HOST_FN();
     (void)gy, (void)gz, (void)by, (void)bz, (void)sharedBytes, (void)extra;
     if (gx == 0 || bx == 0 || bx > 1024)
         return CUL_ERROR_INVALID_VALUE;
