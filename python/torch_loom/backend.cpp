@@ -13,10 +13,12 @@
  * Asynchrony: each backend owns one worker thread that runs the queued
  * operations in issue order, each a blocking Loom call (NULL stream) on that
  * thread, and completes the operation's Work (and its Future) when the call
- * returns. A caller that waits (Work::wait) for the next queued operation
- * before the worker took it runs it itself (runHere): a synchronous call
- * then costs no thread hand-off. Deviation from "a Loom host stream per process group": a Loom host
- * stream is also an ordered queue on a thread of its own, but it reports
+ * returns. A synchronous operation (opts.asyncOp false: torch >= 2.6 says
+ * the caller waits at once) with nothing queued before it runs at once on
+ * the caller's thread (submit), and a caller that waits (Work::wait) for
+ * the next queued operation before the worker took it runs it itself
+ * (runHere): such calls cost no thread hand-off. Deviation from "a Loom host stream per process
+ * group": a Loom host stream is also an ordered queue on a thread of its own, but it reports
  * completion and errors only for the whole stream (loomStreamQuery /
  * loomStreamSynchronize), while c10d needs them per operation; a worker of
  * our own gives both, with Loom's error line for the operation that met it.
@@ -74,6 +76,20 @@ const char *kName = "loom";
  */
 using Finish = std::function<void()>;
 using Job = std::function<Finish(loomStream_t)>;
+
+/*
+ * Whether the caller goes on before the operation ends: torch >= 2.6 says
+ * so in the options (dist.all_reduce without async_op waits at once); for
+ * an older torch, every operation is taken as asynchronous.
+ */
+template <typename O> auto asyncOf(const O &o, int) -> decltype(bool(o.asyncOp))
+{
+    return o.asyncOp;
+}
+template <typename O> bool asyncOf(const O &, long)
+{
+    return true;
+}
 
 /* One Finish that runs each of fins in order. */
 Finish all(std::vector<Finish> fins)
@@ -343,7 +359,7 @@ class BackendLoom : public c10d::Backend {
         checkRoot(opts.rootRank, "broadcast");
         TORCH_CHECK(opts.rootTensor == 0, "torch_loom: broadcast: rootTensor must be 0");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::BROADCAST, {t}, [this, t, root](loomStream_t s) {
+        return enqueue(OpType::BROADCAST, asyncOf(opts, 0), {t}, [this, t, root](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
             Wire w = moveWire(d->buf);
             check(loomBroadcast(d->ptr(), d->ptr(), w.count, w.type, root, comm_, s), "broadcast");
@@ -357,12 +373,13 @@ class BackendLoom : public c10d::Backend {
         const at::Tensor &t = one(tensors, "allreduce");
         loomDataType_t type = reduceTypeOf(t, "allreduce");
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce");
-        return enqueue(OpType::ALLREDUCE, {t}, [this, t, type, op](loomStream_t s) {
-            auto d = std::make_shared<Dense>(t);
-            check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, s),
-                  "allreduce");
-            return Finish([d] { d->writeBack(); });
-        });
+        return enqueue(
+            OpType::ALLREDUCE, asyncOf(opts, 0), {t}, [this, t, type, op](loomStream_t s) {
+                auto d = std::make_shared<Dense>(t);
+                check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, s),
+                      "allreduce");
+                return Finish([d] { d->writeBack(); });
+            });
     }
 
     /* Flattened into one buffer: one AllReduce for all of them. */
@@ -381,22 +398,23 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce_coalesced");
         std::vector<at::Tensor> ts = tensors;
-        return enqueue(OpType::ALLREDUCE_COALESCED, ts, [this, ts, type, op](loomStream_t s) {
-            std::vector<at::Tensor> flat;
-            for (auto &t : ts)
-                flat.push_back(t.reshape({-1}));
-            at::Tensor buf = at::cat(flat);
-            check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(), type, op,
-                                comm_, s),
-                  "allreduce_coalesced");
-            return Finish([ts, buf] {
-                int64_t off = 0;
-                for (auto &t : ts) {
-                    t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
-                    off += t.numel();
-                }
-            });
-        });
+        return enqueue(OpType::ALLREDUCE_COALESCED, asyncOf(opts, 0), ts,
+                       [this, ts, type, op](loomStream_t s) {
+                           std::vector<at::Tensor> flat;
+                           for (auto &t : ts)
+                               flat.push_back(t.reshape({-1}));
+                           at::Tensor buf = at::cat(flat);
+                           check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(),
+                                               type, op, comm_, s),
+                                 "allreduce_coalesced");
+                           return Finish([ts, buf] {
+                               int64_t off = 0;
+                               for (auto &t : ts) {
+                                   t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+                                   off += t.numel();
+                               }
+                           });
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
@@ -408,26 +426,27 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(t, "reduce");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce");
         int root = (int)opts.rootRank;
-        return enqueue(OpType::REDUCE, {t}, [this, t, type, op, root](loomStream_t s) {
-            auto d = std::make_shared<Dense>(t);
-            check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, s),
-                  "reduce");
-            return Finish([this, d, root] {
-                if (root == rank_)
-                    d->writeBack();
+        return enqueue(
+            OpType::REDUCE, asyncOf(opts, 0), {t}, [this, t, type, op, root](loomStream_t s) {
+                auto d = std::make_shared<Dense>(t);
+                check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, s),
+                      "reduce");
+                return Finish([this, d, root] {
+                    if (root == rank_)
+                        d->writeBack();
+                });
             });
-        });
     }
 
     c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
                                              std::vector<at::Tensor> &inputs,
-                                             const c10d::AllgatherOptions &) override
+                                             const c10d::AllgatherOptions &opts) override
     {
         const at::Tensor &in = one(inputs, "allgather");
         TORCH_CHECK(outputs.size() == 1, "torch_loom: allgather: one output list per process");
         std::vector<at::Tensor> outs = outputs[0];
         sameShapes(outs, in, "allgather");
-        return enqueue(OpType::ALLGATHER, outs, [this, in, outs](loomStream_t s) {
+        return enqueue(OpType::ALLGATHER, asyncOf(opts, 0), outs, [this, in, outs](loomStream_t s) {
             at::Tensor src = in.contiguous();
             at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
             Wire w = moveWire(src);
@@ -441,19 +460,19 @@ class BackendLoom : public c10d::Backend {
     }
 
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &out, at::Tensor &in,
-                                                   const c10d::AllgatherOptions &) override
+                                                   const c10d::AllgatherOptions &opts) override
     {
         checkTensor(in, "_allgather_base");
         checkTensor(out, "_allgather_base");
         checkFlat(out, in, size_, "_allgather_base (all_gather_into_tensor)");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_ALLGATHER_BASE, {o},
+        return enqueue(OpType::_ALLGATHER_BASE, asyncOf(opts, 0), {o},
                        [this, o, i](loomStream_t s) { return gatherInto(o, i, s); });
     }
 
     c10::intrusive_ptr<c10d::Work>
     allgather_into_tensor_coalesced(std::vector<at::Tensor> &outs, std::vector<at::Tensor> &ins,
-                                    const c10d::AllgatherOptions &) override
+                                    const c10d::AllgatherOptions &opts) override
     {
         TORCH_CHECK(outs.size() == ins.size(),
                     "torch_loom: allgather_into_tensor_coalesced: as many outputs as inputs");
@@ -463,12 +482,13 @@ class BackendLoom : public c10d::Backend {
             checkFlat(outs[k], ins[k], size_, "allgather_into_tensor_coalesced");
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, o, [this, o, i](loomStream_t s) {
-            std::vector<Finish> fins;
-            for (size_t k = 0; k < i.size(); k++)
-                fins.push_back(gatherInto(o[k], i[k], s));
-            return all(std::move(fins));
-        });
+        return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, asyncOf(opts, 0), o,
+                       [this, o, i](loomStream_t s) {
+                           std::vector<Finish> fins;
+                           for (size_t k = 0; k < i.size(); k++)
+                               fins.push_back(gatherInto(o[k], i[k], s));
+                           return all(std::move(fins));
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -481,17 +501,18 @@ class BackendLoom : public c10d::Backend {
         sameShapes(ins, out, "reduce_scatter");
         loomDataType_t type = reduceTypeOf(out, "reduce_scatter");
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter");
-        return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, type, op](loomStream_t s) {
-            std::vector<at::Tensor> flat;
-            for (auto &t : ins)
-                flat.push_back(t.reshape({-1}));
-            at::Tensor all = at::cat(flat);
-            auto d = std::make_shared<Dense>(out);
-            check(loomReduceScatter(all.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_,
-                                    s),
-                  "reduce_scatter");
-            return Finish([d, all] { d->writeBack(); });
-        });
+        return enqueue(OpType::REDUCE_SCATTER, asyncOf(opts, 0), {out},
+                       [this, out, ins, type, op](loomStream_t s) {
+                           std::vector<at::Tensor> flat;
+                           for (auto &t : ins)
+                               flat.push_back(t.reshape({-1}));
+                           at::Tensor all = at::cat(flat);
+                           auto d = std::make_shared<Dense>(out);
+                           check(loomReduceScatter(all.data_ptr(), d->ptr(), (size_t)out.numel(),
+                                                   type, op, comm_, s),
+                                 "reduce_scatter");
+                           return Finish([d, all] { d->writeBack(); });
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -504,9 +525,9 @@ class BackendLoom : public c10d::Backend {
         loomDataType_t type = reduceTypeOf(out, "_reduce_scatter_base");
         loomRedOp_t op = redOp(opts.reduceOp, "_reduce_scatter_base");
         at::Tensor o = out, i = in;
-        return enqueue(OpType::_REDUCE_SCATTER_BASE, {o}, [this, o, i, type, op](loomStream_t s) {
-            return scatterFrom(o, i, type, op, s);
-        });
+        return enqueue(
+            OpType::_REDUCE_SCATTER_BASE, asyncOf(opts, 0), {o},
+            [this, o, i, type, op](loomStream_t s) { return scatterFrom(o, i, type, op, s); });
     }
 
     c10::intrusive_ptr<c10d::Work>
@@ -524,7 +545,7 @@ class BackendLoom : public c10d::Backend {
         }
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter_tensor_coalesced");
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, o,
+        return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, asyncOf(opts, 0), o,
                        [this, o, i, types, op](loomStream_t s) {
                            std::vector<Finish> fins;
                            for (size_t k = 0; k < i.size(); k++)
@@ -536,7 +557,7 @@ class BackendLoom : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &out, at::Tensor &in,
                                                  std::vector<int64_t> &outSplits,
                                                  std::vector<int64_t> &inSplits,
-                                                 const c10d::AllToAllOptions &) override
+                                                 const c10d::AllToAllOptions &opts) override
     {
         checkTensor(in, "alltoall_base");
         checkTensor(out, "alltoall_base");
@@ -549,14 +570,15 @@ class BackendLoom : public c10d::Backend {
         splitCounts(in, inSplits, "input", &sc, &sd);
         splitCounts(out, outSplits, "output", &rc, &rd);
         at::Tensor o = out, i = in;
-        return enqueue(OpType::ALLTOALL_BASE, {o}, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
-            return exchange(o, i, sc, sd, rc, rd, "alltoall_base", s);
-        });
+        return enqueue(OpType::ALLTOALL_BASE, asyncOf(opts, 0), {o},
+                       [this, o, i, sc, sd, rc, rd](loomStream_t s) {
+                           return exchange(o, i, sc, sd, rc, rd, "alltoall_base", s);
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outs,
                                             std::vector<at::Tensor> &ins,
-                                            const c10d::AllToAllOptions &) override
+                                            const c10d::AllToAllOptions &opts) override
     {
         TORCH_CHECK(outs.size() == (size_t)size_ && ins.size() == (size_t)size_,
                     "torch_loom: alltoall: input and output lists need one tensor per rank (",
@@ -579,26 +601,29 @@ class BackendLoom : public c10d::Backend {
             ro += (size_t)outs[r].numel();
         }
         std::vector<at::Tensor> o = outs, i = ins;
-        return enqueue(OpType::ALLTOALL, o, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
-            std::vector<at::Tensor> flat;
-            for (auto &t : i)
-                flat.push_back(t.reshape({-1}));
-            at::Tensor src = at::cat(flat);
-            at::Tensor dst = at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
-            Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall", s);
-            return Finish([this, o, dst, rc, rd, fin] {
-                fin();
-                for (int r = 0; r < size_; r++)
-                    o[r].copy_(dst.narrow(0, (int64_t)rd[r], (int64_t)rc[r]).view(o[r].sizes()));
+        return enqueue(
+            OpType::ALLTOALL, asyncOf(opts, 0), o, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
+                std::vector<at::Tensor> flat;
+                for (auto &t : i)
+                    flat.push_back(t.reshape({-1}));
+                at::Tensor src = at::cat(flat);
+                at::Tensor dst =
+                    at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
+                Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall", s);
+                return Finish([this, o, dst, rc, rd, fin] {
+                    fin();
+                    for (int r = 0; r < size_; r++)
+                        o[r].copy_(
+                            dst.narrow(0, (int64_t)rd[r], (int64_t)rc[r]).view(o[r].sizes()));
+                });
             });
-        });
     }
 
     c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int) override
     {
         const at::Tensor &t = one(tensors, "send");
         checkPeer(dst, "send");
-        return enqueue(OpType::SEND, {t}, [this, t, dst](loomStream_t s) {
+        return enqueue(OpType::SEND, true, {t}, [this, t, dst](loomStream_t s) {
             at::Tensor c = t.contiguous();
             Wire w = moveWire(c);
             check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, s), "send");
@@ -610,7 +635,7 @@ class BackendLoom : public c10d::Backend {
     {
         const at::Tensor &t = one(tensors, "recv");
         checkPeer(src, "recv");
-        return enqueue(OpType::RECV, {t}, [this, t, src](loomStream_t s) {
+        return enqueue(OpType::RECV, true, {t}, [this, t, src](loomStream_t s) {
             auto d = std::make_shared<Dense>(t);
             Wire w = moveWire(d->buf);
             check(loomRecv(d->ptr(), w.count, w.type, src, comm_, s), "recv");
@@ -786,9 +811,9 @@ class BackendLoom : public c10d::Backend {
         return r;
     }
 
-    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override
     {
-        return enqueue(OpType::BARRIER, {}, [this](loomStream_t s) {
+        return enqueue(OpType::BARRIER, asyncOf(opts, 0), {}, [this](loomStream_t s) {
             auto one = std::make_shared<uint8_t>(0);
             check(loomAllReduce(one.get(), one.get(), 1, loomUint8, loomMax, comm_, s), "barrier");
             return Finish([one] {});
@@ -868,7 +893,8 @@ class BackendLoom : public c10d::Backend {
      * operation of a batch returns the batch's Work (the one endCoalescing
      * returns): it completes when the whole batch has.
      */
-    c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs, Job fn)
+    c10::intrusive_ptr<c10d::Work> enqueue(OpType type, bool async, std::vector<at::Tensor> outputs,
+                                           Job fn)
     {
         c10::Device dev = outputs.empty() ? c10::Device(c10::DeviceType::CPU) : outputs[0].device();
         {
@@ -887,16 +913,28 @@ class BackendLoom : public c10d::Backend {
         auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs), self());
         std::vector<Job> jobs;
         jobs.push_back(std::move(fn));
-        submit(work, std::move(jobs), false);
+        submit(work, std::move(jobs), false, async);
         return work;
     }
-    void submit(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> jobs, bool grouped)
+    /*
+     * Queues a task for the worker. A synchronous one (the caller waits at
+     * once) with nothing queued or running before it runs here and now, on
+     * the caller's thread: no thread is woken for it.
+     */
+    void submit(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> jobs, bool grouped,
+                bool async = true)
     {
         {
-            std::lock_guard<std::mutex> g(m_);
+            std::unique_lock<std::mutex> g(m_);
             TORCH_CHECK(!stop_ && comm_, "torch_loom: the process group was shut down");
             queue_.push_back(Task{work, std::move(jobs), grouped});
             busy_++;
+            if (!async && !running_ && queue_.size() == 1) {
+                Task job = take();
+                g.unlock();
+                execute(job);
+                return;
+            }
         }
         cv_.notify_one();
     }
@@ -1029,13 +1067,16 @@ class BackendLoom : public c10d::Backend {
             }
             job.work->complete(e);
         }
+        bool more;
         {
             std::lock_guard<std::mutex> g(m_);
             running_ = false;
             busy_--;
+            more = stop_ || !queue_.empty();
         }
         idle_.notify_all();
-        cv_.notify_one(); /* the worker, if a caller ran this task */
+        if (more)
+            cv_.notify_one(); /* the worker, if a caller ran this task */
     }
 
     void stopWorker()
