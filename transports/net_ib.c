@@ -17,6 +17,14 @@
  *   recv completion: credit = head' + STEPS  <--- SEND_WITH_IMM(imm = head') after the executor
  * reads
  *
+ * Failures travel too. A rank that stops on an error tells its peers (net.c,
+ * netNotifyPeer): the notice is an RDMA write with immediate from the recv
+ * connection's queue pair into an inbox the peer's send connection named in
+ * its record, and its completion there (a write, where credits are sends)
+ * hands it to net.c. A dead peer is found by writing to it: every peer's
+ * channel-0 send queue pair carries a zero-byte probe every 100 ms, which
+ * fails once the retries to a queue pair that is gone run out (postProbe).
+ *
  * Both ends' FIFO memory is registered through the registration cache
  * (net_ib_util.c). Queue pair numbers, PSNs, LID, GID (RoCE: the entry
  * LOOM_IB_GID_INDEX of the port's table), slot address and rkey travel in
@@ -53,8 +61,12 @@
 #define IB_CQ_BATCH 16
 #define IB_STASH 64
 #define IB_REG_CACHE 1024
+/* How often a peer's liveness is probed (one zero-byte write on its channel-0 send QP). */
+#define IB_PROBE_NS 100000000ULL
 
-enum { IB_WR_DATA = 0, IB_WR_CREDIT = 1, IB_WR_RECV = 2 };
+/* A work request's id: the connection's index, then its kind in the low IB_WR_BITS. */
+enum { IB_WR_DATA, IB_WR_CREDIT, IB_WR_RECV, IB_WR_PROBE, IB_WR_NOTICE };
+#define IB_WR_BITS 3
 
 struct ibConn {
     struct netConn *nc;
@@ -67,6 +79,8 @@ struct ibConn {
     uint64_t completed;  /* send: writes acknowledged; recv: messages landed */
     int creditsInFlight; /* recv: credit sends not yet completed */
     int failed;          /* a work completion failed: its status */
+    uint64_t probedAt;   /* send, channel 0: when the last liveness probe was posted */
+    int probing;         /* send, channel 0: a probe is in flight */
 };
 
 struct ibState {
@@ -85,7 +99,15 @@ struct ibState {
     int nstash;
     int armed;
     int watched; /* the proxy watches the completion channel (attach runs at every connect) */
+    /* Failure notices: per peer an inbox (its notices land there) and an outbox. */
+    uint8_t *notices; /* [nranks][2][NET_NOTICE_MAX_BYTES] */
+    struct ibv_mr *noticeMr;
 };
+
+static uint8_t *noticeBox(const struct ibState *st, int peer, int outbox)
+{
+    return st->notices + ((size_t)peer * 2 + (size_t)outbox) * NET_NOTICE_MAX_BYTES;
+}
 
 /* ---- the device, probed once per process ---- */
 
@@ -231,7 +253,9 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
                             ic->nc->peer, strerror(errno));
     struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS,
                             .timeout = 14,
-                            .retry_cnt = 7,
+                            /* 7 is "retry forever" to soft-RoCE, which then never
+                               reports a dead peer (postProbe); 6 is one retry short */
+                            .retry_cnt = 6,
                             .rnr_retry = 7,
                             .sq_psn = ic->psn,
                             .max_rd_atomic = 1};
@@ -243,14 +267,14 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
     return loomSuccess;
 }
 
-static int connIndex(const struct ibState *st, const struct ibConn *ic)
+static uint64_t wrId(const struct ibState *st, const struct ibConn *ic, int kind)
 {
-    return (int)(ic - st->conns);
+    return (uint64_t)(ic - st->conns) << IB_WR_BITS | (uint64_t)kind;
 }
 
 static int postRecv(struct ibState *st, struct ibConn *ic)
 {
-    struct ibv_recv_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_RECV}, *bad;
+    struct ibv_recv_wr wr = {.wr_id = wrId(st, ic, IB_WR_RECV)}, *bad;
     return ibv_post_recv(ic->qp, &wr, &bad);
 }
 
@@ -320,6 +344,9 @@ static void ibTeardown(void *state)
     }
     if (st->cacheReady)
         ibRegCacheDestroy(&st->cache);
+    if (st->noticeMr)
+        ibv_dereg_mr(st->noticeMr);
+    free(st->notices);
     if (st->cq)
         ibv_destroy_cq(st->cq);
     if (st->channel)
@@ -346,9 +373,18 @@ static loomResult_t ibInit(struct loomComm *comm, void **state, void *pub)
     st->comm = comm;
     st->cap = 2 * comm->nChannels * comm->nranks;
     st->conns = calloc((size_t)st->cap, sizeof(*st->conns));
-    if (st->conns == NULL)
+    size_t noticeBytes = (size_t)comm->nranks * 2 * NET_NOTICE_MAX_BYTES;
+    st->notices = calloc(1, noticeBytes);
+    if (st->conns == NULL || st->notices == NULL)
         return loomSetError(loomSystemError, "NET/IB: out of memory");
-    return ibOpen(st, st->cap);
+    LOOMCHECK(ibOpen(st, st->cap));
+    st->noticeMr = ibv_reg_mr(st->pd, st->notices, noticeBytes,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (st->noticeMr == NULL)
+        return loomSetError(loomSystemError,
+                            "NET/IB: cannot register %zu bytes for failure notices with %s: %s",
+                            noticeBytes, probeDev, strerror(errno));
+    return loomSuccess;
 }
 
 /* The connections to one peer: their queue pairs, and this end's records of them. */
@@ -372,8 +408,10 @@ static loomResult_t ibConnectStart(void *state, struct netConn **conns, int n, c
                                   .qpn = ic->qp->qp_num,
                                   .psn = ic->psn,
                                   .mtu = (uint8_t)st->port.active_mtu,
-                                  .addr = nc->isSend ? 0 : (uint64_t)(uintptr_t)nc->slots,
-                                  .rkey = nc->isSend ? 0 : ic->reg->rkey,
+                                  .addr =
+                                      (uint64_t)(uintptr_t)(nc->isSend ? noticeBox(st, nc->peer, 0)
+                                                                       : (uint8_t *)nc->slots),
+                                  .rkey = nc->isSend ? st->noticeMr->rkey : ic->reg->rkey,
                                   .slotBytes = (uint32_t)nc->slotBytes};
         memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
         ibConnEncode(&info, (uint8_t *)record + recordAt(nc->channel, nc->isSend));
@@ -399,7 +437,8 @@ static loomResult_t ibConnectFinish(void *state, struct netConn **conns, int n, 
         ic->remoteAddr = peer.addr;
         ic->rkey = peer.rkey;
         LOOMCHECK(qpConnect(st, ic, &peer));
-        for (int k = 0; k < LOOM_STEPS; k++)
+        /* A send connection takes credits (at most LOOM_STEPS in flight) and one notice. */
+        for (int k = 0; k < LOOM_STEPS + nc->isSend; k++)
             if (postRecv(st, ic) != 0)
                 return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s", strerror(errno));
     }
@@ -414,10 +453,20 @@ static loomResult_t ibConnectFinish(void *state, struct netConn **conns, int n, 
 
 /* ---- progress ---- */
 
+/* A notice landed in the peer's inbox (on c, a send connection): net.c posts it. */
+static void noticeArrived(struct ibState *st, struct netConn *c, uint32_t len)
+{
+    if (len <= NET_NOTICE_MAX_BYTES &&
+        netNoticeDecode(noticeBox(st, c->peer, 0), len, &c->notice) == 0)
+        c->noticeIn = 1;
+}
+
 static void complete(struct ibState *st, const struct ibv_wc *wc)
 {
-    struct ibConn *ic = &st->conns[wc->wr_id >> 2];
-    int kind = (int)(wc->wr_id & 3);
+    struct ibConn *ic = &st->conns[wc->wr_id >> IB_WR_BITS];
+    int kind = (int)(wc->wr_id & ((1u << IB_WR_BITS) - 1));
+    if (kind == IB_WR_PROBE)
+        ic->probing = 0;
     if (wc->status != IBV_WC_SUCCESS) {
         ic->failed = wc->status;
         return;
@@ -426,8 +475,13 @@ static void complete(struct ibState *st, const struct ibv_wc *wc)
         ic->completed++;
     } else if (kind == IB_WR_CREDIT) {
         ic->creditsInFlight--;
-    } else if (ic->nc->isSend) { /* a credit arrived */
-        ic->head = netCounterExpand(ic->head, ntohl(wc->imm_data));
+    } else if (kind == IB_WR_PROBE || kind == IB_WR_NOTICE) {
+        /* nothing to count */
+    } else if (ic->nc->isSend) { /* a credit or a notice arrived */
+        if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+            noticeArrived(st, ic->nc, ntohl(wc->imm_data));
+        else
+            ic->head = netCounterExpand(ic->head, ntohl(wc->imm_data));
         postRecv(st, ic);
     } else { /* a message landed */
         uint32_t bytes = ntohl(wc->imm_data);
@@ -439,6 +493,7 @@ static void complete(struct ibState *st, const struct ibv_wc *wc)
     }
 }
 
+/* Takes the completions ibBeforeSleep stashed, then those on the CQ, in order. */
 static void pollCq(struct ibState *st)
 {
     struct ibv_wc wc[IB_CQ_BATCH];
@@ -483,7 +538,7 @@ static int postWrites(struct ibState *st, struct ibConn *ic)
         uint32_t bytes = (uint32_t)nc->fifo->bytes[slot];
         struct ibv_sge sge = {(uint64_t)(uintptr_t)(nc->slots + (size_t)slot * nc->slotBytes),
                               bytes, ic->reg->lkey};
-        struct ibv_send_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_DATA,
+        struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_DATA),
                                  .sg_list = &sge,
                                  .num_sge = bytes ? 1 : 0,
                                  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -504,7 +559,7 @@ static int postCredit(struct ibState *st, struct ibConn *ic)
     uint64_t head = atomic_load_explicit(&ic->nc->fifo->head, memory_order_acquire);
     if (head == ic->head || ic->creditsInFlight >= LOOM_STEPS)
         return 0;
-    struct ibv_send_wr wr = {.wr_id = (uint64_t)connIndex(st, ic) << 2 | IB_WR_CREDIT,
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_CREDIT),
                              .num_sge = 0,
                              .opcode = IBV_WR_SEND_WITH_IMM,
                              .send_flags = IBV_SEND_SIGNALED,
@@ -514,6 +569,34 @@ static int postCredit(struct ibState *st, struct ibConn *ic)
         return errno;
     ic->head = head;
     ic->creditsInFlight++;
+    return 0;
+}
+
+/*
+ * A peer's death shows on InfiniBand only when something is sent to it: a
+ * write to a queue pair that is gone is retried, then fails (after about
+ * LOOM_IB_TIMEOUT's interval times LOOM_IB_RETRY_CNT + 1). A rank that only
+ * waits to receive would sit to LOOM_TIMEOUT; so every peer's channel-0
+ * send queue pair carries a zero-byte write (no immediate: the peer sees
+ * nothing) every IB_PROBE_NS, and its failure marks the link lost, as a
+ * closed socket does over TCP.
+ */
+static int postProbe(struct ibState *st, struct ibConn *ic)
+{
+    uint64_t now = loomClockNs();
+    if (ic->probing || now - ic->probedAt < IB_PROBE_NS)
+        return 0;
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_PROBE),
+                             .num_sge = 0,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    wr.wr.rdma.remote_addr = ic->remoteAddr;
+    wr.wr.rdma.rkey = ic->rkey;
+    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+        return errno;
+    ic->probedAt = now;
+    ic->probing = 1;
     return 0;
 }
 
@@ -546,6 +629,8 @@ static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
     struct ibConn *ic = c->priv;
     drainCq(st);
     int err = c->isSend ? postWrites(st, ic) : postCredit(st, ic);
+    if (err == 0 && !ic->failed && c->isSend && c->channel == 0)
+        err = postProbe(st, ic);
     for (int i = 0; i < st->nconns; i++)
         ibPublish(&st->conns[i], moved);
     if (ic->failed || err) {
@@ -581,6 +666,40 @@ static int ibBeforeSleep(void *state)
     return 0;
 }
 
+/*
+ * A failure notice to the peer of c (a recv connection): an RDMA write with
+ * immediate (its length) into the inbox the peer's send connection named in
+ * its record; its arrival on that queue pair tells it from a credit.
+ */
+static void ibNotify(void *state, struct netConn *c, const uint8_t *msg, size_t len)
+{
+    struct ibState *st = state;
+    struct ibConn *ic = c->priv;
+    if (ic == NULL || ic->qp == NULL || ic->remoteAddr == 0 || len > NET_NOTICE_MAX_BYTES)
+        return;
+    uint8_t *out = noticeBox(st, c->peer, 1);
+    memcpy(out, msg, len);
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)out, (uint32_t)len, st->noticeMr->lkey};
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_NOTICE),
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl((uint32_t)len)},
+                       *bad;
+    wr.wr.rdma.remote_addr = ic->remoteAddr;
+    wr.wr.rdma.rkey = ic->rkey;
+    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+        WARN("NET/IB: cannot send a failure notice to rank %d: %s", c->peer, strerror(errno));
+}
+
+/* Notices are taken with the completions (noticeArrived); take those waiting now. */
+static void ibPollNotice(void *state, struct netConn *c)
+{
+    (void)c;
+    pollCq(state);
+}
+
 static void ibAttach(void *state, struct loomProxy *proxy)
 {
     struct ibState *st = state;
@@ -603,4 +722,6 @@ const struct netBackend netIbBackend = {
     .beforeSleep = ibBeforeSleep,
     .attach = ibAttach,
     .teardown = ibTeardown,
+    .notify = ibNotify,
+    .pollNotice = ibPollNotice,
 };

@@ -32,7 +32,7 @@ struct ibConnInfo {
     uint32_t psn; /* 24 bits */
     uint8_t mtu;  /* enum ibv_mtu value, 1..5 */
     uint8_t gid[IB_GID_BYTES];
-    uint64_t addr; /* receiver: where its slots are; sender: 0 */
+    uint64_t addr; /* receiver: where its slots are; sender: its failure-notice inbox */
     uint32_t rkey;
     uint32_t slotBytes;
 };
