@@ -235,9 +235,9 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
         return trainFail(t, loomSystemError, "out of memory");
     d->t = t;
     d->gradScale = 1.0;
-    d->shape = (struct modelShape){o->layers, o->hidden, o->ffn, o->classes};
+    d->shape = modelShapeOf(o);
     d->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
-    d->hooks = (struct modelHooks){d, hookParams, hookRelease, hookGrads, hookReady};
+    d->hooks = (struct modelHooks){d, hookParams, hookRelease, hookGrads, hookReady, NULL};
     if (modelSpecs(&d->shape, &specs, &nunits) != loomSuccess ||
         layoutInit(&d->lay, specs, nunits, 1) != loomSuccess ||
         replicaInit(&d->rep, &d->lay, o->bf16, o->seed, &t->ledger) != loomSuccess ||

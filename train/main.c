@@ -44,27 +44,35 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: loomrun -n N loom-train [options]\n"
-               "  --mode ddp|zero1|zero2|zero3|moe   parallelism (ddp)\n"
-               "  --dtype fp32|bf16      parameters and gradients; bf16 keeps fp32 master weights "
-               "(fp32)\n"
-               "  --layers L --hidden D --ffn F --classes C   model size (4, 64, 4 D, 16)\n"
-               "  --batch B              tokens per rank per step (32)\n"
-               "  --steps S              training steps (20)\n"
-               "  --samples S            synthetic data set size (8192)\n"
-               "  --seed X               data, teacher and initial weights (1)\n"
-               "  --lr R                 Adam learning rate (0.001)\n"
-               "  --bucket-mb M          DDP bucket size in MiB (25)\n"
-               "  --no-overlap           DDP: AllReduce after backward instead of during it\n"
-               "  --compare-overlap      DDP: alternate the two step by step and compare times\n"
-               "  --experts E --top-k 1|2 --capacity-factor F --aux-weight A   MoE (8, 2, 1.25, "
-               "0.01)\n"
-               "  --check                also train a single-process reference and compare\n"
-               "  --log-every K          print every K-th step (1)\n"
-               "  --verify-every K       compare parameter hashes across ranks every K steps (10)\n"
-               "  --elastic              go on without a rank that dies (ddp; see loom-train(1))\n"
-               "  --test-kill R:S        for tests: rank R SIGKILLs itself in step S\n"
-               "  -h, --help\n");
+    fprintf(f,
+            "usage: loomrun -n N loom-train [options]\n"
+            "  --mode ddp|zero1|zero2|zero3|moe   parallelism (ddp)\n"
+            "  --dtype fp32|bf16      parameters and gradients; bf16 keeps fp32 master weights "
+            "(fp32)\n"
+            "  --layers L --hidden D --ffn F --classes C   model size (4, 64, 4 D, 16)\n"
+            "  --heads H --seq S      self-attention of H heads in every block, over "
+            "sequences of S tokens (0: none, 8)\n"
+            "  --batch B              tokens per rank per step (32; per replica with --tp/--pp)\n"
+            "  --tp T                 tensor parallelism: heads and MLP columns over T ranks "
+            "(1)\n"
+            "  --pp P                 pipeline parallelism: blocks in P stages (1)\n"
+            "  --microbatches M --schedule gpipe|1f1b   pipeline micro-batches (P) and "
+            "schedule (1f1b)\n"
+            "  --steps S              training steps (20)\n"
+            "  --samples S            synthetic data set size (8192)\n"
+            "  --seed X               data, teacher and initial weights (1)\n"
+            "  --lr R                 Adam learning rate (0.001)\n"
+            "  --bucket-mb M          DDP bucket size in MiB (25)\n"
+            "  --no-overlap           DDP: AllReduce after backward instead of during it\n"
+            "  --compare-overlap      DDP: alternate the two step by step and compare times\n"
+            "  --experts E --top-k 1|2 --capacity-factor F --aux-weight A   MoE (8, 2, 1.25, "
+            "0.01)\n"
+            "  --check                also train a single-process reference and compare\n"
+            "  --log-every K          print every K-th step (1)\n"
+            "  --verify-every K       compare parameter hashes across ranks every K steps (10)\n"
+            "  --elastic              go on without a rank that dies (ddp; see loom-train(1))\n"
+            "  --test-kill R:S        for tests: rank R SIGKILLs itself in step S\n"
+            "  -h, --help\n");
 }
 
 static int usageError(const char *what, const char *arg)
@@ -101,6 +109,12 @@ enum {
     OPT_HIDDEN,
     OPT_FFN,
     OPT_CLASSES,
+    OPT_HEADS,
+    OPT_SEQ,
+    OPT_TP,
+    OPT_PP,
+    OPT_MICRO,
+    OPT_SCHEDULE,
     OPT_BATCH,
     OPT_STEPS,
     OPT_SAMPLES,
@@ -126,6 +140,12 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"hidden", required_argument, 0, OPT_HIDDEN},
                                             {"ffn", required_argument, 0, OPT_FFN},
                                             {"classes", required_argument, 0, OPT_CLASSES},
+                                            {"heads", required_argument, 0, OPT_HEADS},
+                                            {"seq", required_argument, 0, OPT_SEQ},
+                                            {"tp", required_argument, 0, OPT_TP},
+                                            {"pp", required_argument, 0, OPT_PP},
+                                            {"microbatches", required_argument, 0, OPT_MICRO},
+                                            {"schedule", required_argument, 0, OPT_SCHEDULE},
                                             {"batch", required_argument, 0, OPT_BATCH},
                                             {"steps", required_argument, 0, OPT_STEPS},
                                             {"samples", required_argument, 0, OPT_SAMPLES},
@@ -155,10 +175,19 @@ static int setNumber(struct trainOptions *o, int c, const char *arg)
         int code;
         int *target;
         long lo, hi;
-    } ints[] = {{OPT_LAYERS, &o->layers, 1, 1 << 12},     {OPT_HIDDEN, &o->hidden, 1, 1 << 16},
-                {OPT_FFN, &o->ffn, 1, 1 << 18},           {OPT_CLASSES, &o->classes, 2, 1 << 16},
-                {OPT_BATCH, &o->batch, 1, 1 << 20},       {OPT_STEPS, &o->steps, 1, 1 << 24},
-                {OPT_EXPERTS, &o->experts, 1, 1 << 12},   {OPT_LOG, &o->logEvery, 1, 1 << 30},
+    } ints[] = {{OPT_LAYERS, &o->layers, 1, 1 << 12},
+                {OPT_HIDDEN, &o->hidden, 1, 1 << 16},
+                {OPT_FFN, &o->ffn, 1, 1 << 18},
+                {OPT_CLASSES, &o->classes, 2, 1 << 16},
+                {OPT_BATCH, &o->batch, 1, 1 << 20},
+                {OPT_STEPS, &o->steps, 1, 1 << 24},
+                {OPT_EXPERTS, &o->experts, 1, 1 << 12},
+                {OPT_LOG, &o->logEvery, 1, 1 << 30},
+                {OPT_HEADS, &o->heads, 0, 1 << 12},
+                {OPT_SEQ, &o->seq, 1, 1 << 16},
+                {OPT_TP, &o->tp, 1, 1 << 12},
+                {OPT_PP, &o->pp, 1, 1 << 12},
+                {OPT_MICRO, &o->microbatches, 0, 1 << 20},
                 {OPT_VERIFY, &o->verifyEvery, 0, 1 << 30}};
     const struct {
         int code;
@@ -222,6 +251,10 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
                                .layers = 4,
                                .hidden = 64,
                                .classes = 16,
+                               .seq = 8,
+                               .tp = 1,
+                               .pp = 1,
+                               .schedule = SCHEDULE_1F1B,
                                .batch = 32,
                                .steps = 20,
                                .samples = 8192,
@@ -246,6 +279,11 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return usageError("--dtype wants fp32 or bf16, not", optarg);
             o->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
+        case OPT_SCHEDULE:
+            if (strcmp(optarg, "gpipe") != 0 && strcmp(optarg, "1f1b") != 0)
+                return usageError("--schedule wants gpipe or 1f1b, not", optarg);
+            o->schedule = strcmp(optarg, "1f1b") == 0 ? SCHEDULE_1F1B : SCHEDULE_GPIPE;
             break;
         case OPT_TOPK:
             if (strcmp(optarg, "1") != 0 && strcmp(optarg, "2") != 0)
@@ -287,6 +325,30 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         o->ffn = 4 * o->hidden;
     if (o->mode == MODE_MOE && o->experts < o->topK)
         return usageError("--experts must be at least --top-k", NULL);
+    if (o->heads > 0 && o->hidden % o->heads != 0)
+        return usageError("--hidden must be a multiple of --heads", NULL);
+    if (o->heads > 0 && o->batch % o->seq != 0)
+        return usageError("--batch must be a multiple of --seq (whole sequences per rank)", NULL);
+    if (o->microbatches == 0)
+        o->microbatches = o->pp;
+    if (o->tp > 1 || o->pp > 1) {
+        const char *why = o->mode != MODE_DDP ? "--tp and --pp take --mode ddp across replicas"
+                          : o->elastic        ? "--tp and --pp do not go with --elastic"
+                          : o->heads > 0 && o->heads % o->tp != 0 ? "--tp must divide --heads"
+                          : o->ffn % o->tp != 0                   ? "--tp must divide --ffn"
+                          : o->hidden % o->tp != 0                ? "--tp must divide --hidden"
+                          : o->pp > o->layers                     ? "--pp must be at most --layers"
+                          : o->batch % o->microbatches != 0 ? "--microbatches must divide --batch"
+                          : o->heads > 0 && (o->batch / o->microbatches) % o->seq != 0
+                              ? "a micro-batch must hold whole sequences (--seq)"
+                              : NULL;
+        if (why != NULL)
+            return usageError(why, NULL);
+    }
+    if (o->heads > 0 && (o->mode == MODE_MOE || o->elastic))
+        return usageError("--heads: attention is in the dense blocks of ddp and zero1-3, "
+                          "without --elastic",
+                          NULL);
     return 0;
 }
 
@@ -364,6 +426,7 @@ struct run {
     double *stepMs, *commShare;
     int mismatches;
     int rank0, nranks0; /* before any failure */
+    int replicas;       /* data-parallel replicas: nranks0 / (tp x pp); each has its batch */
     long failedStep;    /* --elastic: the first step redone after a failure, -1 if none */
 };
 
@@ -431,13 +494,18 @@ static void printHeader(const struct run *r)
     const struct trainOptions *o = &r->o;
     if (r->t.rank != 0)
         return;
-    printf("loom-train: mode %s, dtype %s, %d ranks; model: %d blocks, hidden %d, ffn %d, %d "
+    char attn[64] = "";
+    if (o->heads > 0)
+        snprintf(attn, sizeof(attn), ", attention of %d heads over sequences of %d", o->heads,
+                 o->seq);
+    printf("loom-train: mode %s, dtype %s, %d ranks; model: %d blocks, hidden %d, ffn %d%s, %d "
            "classes; Psi = %zu parameters\n",
            modeNames[o->mode], o->bf16 ? "bf16" : "fp32", r->t.nranks, o->layers, o->hidden, o->ffn,
-           o->classes, r->s.psi);
+           attn, o->classes, r->s.psi);
     printf("data: %ld samples from a random teacher (seed %llu), DistributedSampler shards; "
-           "batch %d per rank, %d tokens a step; Adam lr %g\n",
-           o->samples, (unsigned long long)o->seed, o->batch, o->batch * r->t.nranks, o->lr);
+           "batch %d per %s, %d tokens a step; Adam lr %g\n",
+           o->samples, (unsigned long long)o->seed, o->batch,
+           r->replicas < r->t.nranks ? "replica" : "rank", o->batch * r->replicas, o->lr);
     printf("comm: the share of each step the training thread spent in or waiting for Loom "
            "calls (exposed communication)\n");
 }
@@ -521,8 +589,8 @@ static loomResult_t runCheck(struct run *r, int *ok)
     if (r->t.rank == 0) {
         printf("check: final weights gathered on every rank are %s\n",
                same ? "bitwise identical across ranks" : "NOT identical across ranks");
-        if (referenceRun(&r->o, r->nranks0, &ref) == loomSuccess) {
-            verdict = same && checkCompare(&r->o, r->nranks0, &ref, &r->rec);
+        if (referenceRun(&r->o, r->replicas, &ref) == loomSuccess) {
+            verdict = same && checkCompare(&r->o, r->replicas, &ref, &r->rec);
             if (r->failedStep >= 0)
                 verdict &= checkAfterFailure(r, &ref);
             runRecordFree(&ref);
@@ -551,11 +619,16 @@ static loomResult_t runCreate(struct run *r)
     r->rank0 = t->rank;
     r->nranks0 = t->nranks;
     r->failedStep = -1;
+    int group = r->o.tp * r->o.pp;
+    if (t->nranks % group != 0)
+        return trainFail(t, loomInvalidArgument, "%d ranks are not a multiple of --tp x --pp = %d",
+                         t->nranks, group);
+    r->replicas = t->nranks / group;
     t->rows = r->o.batch;
-    t->rowLo = (long)t->rank * r->o.batch;
-    t->globalRows = (long)t->nranks * r->o.batch;
+    t->rowLo = (long)(t->rank / group) * r->o.batch;
+    t->globalRows = (long)r->replicas * r->o.batch;
     t->opt = &r->o;
-    LOOMCHECK(dataInit(&r->data, r->o.hidden, r->o.classes, r->o.samples, r->o.batch, t->nranks,
+    LOOMCHECK(dataInit(&r->data, r->o.hidden, r->o.classes, r->o.samples, r->o.batch, r->replicas,
                        r->o.seed));
     r->x = calloc((size_t)r->o.batch * r->o.hidden, sizeof(float));
     r->labels = calloc((size_t)r->o.batch, sizeof(int));
@@ -566,6 +639,8 @@ static loomResult_t runCreate(struct run *r)
     if (r->x == NULL || r->labels == NULL || r->rec.loss == NULL || r->rec.gradNorm == NULL ||
         r->stepMs == NULL || r->commShare == NULL)
         return trainFail(t, loomSystemError, "out of memory");
+    if (group > 1)
+        return parCreate(t, &r->s);
     switch (r->o.mode) {
     case MODE_DDP:
         return ddpCreate(t, &r->s);
@@ -719,6 +794,8 @@ static loomResult_t runTrain(struct run *r, int *ok)
                "gathered weights across ranks\n");
     }
     printTiming(r);
+    if (r->s.report != NULL)
+        LOOMCHECK(r->s.report(r->s.self));
     LOOMCHECK(printLedger(&r->t, &r->s));
     *ok = r->mismatches == 0;
     if (r->o.check) {

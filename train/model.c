@@ -108,16 +108,96 @@ void layoutFree(struct unitLayout *lay)
     memset(lay, 0, sizeof(*lay));
 }
 
+struct modelShape modelShapeOf(const struct trainOptions *o)
+{
+    return (struct modelShape){o->layers, o->hidden, o->ffn, o->classes, o->heads, o->seq, 1, 0};
+}
+
 void modelBlockSpec(const struct modelShape *s, int layer, struct unitSpec *u)
 {
+    size_t d = (size_t)s->hidden, f = (size_t)s->ffn / shapeTp(s), dl = d / shapeTp(s);
     memset(u, 0, sizeof(*u));
     u->id = UNIT_ID_BLOCK(layer);
-    unitSpecAdd(u, (size_t)s->hidden, INIT_ONE, 0);
-    unitSpecAdd(u, (size_t)s->hidden, INIT_ZERO, 0);
-    unitSpecAdd(u, (size_t)s->hidden * s->ffn, INIT_NORMAL, s->hidden);
-    unitSpecAdd(u, (size_t)s->ffn, INIT_ZERO, 0);
-    unitSpecAdd(u, (size_t)s->ffn * s->hidden, INIT_NORMAL, s->ffn);
-    unitSpecAdd(u, (size_t)s->hidden, INIT_ZERO, 0);
+    if (s->heads > 0) {
+        unitSpecAdd(u, d, INIT_ONE, 0);
+        unitSpecAdd(u, d, INIT_ZERO, 0);
+        unitSpecAdd(u, d * 3 * dl, INIT_NORMAL, s->hidden);
+        unitSpecAdd(u, dl * d, INIT_NORMAL, s->hidden);
+        unitSpecAdd(u, d, INIT_ZERO, 0);
+    }
+    unitSpecAdd(u, d, INIT_ONE, 0);
+    unitSpecAdd(u, d, INIT_ZERO, 0);
+    unitSpecAdd(u, d * f, INIT_NORMAL, s->hidden);
+    unitSpecAdd(u, f, INIT_ZERO, 0);
+    unitSpecAdd(u, f * d, INIT_NORMAL, s->ffn);
+    unitSpecAdd(u, d, INIT_ZERO, 0);
+}
+
+size_t modelAttnCount(const struct modelShape *s)
+{
+    size_t d = (size_t)s->hidden, dl = d / shapeTp(s);
+    return s->heads > 0 ? 2 * d + 3 * d * dl + dl * d + d : 0;
+}
+
+/* How a tensor of the block is split over TP ranks. */
+enum splitKind {
+    SPLIT_NONE,    /* replicated */
+    SPLIT_COLUMNS, /* rows x (parts x width): each part's columns [r w/tp, (r+1) w/tp) */
+    SPLIT_ROWS     /* (rows) x width: rows [r rows/tp, (r+1) rows/tp) */
+};
+
+struct splitTensor {
+    enum splitKind kind;
+    size_t rows, parts, width; /* width: of a part (columns) or of a row (rows, none) */
+};
+
+void modelBlockMap(const struct modelShape *s, size_t *full, unsigned char *repl)
+{
+    int tp = shapeTp(s), r = s->tpRank;
+    size_t d = (size_t)s->hidden, f = (size_t)s->ffn;
+    struct splitTensor t[UNIT_MAX_TENSORS];
+    int n = 0;
+    if (s->heads > 0) {
+        t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+        t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+        t[n++] = (struct splitTensor){SPLIT_COLUMNS, d, 3, d};
+        t[n++] = (struct splitTensor){SPLIT_ROWS, d, 1, d};
+        t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+    }
+    t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+    t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+    t[n++] = (struct splitTensor){SPLIT_COLUMNS, d, 1, f};
+    t[n++] = (struct splitTensor){SPLIT_COLUMNS, 1, 1, f};
+    t[n++] = (struct splitTensor){SPLIT_ROWS, f, 1, d};
+    t[n++] = (struct splitTensor){SPLIT_NONE, 1, 1, d};
+    size_t e = 0, base = 0;
+    for (int i = 0; i < n; i++) {
+        size_t rows = t[i].rows, parts = t[i].parts, w = t[i].width;
+        if (t[i].kind == SPLIT_NONE) {
+            for (size_t k = 0; k < w; k++, e++) {
+                full[e] = base + k;
+                if (repl != NULL)
+                    repl[e] = 1;
+            }
+        } else if (t[i].kind == SPLIT_COLUMNS) {
+            size_t wl = w / (size_t)tp;
+            for (size_t row = 0; row < rows; row++)
+                for (size_t p = 0; p < parts; p++)
+                    for (size_t k = 0; k < wl; k++, e++) {
+                        full[e] = base + row * parts * w + p * w + (size_t)r * wl + k;
+                        if (repl != NULL)
+                            repl[e] = 0;
+                    }
+        } else {
+            size_t rl = rows / (size_t)tp;
+            for (size_t k = 0; k < rl * w; k++, e++) {
+                full[e] = base + (size_t)r * rl * w + k;
+                if (repl != NULL)
+                    repl[e] = 0;
+            }
+        }
+        base += rows * parts * w;
+    }
 }
 
 void modelHeadSpec(const struct modelShape *s, struct unitSpec *u)
@@ -363,38 +443,166 @@ void headActsFree(struct headActs *a, const struct modelShape *s, int rows, stru
     memset(a, 0, sizeof(*a));
 }
 
+/* ---- attention ---- */
+
+/*
+ * Self-attention of each sequence of s->seq rows, over this rank's heads: qkv
+ * holds rows of [queries | keys | values], each heads x (hidden / heads)
+ * wide; probs[(row x heads + h) x seq + j] keeps the softmax weights, ctx the
+ * heads' outputs side by side.
+ */
+static void attnForward(const struct modelShape *s, const float *qkv, int rows, float *probs,
+                        float *ctx)
+{
+    int S = s->seq, dh = s->hidden / s->heads, hl = s->heads / shapeTp(s), dl = hl * dh;
+    int w = 3 * dl;
+    float scale = 1.0f / sqrtf((float)dh);
+    memset(ctx, 0, (size_t)rows * dl * sizeof(*ctx));
+    for (int r = 0; r < rows; r++) {
+        const float *seq = qkv + (size_t)(r - r % S) * w;
+        for (int h = 0; h < hl; h++) {
+            const float *q = qkv + (size_t)r * w + h * dh;
+            float *pr = probs + ((size_t)r * hl + h) * S, mx, sum = 0.0f;
+            for (int j = 0; j < S; j++)
+                pr[j] = dot(q, seq + (size_t)j * w + dl + h * dh, dh) * scale;
+            mx = pr[0];
+            for (int j = 1; j < S; j++)
+                mx = pr[j] > mx ? pr[j] : mx;
+            for (int j = 0; j < S; j++) {
+                pr[j] = expf(pr[j] - mx);
+                sum += pr[j];
+            }
+            for (int j = 0; j < S; j++) {
+                pr[j] /= sum;
+                axpy(ctx + (size_t)r * dl + h * dh, pr[j], seq + (size_t)j * w + 2 * dl + h * dh,
+                     dh);
+            }
+        }
+    }
+}
+
+/* dqkv (overwritten) from dctx; dp is seq floats of scratch. */
+static void attnBackward(const struct modelShape *s, const float *qkv, const float *probs,
+                         const float *dctx, int rows, float *dqkv, float *dp)
+{
+    int S = s->seq, dh = s->hidden / s->heads, hl = s->heads / shapeTp(s), dl = hl * dh;
+    int w = 3 * dl;
+    float scale = 1.0f / sqrtf((float)dh);
+    memset(dqkv, 0, (size_t)rows * w * sizeof(*dqkv));
+    for (int r = 0; r < rows; r++) {
+        size_t first = (size_t)(r - r % S) * w;
+        const float *seq = qkv + first;
+        float *dseq = dqkv + first;
+        for (int h = 0; h < hl; h++) {
+            const float *q = qkv + (size_t)r * w + h * dh, *dc = dctx + (size_t)r * dl + h * dh;
+            const float *pr = probs + ((size_t)r * hl + h) * S;
+            float *dq = dqkv + (size_t)r * w + h * dh, sum = 0.0f;
+            for (int j = 0; j < S; j++) {
+                dp[j] = dot(dc, seq + (size_t)j * w + 2 * dl + h * dh, dh);
+                axpy(dseq + (size_t)j * w + 2 * dl + h * dh, pr[j], dc, dh);
+                sum += pr[j] * dp[j];
+            }
+            for (int j = 0; j < S; j++) {
+                float ds = pr[j] * (dp[j] - sum) * scale;
+                axpy(dq, ds, seq + (size_t)j * w + dl + h * dh, dh);
+                axpy(dseq + (size_t)j * w + dl + h * dh, ds, q, dh);
+            }
+        }
+    }
+}
+
 /* ---- the dense model's activations and passes ---- */
 
-loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int rows,
-                           struct ledger *l)
+static size_t attnWidth(const struct modelShape *s)
 {
-    size_t rd = (size_t)rows * s->hidden * sizeof(float), r1 = (size_t)rows * sizeof(float);
-    size_t rf = (size_t)rows * s->ffn * sizeof(float);
+    return (size_t)s->hidden / shapeTp(s);
+}
+
+/* The sizes of one block's activation buffers, in bytes. */
+struct actSizes {
+    size_t rd, r1, rf, qkv, probs, ctx;
+};
+
+static struct actSizes actSizes(const struct modelShape *s, int rows)
+{
+    size_t r = (size_t)rows, dl = attnWidth(s), hl = s->heads > 0 ? s->heads / shapeTp(s) : 0;
+    return (struct actSizes){r * s->hidden * sizeof(float),
+                             r * sizeof(float),
+                             r * (s->ffn / shapeTp(s)) * sizeof(float),
+                             r * 3 * dl * sizeof(float),
+                             r * hl * s->seq * sizeof(float),
+                             r * dl * sizeof(float)};
+}
+
+/* Allocates (alloc) or frees one block's activations; NULL pointers are skipped on free. */
+static int blockActsAlloc(struct blockActs *b, const struct modelShape *s, int rows, int alloc,
+                          struct ledger *l)
+{
+    struct actSizes z = actSizes(s, rows);
+    int attn = s->heads > 0;
+    struct {
+        float **p;
+        size_t bytes;
+    } bufs[] = {{&b->x, z.rd},
+                {&b->u, z.rd},
+                {&b->mean, z.r1},
+                {&b->rstd, z.r1},
+                {&b->a, z.rf},
+                {&b->h, z.rf},
+                {&b->y, attn ? z.rd : 0},
+                {&b->meanA, attn ? z.r1 : 0},
+                {&b->rstdA, attn ? z.r1 : 0},
+                {&b->ua, attn ? z.rd : 0},
+                {&b->qkv, attn ? z.qkv : 0},
+                {&b->probs, attn ? z.probs : 0},
+                {&b->ctx, attn ? z.ctx : 0}};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        if (bufs[i].bytes == 0)
+            continue;
+        if (alloc) {
+            *bufs[i].p = ledgerAlloc(l, LEDGER_ACTS, bufs[i].bytes);
+            ok &= *bufs[i].p != NULL;
+        } else if (*bufs[i].p != NULL) {
+            ledgerFree(l, LEDGER_ACTS, *bufs[i].p, bufs[i].bytes);
+        }
+    }
+    if (!attn)
+        b->y = b->x;
+    return ok;
+}
+
+loomResult_t modelActsInitPart(struct modelActs *a, const struct modelShape *s, int rows, int l0,
+                               int l1, int head, struct ledger *l)
+{
+    struct actSizes z = actSizes(s, rows);
     memset(a, 0, sizeof(*a));
     a->rows = rows;
-    a->block = calloc((size_t)s->layers, sizeof(*a->block));
+    a->l0 = l0;
+    a->l1 = l1;
+    a->hasHead = head;
+    a->block = calloc((size_t)(l1 > l0 ? l1 - l0 : 1), sizeof(*a->block));
     if (a->block == NULL)
         return loomSystemError;
-    for (int i = 0; i < s->layers; i++) {
-        struct blockActs *b = &a->block[i];
-        b->x = ledgerAlloc(l, LEDGER_ACTS, rd);
-        b->u = ledgerAlloc(l, LEDGER_ACTS, rd);
-        b->mean = ledgerAlloc(l, LEDGER_ACTS, r1);
-        b->rstd = ledgerAlloc(l, LEDGER_ACTS, r1);
-        b->a = ledgerAlloc(l, LEDGER_ACTS, rf);
-        b->h = ledgerAlloc(l, LEDGER_ACTS, rf);
-        if (b->x == NULL || b->u == NULL || b->mean == NULL || b->rstd == NULL || b->a == NULL ||
-            b->h == NULL)
+    for (int i = 0; i < l1 - l0; i++)
+        if (!blockActsAlloc(&a->block[i], s, rows, 1, l))
             goto fail_free;
-    }
-    if (headActsInit(&a->head, s, rows, l) != loomSuccess)
+    if (head && headActsInit(&a->head, s, rows, l) != loomSuccess)
         goto fail_free;
-    a->dx = ledgerAlloc(l, LEDGER_TEMP, rd);
-    a->dy = ledgerAlloc(l, LEDGER_TEMP, rd);
-    a->du = ledgerAlloc(l, LEDGER_TEMP, rd);
-    a->dh = ledgerAlloc(l, LEDGER_TEMP, rf);
+    a->dx = ledgerAlloc(l, LEDGER_TEMP, z.rd);
+    a->dy = ledgerAlloc(l, LEDGER_TEMP, z.rd);
+    a->du = ledgerAlloc(l, LEDGER_TEMP, z.rd);
+    a->dh = ledgerAlloc(l, LEDGER_TEMP, z.rf);
     if (a->dx == NULL || a->dy == NULL || a->du == NULL || a->dh == NULL)
         goto fail_free;
+    if (s->heads > 0) {
+        a->dyy = ledgerAlloc(l, LEDGER_TEMP, z.rd);
+        a->dqkv = ledgerAlloc(l, LEDGER_TEMP, z.qkv);
+        a->dctx = ledgerAlloc(l, LEDGER_TEMP, z.ctx);
+        a->dp = ledgerAlloc(l, LEDGER_TEMP, (size_t)s->seq * sizeof(float));
+        if (a->dyy == NULL || a->dqkv == NULL || a->dctx == NULL || a->dp == NULL)
+            goto fail_free;
+    }
     return loomSuccess;
 
 fail_free:
@@ -402,92 +610,174 @@ fail_free:
     return loomSystemError;
 }
 
+loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int rows,
+                           struct ledger *l)
+{
+    return modelActsInitPart(a, s, rows, 0, s->layers, 1, l);
+}
+
 void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledger *l)
 {
-    size_t rd = (size_t)a->rows * s->hidden * sizeof(float), r1 = (size_t)a->rows * sizeof(float);
-    size_t rf = (size_t)a->rows * s->ffn * sizeof(float);
-    for (int i = 0; a->block != NULL && i < s->layers; i++) {
-        struct blockActs *b = &a->block[i];
-        ledgerFree(l, LEDGER_ACTS, b->x, rd);
-        ledgerFree(l, LEDGER_ACTS, b->u, rd);
-        ledgerFree(l, LEDGER_ACTS, b->mean, r1);
-        ledgerFree(l, LEDGER_ACTS, b->rstd, r1);
-        ledgerFree(l, LEDGER_ACTS, b->a, rf);
-        ledgerFree(l, LEDGER_ACTS, b->h, rf);
-    }
+    struct actSizes z = actSizes(s, a->rows);
+    for (int i = 0; a->block != NULL && i < a->l1 - a->l0; i++)
+        blockActsAlloc(&a->block[i], s, a->rows, 0, l);
     if (a->head.x != NULL)
         headActsFree(&a->head, s, a->rows, l);
-    ledgerFree(l, LEDGER_TEMP, a->dx, rd);
-    ledgerFree(l, LEDGER_TEMP, a->dy, rd);
-    ledgerFree(l, LEDGER_TEMP, a->du, rd);
-    ledgerFree(l, LEDGER_TEMP, a->dh, rf);
+    ledgerFree(l, LEDGER_TEMP, a->dx, z.rd);
+    ledgerFree(l, LEDGER_TEMP, a->dy, z.rd);
+    ledgerFree(l, LEDGER_TEMP, a->du, z.rd);
+    ledgerFree(l, LEDGER_TEMP, a->dh, z.rf);
+    ledgerFree(l, LEDGER_TEMP, a->dyy, z.rd);
+    ledgerFree(l, LEDGER_TEMP, a->dqkv, z.qkv);
+    ledgerFree(l, LEDGER_TEMP, a->dctx, z.ctx);
+    ledgerFree(l, LEDGER_TEMP, a->dp, (size_t)s->seq * sizeof(float));
     free(a->block);
     memset(a, 0, sizeof(*a));
 }
 
-static void blockForward(const struct modelShape *s, const float *p, struct blockActs *b, int rows,
-                         float *out)
+/* Partial sums of a row-split linear layer, summed over the TP ranks. */
+static loomResult_t tpReduce(const struct modelHooks *h, float *buf, size_t n)
 {
-    int d = s->hidden;
-    layerNormForward(b->x, p, p + d, rows, d, b->u, b->mean, b->rstd);
-    mlpForward(p + 2 * d, d, s->ffn, b->u, rows, b->a, b->h, out);
-    for (size_t i = 0; i < (size_t)rows * d; i++)
-        out[i] += b->x[i];
+    return h->reduce != NULL ? h->reduce(h->ctx, buf, n) : loomSuccess;
 }
 
-loomResult_t modelForward(const struct modelShape *s, const struct modelHooks *h,
-                          struct modelActs *a, const float *x, const int *labels, double *loss)
+static loomResult_t blockForward(const struct modelShape *s, const struct modelHooks *hk,
+                                 const float *p, struct blockActs *b, int rows, float *out)
+{
+    size_t d = (size_t)s->hidden, f = (size_t)s->ffn / shapeTp(s), dl = attnWidth(s);
+    size_t n = (size_t)rows * d;
+    int owner = s->tpRank == 0; /* adds the biases of the row-split layers */
+    if (s->heads > 0) {
+        const float *wqkv = p + 2 * d, *wo = wqkv + d * 3 * dl, *bo = wo + dl * d;
+        layerNormForward(b->x, p, p + d, rows, (int)d, b->ua, b->meanA, b->rstdA);
+        linearForward(b->ua, wqkv, NULL, rows, (int)d, (int)(3 * dl), b->qkv);
+        attnForward(s, b->qkv, rows, b->probs, b->ctx);
+        linearForward(b->ctx, wo, owner ? bo : NULL, rows, (int)dl, (int)d, b->y);
+        LOOMCHECK(tpReduce(hk, b->y, n));
+        for (size_t i = 0; i < n; i++)
+            b->y[i] += b->x[i];
+        p += modelAttnCount(s);
+    }
+    const float *w1 = p + 2 * d, *b1 = w1 + d * f, *w2 = b1 + f, *b2 = w2 + f * d;
+    layerNormForward(b->y, p, p + d, rows, (int)d, b->u, b->mean, b->rstd);
+    linearForward(b->u, w1, b1, rows, (int)d, (int)f, b->a);
+    geluForward(b->a, (size_t)rows * f, b->h);
+    linearForward(b->h, w2, owner ? b2 : NULL, rows, (int)f, (int)d, out);
+    LOOMCHECK(tpReduce(hk, out, n));
+    for (size_t i = 0; i < n; i++)
+        out[i] += b->y[i];
+    return loomSuccess;
+}
+
+/*
+ * Backward of one block from dy (the gradient of its output) into dx; g is the
+ * unit's gradient buffer (filled), marked ready from the end of the unit down.
+ */
+static loomResult_t blockBackward(const struct modelShape *s, const struct modelHooks *h,
+                                  struct modelActs *a, int l, const float *p, float *g,
+                                  const float *dy, float *dx)
+{
+    struct blockActs *b = &a->block[l - a->l0];
+    size_t d = (size_t)s->hidden, f = (size_t)s->ffn / shapeTp(s), dl = attnWidth(s);
+    size_t A = modelAttnCount(s), n = (size_t)a->rows * d;
+    int rows = a->rows;
+    const float *pm = p + A, *w1 = pm + 2 * d, *w2 = w1 + d * f + f;
+    float *gm = g + A, *gw1 = gm + 2 * d, *gb1 = gw1 + d * f, *gw2 = gb1 + f, *gb2 = gw2 + f * d;
+    /* the MLP, then its norm: the gradient of y into dyy (dx without attention) */
+    float *dyy = s->heads > 0 ? a->dyy : dx;
+    linearBackward(b->h, w2, dy, rows, (int)f, (int)d, a->dh, gw2, gb2);
+    geluBackward(b->a, a->dh, (size_t)rows * f, a->dh);
+    linearBackward(b->u, w1, a->dh, rows, (int)d, (int)f, a->du, gw1, gb1);
+    LOOMCHECK(tpReduce(h, a->du, n));
+    LOOMCHECK(h->ready(h->ctx, l, A + 2 * d));
+    memcpy(dyy, dy, n * sizeof(*dyy)); /* the residual path */
+    layerNormBackward(b->y, pm, b->mean, b->rstd, a->du, rows, (int)d, dyy, gm, gm + d);
+    LOOMCHECK(h->ready(h->ctx, l, A));
+    if (s->heads == 0)
+        return loomSuccess;
+    const float *wqkv = p + 2 * d, *wo = wqkv + d * 3 * dl;
+    float *gwqkv = g + 2 * d, *gwo = gwqkv + d * 3 * dl, *gbo = gwo + dl * d;
+    linearBackward(b->ctx, wo, dyy, rows, (int)dl, (int)d, a->dctx, gwo, gbo);
+    attnBackward(s, b->qkv, b->probs, a->dctx, rows, a->dqkv, a->dp);
+    linearBackward(b->ua, wqkv, a->dqkv, rows, (int)d, (int)(3 * dl), a->du, gwqkv, NULL);
+    LOOMCHECK(tpReduce(h, a->du, n));
+    LOOMCHECK(h->ready(h->ctx, l, 2 * d));
+    memcpy(dx, dyy, n * sizeof(*dx));
+    layerNormBackward(b->x, p, b->meanA, b->rstdA, a->du, rows, (int)d, dx, g, g + d);
+    return h->ready(h->ctx, l, 0);
+}
+
+static loomResult_t unitGrads(const struct modelHooks *h, int unit, size_t count, int accumulate,
+                              float **g)
+{
+    LOOMCHECK(h->grads(h->ctx, unit, g));
+    if (!accumulate)
+        memset(*g, 0, count * sizeof(**g));
+    return loomSuccess;
+}
+
+loomResult_t modelForwardPart(const struct modelShape *s, const struct modelHooks *h,
+                              struct modelActs *a, const float *x, const int *labels, float *out,
+                              double *loss)
 {
     const float *p;
     size_t rowBytes = (size_t)a->rows * s->hidden * sizeof(float);
-    memcpy(s->layers > 0 ? a->block[0].x : a->head.x, x, rowBytes);
-    for (int l = 0; l < s->layers; l++) {
-        float *out = l + 1 < s->layers ? a->block[l + 1].x : a->head.x;
+    float *last = a->hasHead ? a->head.x : out;
+    memcpy(a->l1 > a->l0 ? a->block[0].x : last, x, rowBytes);
+    for (int l = a->l0; l < a->l1; l++) {
+        float *o = l + 1 < a->l1 ? a->block[l + 1 - a->l0].x : last;
         LOOMCHECK(h->params(h->ctx, l, &p));
-        blockForward(s, p, &a->block[l], a->rows, out);
+        LOOMCHECK(blockForward(s, h, p, &a->block[l - a->l0], a->rows, o));
         LOOMCHECK(h->release(h->ctx, l));
     }
+    if (!a->hasHead)
+        return loomSuccess;
     LOOMCHECK(h->params(h->ctx, s->layers, &p));
     *loss = headForward(s, p, labels, a->rows, &a->head);
     return h->release(h->ctx, s->layers);
 }
 
-static loomResult_t unitGrads(const struct modelHooks *h, int unit, size_t count, float **g)
+loomResult_t modelBackwardPart(const struct modelShape *s, const struct modelHooks *h,
+                               struct modelActs *a, const int *labels, double scale,
+                               const float *dy, float *dx, int accumulate)
 {
-    LOOMCHECK(h->grads(h->ctx, unit, g));
-    memset(*g, 0, count * sizeof(**g));
+    struct unitSpec spec;
+    const float *p;
+    float *g, *cur = a->dy, *next = a->dx;
+    size_t rowBytes = (size_t)a->rows * s->hidden * sizeof(float);
+    if (a->hasHead) {
+        modelHeadSpec(s, &spec);
+        LOOMCHECK(h->params(h->ctx, s->layers, &p));
+        LOOMCHECK(unitGrads(h, s->layers, spec.count, accumulate, &g));
+        headBackward(s, p, labels, a->rows, scale, &a->head, g, cur, a->du);
+        LOOMCHECK(h->ready(h->ctx, s->layers, 0));
+        LOOMCHECK(h->release(h->ctx, s->layers));
+    } else {
+        memcpy(cur, dy, rowBytes);
+    }
+    modelBlockSpec(s, 0, &spec);
+    for (int l = a->l1 - 1; l >= a->l0; l--) {
+        LOOMCHECK(h->params(h->ctx, l, &p));
+        LOOMCHECK(unitGrads(h, l, spec.count, accumulate, &g));
+        LOOMCHECK(blockBackward(s, h, a, l, p, g, cur, next));
+        LOOMCHECK(h->release(h->ctx, l));
+        float *t = cur;
+        cur = next;
+        next = t;
+    }
+    if (dx != NULL)
+        memcpy(dx, cur, rowBytes);
     return loomSuccess;
+}
+
+loomResult_t modelForward(const struct modelShape *s, const struct modelHooks *h,
+                          struct modelActs *a, const float *x, const int *labels, double *loss)
+{
+    return modelForwardPart(s, h, a, x, labels, NULL, loss);
 }
 
 loomResult_t modelBackward(const struct modelShape *s, const struct modelHooks *h,
                            struct modelActs *a, const int *labels)
 {
-    int d = s->hidden, rows = a->rows;
-    struct unitSpec spec;
-    const float *p;
-    float *g, *dy = a->dy, *dx = a->dx;
-
-    modelHeadSpec(s, &spec);
-    LOOMCHECK(h->params(h->ctx, s->layers, &p));
-    LOOMCHECK(unitGrads(h, s->layers, spec.count, &g));
-    headBackward(s, p, labels, rows, 1.0, &a->head, g, dy, a->du);
-    LOOMCHECK(h->ready(h->ctx, s->layers, 0));
-    LOOMCHECK(h->release(h->ctx, s->layers));
-
-    modelBlockSpec(s, 0, &spec);
-    for (int l = s->layers - 1; l >= 0; l--) {
-        struct blockActs *b = &a->block[l];
-        LOOMCHECK(h->params(h->ctx, l, &p));
-        LOOMCHECK(unitGrads(h, l, spec.count, &g));
-        mlpBackward(p + 2 * d, d, s->ffn, b->u, b->a, b->h, dy, rows, g + 2 * d, a->du, a->dh);
-        LOOMCHECK(h->ready(h->ctx, l, 2 * (size_t)d));
-        memcpy(dx, dy, (size_t)rows * d * sizeof(*dx)); /* the residual path */
-        layerNormBackward(b->x, p, b->mean, b->rstd, a->du, rows, d, dx, g, g + d);
-        LOOMCHECK(h->ready(h->ctx, l, 0));
-        LOOMCHECK(h->release(h->ctx, l));
-        float *t = dy;
-        dy = dx;
-        dx = t;
-    }
-    return loomSuccess;
+    return modelBackwardPart(s, h, a, labels, 1.0, NULL, NULL, 0);
 }

@@ -18,7 +18,7 @@ struct tensorSpec {
     int fanIn; /* INIT_NORMAL: values are N(0, 1/fanIn) */
 };
 
-#define UNIT_MAX_TENSORS 6
+#define UNIT_MAX_TENSORS 12
 
 /*
  * A unit is the grain of the parameter bookkeeping: a dense block, the head,
@@ -66,14 +66,51 @@ void layoutFree(struct unitLayout *lay);
 
 struct modelShape {
     int layers, hidden, ffn, classes;
+    int heads, seq; /* attention: heads (0: MLP-only blocks), over sequences of seq rows */
+    int tp, tpRank; /* tensor parallel (0 or 1: none): this rank's part of tp */
 };
 
+/* The shape of the model of the options (no tensor parallelism). */
+struct modelShape modelShapeOf(const struct trainOptions *o);
+
+static inline int shapeTp(const struct modelShape *s)
+{
+    return s->tp > 1 ? s->tp : 1;
+}
+
 /*
- * Block: y = x + W2 gelu(W1 LN(x) + b1) + b2, tensors LN gain, LN bias, W1
- * (hidden x ffn), b1, W2 (ffn x hidden), b2. Head: LN, then logits = W
- * LN(x) + b (hidden x classes), softmax cross-entropy.
+ * Block without attention: y = x + W2 gelu(W1 LN(x) + b1) + b2, tensors LN
+ * gain, LN bias, W1 (hidden x ffn), b1, W2 (ffn x hidden), b2. With heads,
+ * self-attention comes first:
+ *
+ *   y = x + Wo attn(LN_a(x) Wqkv) + bo,  out = y + W2 gelu(W1 LN(y) + b1) + b2
+ *
+ * and its tensors LN_a gain, LN_a bias, Wqkv (hidden x 3 hidden: the
+ * queries, keys and values of every head, head by head within each), Wo
+ * (hidden x hidden), bo lie before those of the MLP (backward finishes
+ * the MLP's gradients first, and a unit's gradients become final from its
+ * end down). Each sequence of `seq` consecutive rows attends to itself (no
+ * mask). Wqkv has no bias: a key bias adds the same to every score of a
+ * query, so its true gradient is 0 and Adam would turn rounding noise into
+ * steps of lr. Head: LN, then logits = W LN(x) + b (hidden x classes), softmax
+ * cross-entropy.
+ *
+ * With tensor parallelism (tp > 1) a block holds this rank's part (Megatron):
+ * heads / tp heads (Wqkv's columns of them, Wo's rows), ffn / tp
+ * columns of W1 and b1 and the same rows of W2; the norms, bo and b2 are
+ * replicated, and the biases of the row-split Wo and W2 are added by TP rank 0
+ * alone, so that the AllReduce of the partial outputs (modelHooks.reduce)
+ * adds them once.
  */
 void modelBlockSpec(const struct modelShape *s, int layer, struct unitSpec *u);
+/* Elements of the whole block before the MLP's: the attention tensors (0 without heads). */
+size_t modelAttnCount(const struct modelShape *s);
+/*
+ * For each element of this TP rank's block, its index in the whole block
+ * (full[count]), and whether it is replicated on every TP rank (repl[count],
+ * may be NULL). Without TP, the identity.
+ */
+void modelBlockMap(const struct modelShape *s, size_t *full, unsigned char *repl);
 void modelHeadSpec(const struct modelShape *s, struct unitSpec *u);
 /* The layers + 1 unit specs of the dense model, in forward order. */
 loomResult_t modelSpecs(const struct modelShape *s, struct unitSpec **specs, int *nunits);
@@ -102,6 +139,8 @@ void mlpBackward(const float *p, int d, int f, const float *x, const float *a, c
 struct blockActs {
     float *x; /* the block's input */
     float *mean, *rstd, *u, *a, *h;
+    /* attention: y the MLP's input (x without attention), the rest NULL without it */
+    float *y, *meanA, *rstdA, *ua, *qkv, *probs, *ctx;
 };
 
 struct headActs {
@@ -119,15 +158,22 @@ loomResult_t headActsInit(struct headActs *a, const struct modelShape *s, int ro
                           struct ledger *l);
 void headActsFree(struct headActs *a, const struct modelShape *s, int rows, struct ledger *l);
 
+/*
+ * The activations of blocks [l0, l1) and, if `head`, of the head (a pipeline
+ * stage holds a part of the model; the whole model is 0, layers, 1).
+ */
 struct modelActs {
-    int rows;
-    struct blockActs *block;
+    int rows, l0, l1, hasHead;
+    struct blockActs *block; /* block[l - l0] */
     struct headActs head;
-    float *dx, *dy, *du, *dh; /* backward work: rows x hidden (three) and rows x ffn */
+    float *dx, *dy, *du, *dh;      /* backward work: rows x hidden (three) and rows x ffn */
+    float *dyy, *dqkv, *dctx, *dp; /* attention's backward work */
 };
 
 loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int rows,
                            struct ledger *l);
+loomResult_t modelActsInitPart(struct modelActs *a, const struct modelShape *s, int rows, int l0,
+                               int l1, int head, struct ledger *l);
 void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledger *l);
 
 /*
@@ -136,6 +182,8 @@ void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledge
  *   params   an fp32 view of the unit, valid until release
  *   grads    an fp32 buffer of the unit's count, which the pass zeroes and fills
  *   ready    the gradients of elements [lo, count) of the unit are final
+ *   reduce   tensor parallelism: sum n floats at buf over the TP ranks, in
+ *            place (NULL without TP)
  */
 struct modelHooks {
     void *ctx;
@@ -143,6 +191,7 @@ struct modelHooks {
     loomResult_t (*release)(void *ctx, int unit);
     loomResult_t (*grads)(void *ctx, int unit, float **g);
     loomResult_t (*ready)(void *ctx, int unit, size_t lo);
+    loomResult_t (*reduce)(void *ctx, float *buf, size_t n);
 };
 
 /* Forward over a->rows rows of x; *loss is the mean cross-entropy. */
@@ -151,5 +200,22 @@ loomResult_t modelForward(const struct modelShape *s, const struct modelHooks *h
 /* Backward of the mean loss of the last forward, last unit first. */
 loomResult_t modelBackward(const struct modelShape *s, const struct modelHooks *h,
                            struct modelActs *a, const int *labels);
+
+/*
+ * A pipeline stage's part: forward of blocks [a->l0, a->l1) on x, then the
+ * head (loss into *loss) if a->hasHead, else the last block's output into out.
+ */
+loomResult_t modelForwardPart(const struct modelShape *s, const struct modelHooks *h,
+                              struct modelActs *a, const float *x, const int *labels, float *out,
+                              double *loss);
+/*
+ * Its backward: of `scale` times the mean loss if a->hasHead, else from dy, the
+ * gradient of the part's output; the gradient of its input into dx (unless
+ * NULL). accumulate: add to the gradients the hooks lend instead of zeroing
+ * them first (micro-batches).
+ */
+loomResult_t modelBackwardPart(const struct modelShape *s, const struct modelHooks *h,
+                               struct modelActs *a, const int *labels, double scale,
+                               const float *dy, float *dx, int accumulate);
 
 #endif /* LOOM_TRAIN_MODEL_H_ */

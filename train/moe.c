@@ -670,7 +670,7 @@ loomResult_t moeCreate(struct trainer *t, struct strategy *s)
                              o->experts,  o->topK,
                              o->batch,    moeCapacity(o->capacity, o->topK, o->batch, o->experts),
                              o->auxWeight};
-    m->headShape = (struct modelShape){o->layers, o->hidden, o->ffn, o->classes};
+    m->headShape = modelShapeOf(o);
     m->maxRows = (size_t)t->nranks * m->m.capacity;
     m->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
     if (moeAllocate(m) != loomSuccess) {

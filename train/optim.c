@@ -215,6 +215,14 @@ uint64_t replicaHash(const struct replica *r)
     return h;
 }
 
+void replicaSet(struct replica *r, int unit, const float *w)
+{
+    size_t off = r->lay->offset[unit], count = r->lay->spec[unit].count;
+    if (r->bf16)
+        memcpy(r->opt.master + off, w, count * sizeof(*w));
+    fromFloat(w, count, r->bf16, (char *)r->params + off * dtypeSize(r->bf16));
+}
+
 size_t replicaWeights(const struct replica *r, int u0, int u1, float *out)
 {
     size_t n = 0, esz = dtypeSize(r->bf16);

@@ -87,6 +87,8 @@ void replicaUpdate(struct replica *r, const struct adamConfig *c, long step);
 double replicaGradNormSq(const struct replica *r);
 /* Hash of the parameters and (bf16) master weights. */
 uint64_t replicaHash(const struct replica *r);
+/* Sets the fp32 weights of a unit (its count of them; bf16: the master, and rounded the params). */
+void replicaSet(struct replica *r, int unit, const float *w);
 /* Units [u0, u1) of fp32 weights, unpadded, back to back at out; returns elements written. */
 size_t replicaWeights(const struct replica *r, int u0, int u1, float *out);
 

@@ -10,6 +10,7 @@
  *   ddp.c     gradients averaged by bucketed AllReduce, overlapped with backward
  *   zero.c    ZeRO stages 1, 2 and 3
  *   moe.c     Mixture-of-Experts blocks, experts sharded, tokens moved by AlltoAllv
+ *   par.c     tensor and pipeline parallelism on communicators split from the world
  *   check.c   the single-process reference and the comparison behind --check
  *   main.c    options, the training loop, the per-step log, the memory ledger
  *
@@ -38,6 +39,8 @@
 
 enum trainMode { MODE_DDP, MODE_ZERO1, MODE_ZERO2, MODE_ZERO3, MODE_MOE };
 
+enum pipeSchedule { SCHEDULE_GPIPE, SCHEDULE_1F1B };
+
 /* DDP: launch buckets during backward, after it, or alternate step by step (odd steps during). */
 enum overlapMode { OVERLAP_NEVER, OVERLAP_ALWAYS, OVERLAP_ALTERNATE };
 
@@ -45,6 +48,10 @@ struct trainOptions {
     enum trainMode mode;
     int bf16; /* --dtype bf16: parameters and gradients in bf16, fp32 master weights */
     int layers, hidden, ffn, classes;
+    int heads, seq; /* attention in every block (heads 0: none) over sequences of seq tokens */
+    int tp, pp;     /* tensor and pipeline parallelism (1: none); the rest of the ranks is DP */
+    int microbatches;
+    enum pipeSchedule schedule;
     int batch; /* samples (tokens) per rank per step */
     int steps;
     long samples; /* size of the synthetic data set */
@@ -135,6 +142,8 @@ struct strategy {
     loomResult_t (*regroup)(void *self);
     /* --elastic: called before each step, so that regroup can return to it. */
     void (*save)(void *self);
+    /* Collective, after the run (may be NULL): the strategy's own figures. */
+    loomResult_t (*report)(void *self);
     /* Parameters in the model and the model-state formula of this strategy, for the ledger. */
     size_t psi;
     const char *formula; /* "16 Psi/N" */
@@ -144,6 +153,8 @@ struct strategy {
 loomResult_t ddpCreate(struct trainer *t, struct strategy *s);
 loomResult_t zeroCreate(struct trainer *t, int stage, struct strategy *s);
 loomResult_t moeCreate(struct trainer *t, struct strategy *s);
+/* Tensor and pipeline parallelism (--tp, --pp), data parallel across their replicas. */
+loomResult_t parCreate(struct trainer *t, struct strategy *s);
 
 /* ---- helpers ---- */
 

@@ -282,9 +282,9 @@ loomResult_t zeroCreate(struct trainer *t, int stage, struct strategy *s)
     z->stage = stage;
     z->bf16 = o->bf16;
     z->esz = dtypeSize(o->bf16);
-    z->shape = (struct modelShape){o->layers, o->hidden, o->ffn, o->classes};
+    z->shape = modelShapeOf(o);
     z->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
-    z->hooks = (struct modelHooks){z, hookParams, hookRelease, hookGrads, hookReady};
+    z->hooks = (struct modelHooks){z, hookParams, hookRelease, hookGrads, hookReady, NULL};
     if (modelSpecs(&z->shape, &specs, &nunits) != loomSuccess ||
         layoutInit(&z->lay, specs, nunits, t->nranks) != loomSuccess || zeroAllocate(z) ||
         modelActsInit(&z->acts, &z->shape, o->batch, &t->ledger) != loomSuccess) {

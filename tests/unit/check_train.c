@@ -4,7 +4,8 @@
  * --check compares a distributed run with a single-process reference, but
  * both run the same backward pass, the same routing and the same Adam: a
  * wrong derivative would agree with itself. So the derivatives are checked
- * here against central finite differences (the dense model end to end, and
+ * here against central finite differences (the dense model end to end, with
+ * and without attention, and
  * the MoE router's gate and load-balancing gradients), with every parameter
  * perturbed away from its initial value so that no gradient is trivially 0.
  * Also: DistributedSampler's sharding covers each sample once an epoch,
@@ -60,10 +61,9 @@ static double denseLoss(const struct modelShape *s, const struct modelHooks *h, 
     return loss;
 }
 
-START_TEST(test_dense_gradient)
+/* The gradient of the model of shape s on `rows` rows against central differences. */
+static void checkDenseGradient(const struct modelShape s, const int rows)
 {
-    const struct modelShape s = {2, 6, 10, 4};
-    const int rows = 5;
     struct unitSpec *specs;
     struct unitLayout lay;
     struct modelActs acts;
@@ -71,9 +71,9 @@ START_TEST(test_dense_gradient)
     ck_assert_int_eq(modelSpecs(&s, &specs, &nunits), loomSuccess);
     ck_assert_int_eq(layoutInit(&lay, specs, nunits, 1), loomSuccess);
     struct flat f = {&lay, calloc(lay.total, sizeof(float)), calloc(lay.total, sizeof(float))};
-    struct modelHooks h = {&f, flatParams, flatNothing, flatGrads, flatReady};
-    float x[5 * 6];
-    int labels[5] = {0, 1, 2, 3, 1};
+    struct modelHooks h = {&f, flatParams, flatNothing, flatGrads, flatReady, NULL};
+    float x[6 * 6];
+    int labels[6] = {0, 1, 2, 3, 1, 2};
     for (int u = 0; u < nunits; u++)
         unitInitRange(&specs[u], 7, 0, specs[u].count, f.p + lay.offset[u]);
     for (size_t i = 0; i < lay.total; i++) /* gains off 1, biases off 0 */
@@ -106,6 +106,18 @@ START_TEST(test_dense_gradient)
     free(specs);
     free(f.p);
     free(f.g);
+}
+
+START_TEST(test_dense_gradient)
+{
+    checkDenseGradient((struct modelShape){2, 6, 10, 4, 0, 0, 1, 0}, 5);
+}
+END_TEST
+
+/* Blocks with self-attention: 2 heads of 3, over 2 sequences of 3 rows. */
+START_TEST(test_attention_gradient)
+{
+    checkDenseGradient((struct modelShape){2, 6, 10, 4, 2, 3, 1, 0}, 6);
 }
 END_TEST
 
@@ -290,6 +302,7 @@ static Suite *trainSuite(void)
 {
     Suite *s = suite_create("train");
     addCase(s, "dense_gradient", test_dense_gradient);
+    addCase(s, "attention_gradient", test_attention_gradient);
     addCase(s, "router_gradient_top1", test_router_gradient_top1);
     addCase(s, "router_gradient_top2", test_router_gradient_top2);
     addCase(s, "capacity_order", test_capacity_order);

@@ -1,0 +1,70 @@
+#!/bin/sh
+# train-parallel.sh — loom-train's model with attention, and tensor and
+# pipeline parallelism, each checked against the single-process reference:
+#
+# 1. --heads 4 (self-attention in every block) under ddp (fp32) and zero3
+#    (bf16) on 2 ranks.
+# 2. --tp 2 on 2 ranks, fp32 and bf16: heads and MLP columns split, the
+#    partial sums AllReduced on the TP communicator.
+# 3. --pp 2 on 2 ranks and --pp 4 on 4 ranks, each with --schedule gpipe and
+#    1f1b: the schedule's idle/compute ratio printed is (p-1)/m exactly, and
+#    1F1B holds p micro-batches' activations at most where GPipe holds m.
+# 4. --tp 2 --pp 2 on 8 ranks (2 data-parallel replicas): the run prints the
+#    transport of each of its three communicators.
+# 5. Usage errors exit 2.
+set -u
+. "$(dirname "$0")/common.sh"
+require_tools loomrun
+LOOM_TRAIN=${LOOM_TRAIN:-$top_builddir/train/loom-train}
+[ -x "$LOOM_TRAIN" ] || skip "$LOOM_TRAIN is not built (run make first)"
+
+# train NAME RANKS ARGS...: a checked run of 10 steps that must pass; its output in NAME.log
+train() {
+    _name=$1
+    _n=$2
+    shift 2
+    _log=$TEST_TMPDIR/$_name.log
+    run_logged "$_log" "$LOOMRUN" -n "$_n" "$LOOM_TRAIN" --check --steps 10 --log-every 10 \
+        --heads 4 "$@"
+    train_check "$_log" $? "$_name" 10
+}
+
+# expect NAME PATTERN: NAME.log has a line matching PATTERN
+expect() {
+    grep -q -- "$2" "$TEST_TMPDIR/$1.log" || {
+        show_log "$TEST_TMPDIR/$1.log"
+        record_failure "$1: no line matching '$2'"
+    }
+}
+
+train attn-ddp 2 --mode ddp
+expect attn-ddp "attention of 4 heads over sequences of 8"
+train attn-zero3-bf16 2 --mode zero3 --dtype bf16
+train tp2 2 --tp 2
+expect tp2 "dp 1 x pp 1 x tp 2"
+train tp2-bf16 2 --tp 2 --dtype bf16
+for sched in gpipe 1f1b; do
+    train pp2-$sched 2 --pp 2 --microbatches 4 --schedule $sched
+    expect pp2-$sched "^pipeline: $sched, 2 stages x 4 micro-batches: .* idle/compute 0\.2500), (p-1)/m = 0\.2500$"
+    expect pp2-$sched "^pipeline: activations in flight at most (stage 0): 1f1b 2 micro-batches, gpipe 4$"
+    train pp4-$sched 4 --pp 4 --microbatches 8 --seq 4 --schedule $sched
+    expect pp4-$sched "^pipeline: $sched, 4 stages x 8 micro-batches: .* idle/compute 0\.3750), (p-1)/m = 0\.3750$"
+    expect pp4-$sched "^pipeline: activations in flight at most (stage 0): 1f1b 4 micro-batches, gpipe 8$"
+    expect pp4-$sched "^pipeline: measured share .* stage 3 [0-9.]*%$"
+done
+train 3d-ddp 8 --tp 2 --pp 2 --microbatches 4
+expect 3d-ddp "dp 2 x pp 2 x tp 2"
+for c in tp pp dp; do
+    expect 3d-ddp "^rank 7: $c communicator of 2: 1->0 shm"
+done
+
+for bad in "--tp 3 --heads 4" "--pp 9" "--pp 2 --microbatches 3" "--schedule bogus" \
+    "--tp 2 --mode zero3" "--heads 3"; do
+    # shellcheck disable=SC2086
+    "$LOOM_TRAIN" $bad >/dev/null 2>&1
+    [ $? -eq 2 ] || record_failure "loom-train $bad did not exit 2"
+done
+"$LOOMRUN" -n 3 "$LOOM_TRAIN" --tp 2 >"$TEST_TMPDIR/odd.log" 2>&1
+[ $? -ne 0 ] || record_failure "loom-train --tp 2 on 3 ranks did not fail"
+expect odd "not a multiple of --tp x --pp"
+finish

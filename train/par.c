@@ -1,0 +1,599 @@
+/*
+ * par.c — model parallelism: tensor (--tp) and pipeline (--pp) parallelism,
+ * and data parallelism across their replicas, each on its own communicator.
+ *
+ * The world of N = dp x pp x tp ranks is cut by loomCommSplit into three
+ * families of communicators. Rank r sits at
+ *
+ *   tp index  r % tp,   pipeline stage  (r / tp) % pp,   replica  r / (tp pp)
+ *
+ * so the ranks of one TP group are consecutive (loomrun and mpirun place
+ * consecutive ranks on one host: TP, the most frequent and latency-bound
+ * traffic, stays on the fastest links), a pipeline's stages come next and
+ * the data-parallel replicas are furthest apart.
+ *
+ * Tensor parallelism (Megatron): each block's attention is split by heads
+ * and its MLP by the columns of W1 and the rows of W2 (model.c says which
+ * elements a rank holds); the partial outputs of Wo and W2, and in backward
+ * the partial gradients of the inputs of Wqkv and W1, are summed by an
+ * AllReduce on the TP communicator (modelHooks.reduce): two in forward and
+ * two in backward per block. Norms, the head and the biases of the row-split
+ * layers are replicated, with identical gradients on every TP rank.
+ *
+ * Pipeline parallelism: stage s holds blocks [s L / pp, (s + 1) L / pp), the
+ * last stage the head too. Each rank's batch is cut into --microbatches
+ * micro-batches; a stage receives a micro-batch's activations from the stage
+ * before (loomRecv), runs its blocks and sends the output on (loomSend), and
+ * in backward the gradients flow the other way. The schedule is a list of
+ * forwards and backwards per stage:
+ *
+ *   gpipe  all m forwards, then all m backwards: m micro-batches' activations
+ *          held at once
+ *   1f1b   pp - s - 1 forwards to fill the pipe, then one forward and one
+ *          backward in turn, then the backwards left: at most pp - s held
+ *
+ * Between two operations a stage does at most one send (the output of the
+ * one just done) and one receive (the input of the next); both go into one
+ * loomGroupStart/End, so where a stage sends activations to its neighbour
+ * while receiving gradients back from it (1F1B's steady state) the two
+ * directions move at once and neither waits for the other's order. Gradients
+ * are summed over micro-batches in fp32 (each micro-batch's loss weighted
+ * 1/m: the mean over the batch), then rounded to the training dtype and
+ * averaged over the replicas by one AllReduce on the DP communicator, and
+ * every rank takes its Adam step on what it holds.
+ *
+ * The schedule's own idle time is computed exactly by playing it with a
+ * forward costing 1 and a backward 2 (its ratio to the compute is (p-1)/m
+ * for both schedules); the run prints it beside (p-1)/m and the share of the
+ * step each stage measured waiting in Send/Recv, and the peak of activations
+ * in flight of both schedules.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim.h"
+
+enum opKind { OP_FORWARD, OP_BACKWARD };
+
+struct pipeOp {
+    enum opKind kind;
+    int mb;
+};
+
+struct par {
+    struct trainer *t;
+    const struct trainOptions *o;
+    int tp, pp, dp, tpIdx, ppIdx, dpIdx;
+    loomComm_t tpComm, ppComm, dpComm;
+    struct modelShape shape; /* this rank's TP part of the model */
+    int l0, l1, last;        /* blocks [l0, l1); last: the stage holds the head */
+    struct unitLayout lay;   /* blocks l0..l1-1, then the head on the last stage */
+    struct replica rep;
+    float *acc;          /* fp32 gradients, summed over micro-batches */
+    size_t *map;         /* a block's elements: their index in the whole block */
+    unsigned char *repl; /* ... and whether they are replicated over TP */
+    size_t blockFull;    /* elements of a whole block */
+    struct adamConfig adam;
+    struct modelHooks hooks;
+    int m, mb, nslots; /* micro-batches, their rows, activation slots */
+    struct modelActs *slot;
+    float *sendBuf, *recvBuf; /* mb x hidden */
+    struct pipeOp *ops;
+    int nops;
+    uint64_t waitNs, stepNs; /* time in the pipeline's Send/Recv, and in steps (after the first) */
+    char formula[48];
+};
+
+/* ---- the schedule ---- */
+
+/* Stage s's operations under `schedule` (1: 1f1b), 2 m of them, into ops. */
+static void scheduleOps(int onef1b, int p, int s, int m, struct pipeOp *ops)
+{
+    int n = 0, f = 0, b = 0;
+    int warm = onef1b ? (p - s - 1 < m ? p - s - 1 : m) : m;
+    for (; f < warm; f++)
+        ops[n++] = (struct pipeOp){OP_FORWARD, f};
+    for (; f < m; f++) {
+        ops[n++] = (struct pipeOp){OP_FORWARD, f};
+        ops[n++] = (struct pipeOp){OP_BACKWARD, b++};
+    }
+    for (; b < m; b++)
+        ops[n++] = (struct pipeOp){OP_BACKWARD, b};
+}
+
+struct scheduleFigures {
+    double idle;   /* the share of the makespan a stage is idle (the same on every stage) */
+    double bubble; /* idle time over compute time */
+    int peak0;     /* stage 0's peak of micro-batches forwarded and not yet backwarded */
+};
+
+/*
+ * Plays the schedule of p stages and m micro-batches with a forward costing 1
+ * and a backward 2: each operation starts when its stage is free and its
+ * input exists (a forward after the stage before forwarded the micro-batch, a
+ * backward after the stage after backwarded it).
+ */
+static int scheduleFigures(int onef1b, int p, int m, struct scheduleFigures *out)
+{
+    struct pipeOp *ops = calloc((size_t)p * 2 * m, sizeof(*ops));
+    double *endF = calloc((size_t)p * m, sizeof(double)),
+           *endB = calloc((size_t)p * m, sizeof(double));
+    double *freeAt = calloc((size_t)p, sizeof(double)), makespan = 0.0;
+    int *next = calloc((size_t)p, sizeof(int)), done = 0, inflight = 0;
+    if (ops == NULL || endF == NULL || endB == NULL || freeAt == NULL || next == NULL) {
+        free(ops), free(endF), free(endB), free(freeAt), free(next);
+        return -1;
+    }
+    for (int s = 0; s < p; s++)
+        scheduleOps(onef1b, p, s, m, ops + (size_t)s * 2 * m);
+    for (int i = 0; i < p * m; i++)
+        endF[i] = endB[i] = -1.0;
+    out->peak0 = 0;
+    while (done < 2 * p * m) {
+        int progressed = 0;
+        for (int s = 0; s < p; s++) {
+            if (next[s] == 2 * m)
+                continue;
+            struct pipeOp op = ops[(size_t)s * 2 * m + next[s]];
+            double dep = 0.0;
+            if (op.kind == OP_FORWARD && s > 0)
+                dep = endF[(s - 1) * m + op.mb];
+            else if (op.kind == OP_BACKWARD)
+                dep = s + 1 < p ? endB[(s + 1) * m + op.mb] : endF[s * m + op.mb];
+            if (dep < 0.0)
+                continue;
+            double start = freeAt[s] > dep ? freeAt[s] : dep;
+            freeAt[s] = start + (op.kind == OP_FORWARD ? 1.0 : 2.0);
+            (op.kind == OP_FORWARD ? endF : endB)[s * m + op.mb] = freeAt[s];
+            makespan = freeAt[s] > makespan ? freeAt[s] : makespan;
+            if (s == 0) {
+                inflight += op.kind == OP_FORWARD ? 1 : -1;
+                out->peak0 = inflight > out->peak0 ? inflight : out->peak0;
+            }
+            next[s]++;
+            done++;
+            progressed = 1;
+        }
+        if (!progressed)
+            break; /* cannot happen for these schedules */
+    }
+    double busy = 3.0 * m;
+    out->idle = (makespan - busy) / makespan;
+    out->bubble = (makespan - busy) / busy;
+    free(ops), free(endF), free(endB), free(freeAt), free(next);
+    return done == 2 * p * m ? 0 : -1;
+}
+
+/* ---- hooks: the stage's units as the passes see them ---- */
+
+static int localUnit(const struct par *p, int unit)
+{
+    return unit == p->o->layers ? p->l1 - p->l0 : unit - p->l0;
+}
+
+static loomResult_t hookParams(void *ctx, int unit, const float **w)
+{
+    struct par *p = ctx;
+    return replicaParams(&p->rep, localUnit(p, unit), w);
+}
+
+static loomResult_t hookRelease(void *ctx, int unit)
+{
+    return loomSuccess;
+}
+
+static loomResult_t hookGrads(void *ctx, int unit, float **g)
+{
+    struct par *p = ctx;
+    *g = p->acc + p->lay.offset[localUnit(p, unit)];
+    return loomSuccess;
+}
+
+static loomResult_t hookReady(void *ctx, int unit, size_t lo)
+{
+    return loomSuccess;
+}
+
+static loomResult_t hookReduce(void *ctx, float *buf, size_t n)
+{
+    struct par *p = ctx;
+    uint64_t t0 = nowNs();
+    return trainComm(p->t, "loomAllReduce (TP)",
+                     loomAllReduce(buf, buf, n, loomFloat32, loomSum, p->tpComm, NULL), t0);
+}
+
+/* ---- the step ---- */
+
+/* One group: this op's output to send (peer -1: none) and the next op's input to receive. */
+static loomResult_t pipeExchange(struct par *p, int sendPeer, int recvPeer)
+{
+    size_t n = (size_t)p->mb * p->o->hidden;
+    if (sendPeer < 0 && recvPeer < 0)
+        return loomSuccess;
+    uint64_t t0 = nowNs();
+    loomResult_t res = loomGroupStart();
+    if (res == loomSuccess && sendPeer >= 0)
+        res = loomSend(p->sendBuf, n, loomFloat32, sendPeer, p->ppComm, NULL);
+    if (res == loomSuccess && recvPeer >= 0)
+        res = loomRecv(p->recvBuf, n, loomFloat32, recvPeer, p->ppComm, NULL);
+    loomResult_t end = loomGroupEnd();
+    res = res == loomSuccess ? end : res;
+    p->waitNs += nowNs() - t0;
+    return trainComm(p->t, "loomSend/loomRecv (PP)", res, t0);
+}
+
+/* The peer op i receives its input from (-1: none). */
+static int recvPeerOf(const struct par *p, int i)
+{
+    if (i >= p->nops)
+        return -1;
+    if (p->ops[i].kind == OP_FORWARD)
+        return p->ppIdx > 0 ? p->ppIdx - 1 : -1;
+    return p->last ? -1 : p->ppIdx + 1;
+}
+
+static loomResult_t parStep(void *self, long step, const float *x, const int *labels,
+                            struct stepStats *stats)
+{
+    struct par *p = self;
+    size_t d = (size_t)p->o->hidden;
+    double lossSum = 0.0;
+    uint64_t t0 = nowNs(), wait0 = p->waitNs;
+    memset(p->acc, 0, p->lay.total * sizeof(*p->acc));
+    LOOMCHECK(pipeExchange(p, -1, recvPeerOf(p, 0)));
+    for (int i = 0; i < p->nops; i++) {
+        struct pipeOp op = p->ops[i];
+        struct modelActs *a = &p->slot[op.mb % p->nslots];
+        const int *lab = labels + (size_t)op.mb * p->mb;
+        int sendPeer;
+        if (op.kind == OP_FORWARD) {
+            const float *in = p->ppIdx == 0 ? x + (size_t)op.mb * p->mb * d : p->recvBuf;
+            double loss = 0.0;
+            LOOMCHECK(modelForwardPart(&p->shape, &p->hooks, a, in, lab, p->sendBuf, &loss));
+            lossSum += loss;
+            sendPeer = p->last ? -1 : p->ppIdx + 1;
+        } else {
+            LOOMCHECK(modelBackwardPart(&p->shape, &p->hooks, a, lab, 1.0 / p->m,
+                                        p->last ? NULL : p->recvBuf,
+                                        p->ppIdx > 0 ? p->sendBuf : NULL, 1));
+            sendPeer = p->ppIdx > 0 ? p->ppIdx - 1 : -1;
+        }
+        LOOMCHECK(pipeExchange(p, sendPeer, recvPeerOf(p, i + 1)));
+    }
+    fromFloat(p->acc, p->lay.total, p->rep.bf16, p->rep.grads);
+    if (p->dp > 1) {
+        uint64_t c0 = nowNs();
+        LOOMCHECK(trainComm(p->t, "loomAllReduce (DP)",
+                            loomAllReduce(p->rep.grads, p->rep.grads, p->lay.total,
+                                          dtypeLoom(p->rep.bf16), loomAvg, p->dpComm, NULL),
+                            c0));
+    }
+    /* The loss once per replica (last stage, TP rank 0); main weights it 1/dp. */
+    stats->loss = p->last && p->tpIdx == 0 ? lossSum / p->m : 0.0;
+    /* Each element of the averaged gradient counted once: by TP rank 0 where replicated, and
+     * 1/dp by each replica. */
+    double sq = 0.0;
+    for (int u = 0; u < p->lay.nunits; u++) {
+        size_t off = p->lay.offset[u], count = p->lay.spec[u].count;
+        int head = p->last && u == p->lay.nunits - 1;
+        for (size_t i = 0; i < count; i++) {
+            int replicated = head || p->repl[i];
+            if (replicated && p->tpIdx != 0)
+                continue;
+            double g = p->rep.bf16 ? bf16ToFloat(((uint16_t *)p->rep.grads)[off + i])
+                                   : ((float *)p->rep.grads)[off + i];
+            sq += g * g;
+        }
+    }
+    stats->gradNormSq = sq / p->dp;
+    replicaUpdate(&p->rep, &p->adam, step);
+    if (step > 1) {
+        p->stepNs += nowNs() - t0;
+    } else {
+        p->waitNs = wait0;
+    }
+    return loomSuccess;
+}
+
+/*
+ * The replicas of one (TP rank, stage) must agree bit for bit: each rank compares its hash with
+ * its DP peers'; main's comparison across the world then sees 0 where they agree.
+ */
+static uint64_t parFingerprint(void *self)
+{
+    struct par *p = self;
+    uint64_t h = replicaHash(&p->rep), *all = calloc((size_t)p->dp, sizeof(*all));
+    int same = all != NULL;
+    if (same && p->dp > 1)
+        same = loomAllGather(&h, all, 1, loomUint64, p->dpComm, NULL) == loomSuccess;
+    for (int i = 0; same && p->dp > 1 && i < p->dp; i++)
+        same = all[i] == h;
+    free(all);
+    return same ? 0 : (uint64_t)p->t->rank + 1;
+}
+
+/* Every rank: the whole model's fp32 weights, each element put in by its one holder. */
+static loomResult_t parCollect(void *self, struct finalState *out)
+{
+    struct par *p = self;
+    const struct trainOptions *o = p->o;
+    struct modelShape full = modelShapeOf(o);
+    struct unitSpec head;
+    modelHeadSpec(&full, &head);
+    size_t total = (size_t)o->layers * p->blockFull + head.count;
+    float *w = calloc(p->lay.maxPadded, sizeof(*w));
+    memset(out, 0, sizeof(*out));
+    out->nweights = total;
+    out->weights = calloc(total, sizeof(float));
+    if (w == NULL || out->weights == NULL) {
+        free(w);
+        return trainFail(p->t, loomSystemError, "out of memory for the final weights");
+    }
+    if (p->dpIdx == 0) {
+        for (int l = p->l0; l < p->l1; l++) {
+            size_t n = replicaWeights(&p->rep, l - p->l0, l - p->l0 + 1, w);
+            for (size_t i = 0; i < n; i++)
+                if (!p->repl[i] || p->tpIdx == 0)
+                    out->weights[(size_t)l * p->blockFull + p->map[i]] = w[i];
+        }
+        if (p->last && p->tpIdx == 0)
+            replicaWeights(&p->rep, p->lay.nunits - 1, p->lay.nunits,
+                           out->weights + (size_t)o->layers * p->blockFull);
+    }
+    free(w);
+    uint64_t t0 = nowNs();
+    return trainComm(
+        p->t, "loomAllReduce",
+        loomAllReduce(out->weights, out->weights, total, loomFloat32, loomSum, p->t->comm, NULL),
+        t0);
+}
+
+/* The pipeline's figures: the schedule's, beside what the stages measured. */
+static loomResult_t parReport(void *self)
+{
+    struct par *p = self;
+    double mine[2] = {(double)p->waitNs, (double)p->stepNs}, *all;
+    if (p->pp == 1)
+        return loomSuccess;
+    all = calloc(2 * (size_t)p->t->nranks, sizeof(*all));
+    if (all == NULL)
+        return trainFail(p->t, loomSystemError, "out of memory");
+    uint64_t t0 = nowNs();
+    loomResult_t res = trainComm(p->t, "loomAllGather",
+                                 loomAllGather(mine, all, 2, loomFloat64, p->t->comm, NULL), t0);
+    if (res == loomSuccess && p->t->rank == 0) {
+        struct scheduleFigures own, gp, fb;
+        int onef1b = p->o->schedule == SCHEDULE_1F1B;
+        if (scheduleFigures(onef1b, p->pp, p->m, &own) == 0 &&
+            scheduleFigures(0, p->pp, p->m, &gp) == 0 &&
+            scheduleFigures(1, p->pp, p->m, &fb) == 0) {
+            printf("pipeline: %s, %d stages x %d micro-batches: the schedule idles each stage "
+                   "%.1f%% of its time (played with forward 1, backward 2: idle/compute %.4f), "
+                   "(p-1)/m = %.4f\n",
+                   onef1b ? "1f1b" : "gpipe", p->pp, p->m, 100.0 * own.idle, own.bubble,
+                   (double)(p->pp - 1) / p->m);
+            printf("pipeline: activations in flight at most (stage 0): 1f1b %d micro-batches, "
+                   "gpipe %d\n",
+                   fb.peak0, gp.peak0);
+        }
+        printf("pipeline: measured share of the step each stage waited in loomSend/loomRecv "
+               "(replica 0, TP rank 0, steps 2..):");
+        for (int s = 0; s < p->pp; s++) {
+            const double *f = all + 2 * (size_t)(s * p->tp);
+            printf(" stage %d %.1f%%", s, f[1] > 0 ? 100.0 * f[0] / f[1] : 0.0);
+        }
+        printf("\n");
+    }
+    free(all);
+    return res;
+}
+
+static void parDestroy(void *self)
+{
+    struct par *p = self;
+    struct ledger *l = &p->t->ledger;
+    size_t rd = (size_t)p->mb * p->o->hidden * sizeof(float);
+    for (int i = 0; p->slot != NULL && i < p->nslots; i++)
+        if (p->slot[i].block != NULL)
+            modelActsFree(&p->slot[i], &p->shape, l);
+    free(p->slot);
+    ledgerFree(l, LEDGER_TEMP, p->sendBuf, rd);
+    ledgerFree(l, LEDGER_TEMP, p->recvBuf, rd);
+    if (p->acc != NULL)
+        ledgerFree(l, LEDGER_TEMP, p->acc, p->lay.total * sizeof(float));
+    replicaFree(&p->rep, l);
+    layoutFree(&p->lay);
+    free(p->map);
+    free(p->repl);
+    free(p->ops);
+    loomComm_t comms[] = {p->tpComm, p->ppComm, p->dpComm};
+    for (int i = 0; i < 3; i++)
+        if (comms[i] != NULL)
+            loomCommDestroy(comms[i]);
+    free(p);
+}
+
+/* Prints which transport this rank reaches each peer of comm with: "tp: shm shm". */
+static void printTransports(struct par *p, const char *name, loomComm_t comm)
+{
+    char line[512];
+    int n, me, used = 0;
+    loomCommCount(comm, &n);
+    loomCommUserRank(comm, &me);
+    used = snprintf(line, sizeof(line), "rank %d: %s communicator of %d:", p->t->rank, name, n);
+    for (int peer = 0; peer < n && used < (int)sizeof(line) - 32; peer++) {
+        loomPeerInfo_t info;
+        if (peer == me || loomCommPeerInfo(comm, peer, &info) != loomSuccess)
+            continue;
+        used += snprintf(line + used, sizeof(line) - (size_t)used, " %d->%d %s (host %s)", me, peer,
+                         info.transport, info.hostname);
+    }
+    printf("%s\n", line);
+}
+
+/* The three communicators of this rank, split from the world. */
+static loomResult_t parSplit(struct par *p)
+{
+    struct trainer *t = p->t;
+    struct {
+        loomComm_t *comm;
+        int color, key;
+        const char *name;
+    } split[] = {{&p->tpComm, p->dpIdx * p->pp + p->ppIdx, p->tpIdx, "tp"},
+                 {&p->ppComm, p->dpIdx * p->tp + p->tpIdx, p->ppIdx, "pp"},
+                 {&p->dpComm, p->ppIdx * p->tp + p->tpIdx, p->dpIdx, "dp"}};
+    for (int i = 0; i < 3; i++) {
+        uint64_t t0 = nowNs();
+        LOOMCHECK(trainComm(
+            t, "loomCommSplit",
+            loomCommSplit(t->comm, split[i].color, split[i].key, split[i].comm, NULL), t0));
+    }
+    return loomSuccess;
+}
+
+static loomResult_t parPrintTransports(struct par *p)
+{
+    /* one rank at a time, so that the lines do not interleave */
+    loomComm_t comms[] = {p->tpComm, p->ppComm, p->dpComm};
+    const char *names[] = {"tp", "pp", "dp"};
+    for (int r = 0; r < p->t->nranks; r++) {
+        if (r == p->t->rank)
+            for (int i = 0; i < 3; i++)
+                printTransports(p, names[i], comms[i]);
+        fflush(stdout);
+        int32_t token = 0;
+        uint64_t t0 = nowNs();
+        LOOMCHECK(trainComm(p->t, "loomAllReduce",
+                            loomAllReduce(&token, &token, 1, loomInt32, loomSum, p->t->comm, NULL),
+                            t0));
+    }
+    return loomSuccess;
+}
+
+/* Units of the stage, their layout and parameters: each block's part cut from the whole block. */
+static loomResult_t parModel(struct par *p)
+{
+    const struct trainOptions *o = p->o;
+    struct modelShape full = modelShapeOf(o);
+    struct unitSpec blockFull, *specs;
+    int nunits = p->l1 - p->l0 + p->last;
+    modelBlockSpec(&full, 0, &blockFull);
+    p->blockFull = blockFull.count;
+    specs = calloc((size_t)nunits, sizeof(*specs));
+    if (specs == NULL)
+        return loomSystemError;
+    for (int l = p->l0; l < p->l1; l++)
+        modelBlockSpec(&p->shape, l, &specs[l - p->l0]);
+    if (p->last)
+        modelHeadSpec(&p->shape, &specs[nunits - 1]);
+    loomResult_t res = layoutInit(&p->lay, specs, nunits, 1);
+    size_t local = specs[0].count;
+    free(specs);
+    LOOMCHECK(res);
+    LOOMCHECK(replicaInit(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger));
+    p->map = calloc(local, sizeof(*p->map));
+    p->repl = calloc(p->lay.maxPadded, sizeof(*p->repl));
+    float *whole = calloc(p->blockFull, sizeof(*whole)), *part = calloc(local, sizeof(*part));
+    if (p->map == NULL || p->repl == NULL || whole == NULL || part == NULL) {
+        free(whole);
+        free(part);
+        return loomSystemError;
+    }
+    modelBlockMap(&p->shape, p->map, p->repl);
+    for (int l = p->l0; l < p->l1; l++) {
+        blockFull.id = UNIT_ID_BLOCK(l);
+        unitInitRange(&blockFull, o->seed, 0, p->blockFull, whole);
+        for (size_t i = 0; i < local; i++)
+            part[i] = whole[p->map[i]];
+        replicaSet(&p->rep, l - p->l0, part);
+    }
+    free(whole);
+    free(part);
+    p->acc = ledgerAlloc(&p->t->ledger, LEDGER_TEMP, p->lay.total * sizeof(float));
+    return p->acc != NULL ? loomSuccess : loomSystemError;
+}
+
+static loomResult_t parPipeline(struct par *p)
+{
+    struct ledger *l = &p->t->ledger;
+    size_t rd = (size_t)p->mb * p->o->hidden * sizeof(float);
+    p->nops = 2 * p->m;
+    p->ops = calloc((size_t)p->nops, sizeof(*p->ops));
+    if (p->ops == NULL)
+        return loomSystemError;
+    scheduleOps(p->o->schedule == SCHEDULE_1F1B, p->pp, p->ppIdx, p->m, p->ops);
+    /* 1F1B never holds more than pp - s micro-batches; micro-batch k uses slot k mod nslots */
+    p->nslots =
+        p->o->schedule == SCHEDULE_1F1B && p->pp - p->ppIdx < p->m ? p->pp - p->ppIdx : p->m;
+    p->slot = calloc((size_t)p->nslots, sizeof(*p->slot));
+    p->sendBuf = ledgerAlloc(l, LEDGER_TEMP, rd);
+    p->recvBuf = ledgerAlloc(l, LEDGER_TEMP, rd);
+    if (p->slot == NULL || p->sendBuf == NULL || p->recvBuf == NULL)
+        return loomSystemError;
+    for (int i = 0; i < p->nslots; i++)
+        LOOMCHECK(modelActsInitPart(&p->slot[i], &p->shape, p->mb, p->l0, p->l1, p->last, l));
+    return loomSuccess;
+}
+
+loomResult_t parCreate(struct trainer *t, struct strategy *s)
+{
+    const struct trainOptions *o = t->opt;
+    struct par *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return trainFail(t, loomSystemError, "out of memory");
+    p->t = t;
+    p->o = o;
+    p->tp = o->tp;
+    p->pp = o->pp;
+    p->dp = t->nranks / (o->tp * o->pp);
+    p->tpIdx = t->rank % p->tp;
+    p->ppIdx = t->rank / p->tp % p->pp;
+    p->dpIdx = t->rank / (p->tp * p->pp);
+    p->l0 = p->ppIdx * o->layers / p->pp;
+    p->l1 = (p->ppIdx + 1) * o->layers / p->pp;
+    p->last = p->ppIdx == p->pp - 1;
+    p->m = o->microbatches;
+    p->mb = o->batch / o->microbatches;
+    p->shape = modelShapeOf(o);
+    p->shape.tp = p->tp;
+    p->shape.tpRank = p->tpIdx;
+    p->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
+    p->hooks = (struct modelHooks){p,         hookParams, hookRelease,
+                                   hookGrads, hookReady,  p->tp > 1 ? hookReduce : NULL};
+    loomResult_t res = parSplit(p);
+    if (res != loomSuccess) {
+        parDestroy(p);
+        return res;
+    }
+    if (parModel(p) != loomSuccess || parPipeline(p) != loomSuccess) {
+        parDestroy(p);
+        return trainFail(t, loomSystemError, "out of memory for the model");
+    }
+    size_t psi = (size_t)o->layers * p->blockFull;
+    struct unitSpec head;
+    modelHeadSpec(&p->shape, &head);
+    psi += head.count;
+    snprintf(p->formula, sizeof(p->formula), "16 Psi/(TP PP)");
+    *s = (struct strategy){.self = p,
+                           .step = parStep,
+                           .fingerprint = parFingerprint,
+                           .collect = parCollect,
+                           .destroy = parDestroy,
+                           .report = parReport,
+                           .psi = psi,
+                           .formula = p->formula,
+                           .formulaBytes = 16.0 * (double)psi / (p->tp * p->pp)};
+    if (t->rank == 0)
+        printf("parallel: %d ranks = dp %d x pp %d x tp %d (rank = (replica x pp + stage) x tp + "
+               "tp index); blocks per stage %d..%d; %d micro-batch(es) of %d tokens, schedule "
+               "%s\n",
+               t->nranks, p->dp, p->pp, p->tp, o->layers / p->pp, (o->layers + p->pp - 1) / p->pp,
+               p->m, p->mb, o->schedule == SCHEDULE_1F1B ? "1f1b" : "gpipe");
+    res = parPrintTransports(p);
+    if (res != loomSuccess) {
+        parDestroy(p);
+        return res;
+    }
+    return loomSuccess;
+}
