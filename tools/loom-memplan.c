@@ -18,6 +18,10 @@
  *       a linear term in the sequence length and the attention scores'
  *       quadratic one. The defaults b = 2, a = 17, c = 2.5 give Korthikanti
  *       et al.'s 34 S B D + 5 H S^2 B bytes a layer (16-bit, no recomputation).
+ *       With --checkpoint K (activation checkpointing in segments of K
+ *       layers) only each segment's input (b B S D) is kept and one segment's
+ *       layers are live at a time in backward: ceil(L/K) b B S D + K M_layer;
+ *       K = sqrt(L) makes it smallest, about 2 sqrt(L) layers' worth.
  *   --stages p --microbatches m
  *       The pipeline bubble of GPipe / 1F1B schedules: (p - 1) / m of the
  *       ideal time.
@@ -38,7 +42,7 @@
 struct plan {
     double params, ranks;
     int stage; /* 0..3, or -1: all */
-    double layers, hidden, heads, seq, batch, bytes, a, c;
+    double layers, hidden, heads, seq, batch, bytes, a, c, checkpoint;
     double stages, microbatches;
     int haveState, haveAct, haveBubble;
 };
@@ -47,7 +51,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: loom-memplan --params P --ranks N [--stage 0|1|2|3|all]\n"
                "       loom-memplan --layers L --hidden D --heads H --seq S --batch B\n"
-               "                    [--bytes b] [--a a] [--c c]\n"
+               "                    [--bytes b] [--a a] [--c c] [--checkpoint K]\n"
                "       loom-memplan --stages p --microbatches m\n"
                "  (the three may be combined; P takes K, M, B or T: 7.5B = 7.5e9)\n");
 }
@@ -95,7 +99,8 @@ enum {
     OPT_A,
     OPT_C,
     OPT_STAGES,
-    OPT_MICRO
+    OPT_MICRO,
+    OPT_CHECKPOINT
 };
 
 static const struct option longOptions[] = {{"params", required_argument, 0, OPT_PARAMS},
@@ -111,6 +116,7 @@ static const struct option longOptions[] = {{"params", required_argument, 0, OPT
                                             {"c", required_argument, 0, OPT_C},
                                             {"stages", required_argument, 0, OPT_STAGES},
                                             {"microbatches", required_argument, 0, OPT_MICRO},
+                                            {"checkpoint", required_argument, 0, OPT_CHECKPOINT},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
 
@@ -118,9 +124,9 @@ static const struct option longOptions[] = {{"params", required_argument, 0, OPT
 static double *target(struct plan *p, int c)
 {
     double *const targets[] = {
-        &p->params, &p->ranks, NULL,  &p->layers, &p->hidden, &p->heads,       &p->seq,
-        &p->batch,  &p->bytes, &p->a, &p->c,      &p->stages, &p->microbatches};
-    return c >= OPT_PARAMS && c <= OPT_MICRO ? targets[c - OPT_PARAMS] : NULL;
+        &p->params, &p->ranks, NULL,  &p->layers, &p->hidden, &p->heads,        &p->seq,
+        &p->batch,  &p->bytes, &p->a, &p->c,      &p->stages, &p->microbatches, &p->checkpoint};
+    return c >= OPT_PARAMS && c <= OPT_CHECKPOINT ? targets[c - OPT_PARAMS] : NULL;
 }
 
 static int parseOptions(int argc, char **argv, struct plan *p)
@@ -155,6 +161,8 @@ static int parseOptions(int argc, char **argv, struct plan *p)
     if (p->haveAct &&
         !(p->layers > 0 && p->hidden > 0 && p->heads > 0 && p->seq > 0 && p->batch > 0))
         return usageError("activations need --layers, --hidden, --heads, --seq and --batch", NULL);
+    if (p->checkpoint > 0 && !p->haveAct)
+        return usageError("--checkpoint goes with the activation options", NULL);
     if (p->haveBubble && !(p->stages > 0 && p->microbatches > 0))
         return usageError("the bubble needs both --stages and --microbatches", NULL);
     if (!p->haveState && !p->haveAct && !p->haveBubble)
@@ -189,6 +197,19 @@ static void printActivations(const struct plan *p)
     printf("  %-30s %12.3f GB\n", "linear term L*b*a*B*S*D", lin / GB);
     printf("  %-30s %12.3f GB\n", "quadratic term L*b*c*B*H*S^2", quad / GB);
     printf("  %-30s %12.3f GB\n", "total", (lin + quad) / GB);
+    if (p->checkpoint > 0) {
+        double k = p->checkpoint < p->layers ? floor(p->checkpoint) : p->layers;
+        double in = ceil(p->layers / k) * p->bytes * p->batch * p->seq * p->hidden;
+        double live = (lin + quad) / p->layers * k;
+        printf("checkpointing every %g layers: ceil(L/K)*b*B*S*D + K*(M_act/L) (bytes too, for "
+               "small models)\n",
+               k);
+        printf("  %-30s %12.3f GB %16.0f B\n", "segment inputs", in / GB, in);
+        printf("  %-30s %12.3f GB %16.0f B\n", "one segment's layers", live / GB, live);
+        printf("  %-30s %12.3f GB %16.0f B\n", "total with checkpointing", (in + live) / GB,
+               in + live);
+        printf("  %-30s %12.3f GB %16.0f B\n", "without", (lin + quad) / GB, lin + quad);
+    }
 }
 
 static void printBubble(const struct plan *p)

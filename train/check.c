@@ -105,7 +105,7 @@ static void denseFree(struct reference *r)
 
 static loomResult_t denseStep(struct reference *r, long step, double *loss, double *gradNormSq)
 {
-    struct modelHooks hooks = {r, refParams, refRelease, refGrads, refReady, NULL};
+    struct modelHooks hooks = {r, refParams, refRelease, refGrads, refReady, NULL, NULL};
     LOOMCHECK(modelForward(&r->shape, &hooks, &r->acts, r->x, r->labels, loss));
     LOOMCHECK(modelBackward(&r->shape, &hooks, &r->acts, r->labels));
     *gradNormSq = replicaGradNormSq(&r->rep);
@@ -432,6 +432,7 @@ loomResult_t referenceRun(const struct trainOptions *o, int nranks, struct runRe
     r->nranks = nranks;
     r->rows = nranks * o->batch;
     r->shape = modelShapeOf(o);
+    r->shape.checkpoint = 0; /* the reference keeps every activation */
     r->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
     r->x = calloc((size_t)r->rows * o->hidden, sizeof(float));
     r->labels = calloc((size_t)r->rows, sizeof(int));

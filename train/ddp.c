@@ -154,6 +154,7 @@ static loomResult_t ddpStep(void *self, long step, const float *x, const int *la
     d->current = d->t->opt->overlap == OVERLAP_ALTERNATE && step % 2 == 0 ? NULL : d->stream;
     LOOMCHECK(modelForward(&d->shape, &d->hooks, &d->acts, x, labels, &stats->loss));
     LOOMCHECK(modelBackward(&d->shape, &d->hooks, &d->acts, labels));
+    modelActsTakeTimes(&d->acts, d->t);
     LOOMCHECK(ddpFinish(d));
     /* every rank holds the whole averaged gradient: each contributes 1/N of its norm */
     stats->gradNormSq = replicaGradNormSq(&d->rep) / d->t->nranks;
@@ -237,7 +238,7 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
     d->gradScale = 1.0;
     d->shape = modelShapeOf(o);
     d->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
-    d->hooks = (struct modelHooks){d, hookParams, hookRelease, hookGrads, hookReady, NULL};
+    d->hooks = (struct modelHooks){d, hookParams, hookRelease, hookGrads, hookReady, NULL, NULL};
     if (modelSpecs(&d->shape, &specs, &nunits) != loomSuccess ||
         layoutInit(&d->lay, specs, nunits, 1) != loomSuccess ||
         replicaInit(&d->rep, &d->lay, o->bf16, o->seed, &t->ledger) != loomSuccess ||
@@ -248,6 +249,7 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
         return trainFail(t, loomSystemError, "out of memory for the model");
     }
     free(specs);
+    modelActsNote(&d->shape, t->rows, o->layers, 1, 1, t);
     if (o->overlap != OVERLAP_NEVER) {
         loomResult_t res = loomStreamCreate(&d->stream);
         if (res != loomSuccess) {

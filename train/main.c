@@ -56,6 +56,9 @@ static void usage(FILE *f)
             "  --tp T                 tensor parallelism: heads and MLP columns over T ranks "
             "(1)\n"
             "  --pp P                 pipeline parallelism: blocks in P stages (1)\n"
+            "  --sp S                 sequence parallelism: ring attention over S ranks (1)\n"
+            "  --checkpoint K         keep activations only at every K-th block, recompute "
+            "in backward (0: all)\n"
             "  --microbatches M --schedule gpipe|1f1b   pipeline micro-batches (P) and "
             "schedule (1f1b)\n"
             "  --steps S              training steps (20)\n"
@@ -113,6 +116,8 @@ enum {
     OPT_SEQ,
     OPT_TP,
     OPT_PP,
+    OPT_SP,
+    OPT_CHECKPOINT,
     OPT_MICRO,
     OPT_SCHEDULE,
     OPT_BATCH,
@@ -144,6 +149,8 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"seq", required_argument, 0, OPT_SEQ},
                                             {"tp", required_argument, 0, OPT_TP},
                                             {"pp", required_argument, 0, OPT_PP},
+                                            {"sp", required_argument, 0, OPT_SP},
+                                            {"checkpoint", required_argument, 0, OPT_CHECKPOINT},
                                             {"microbatches", required_argument, 0, OPT_MICRO},
                                             {"schedule", required_argument, 0, OPT_SCHEDULE},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -187,6 +194,8 @@ static int setNumber(struct trainOptions *o, int c, const char *arg)
                 {OPT_SEQ, &o->seq, 1, 1 << 16},
                 {OPT_TP, &o->tp, 1, 1 << 12},
                 {OPT_PP, &o->pp, 1, 1 << 12},
+                {OPT_SP, &o->sp, 1, 1 << 12},
+                {OPT_CHECKPOINT, &o->checkpoint, 0, 1 << 12},
                 {OPT_MICRO, &o->microbatches, 0, 1 << 20},
                 {OPT_VERIFY, &o->verifyEvery, 0, 1 << 30}};
     const struct {
@@ -243,6 +252,30 @@ static int parseKill(const char *s, struct trainOptions *o)
     return 0;
 }
 
+/* What is wrong with the --tp, --pp and --sp options, or NULL. */
+static const char *parallelError(const struct trainOptions *o)
+{
+    if (o->tp == 1 && o->pp == 1 && o->sp == 1)
+        return NULL;
+    if (o->mode != MODE_DDP && o->mode != MODE_ZERO1)
+        return "--tp, --pp and --sp take --mode ddp or zero1 across replicas";
+    if (o->elastic)
+        return "--tp, --pp and --sp do not go with --elastic";
+    if (o->heads > 0 && o->heads % o->tp != 0)
+        return "--tp must divide --heads";
+    if (o->ffn % o->tp != 0 || o->hidden % o->tp != 0)
+        return "--tp must divide --ffn and --hidden";
+    if (o->pp > o->layers)
+        return "--pp must be at most --layers";
+    if (o->batch % o->microbatches != 0)
+        return "--microbatches must divide --batch";
+    if (o->heads > 0 && (o->batch / o->microbatches) % o->seq != 0)
+        return "a micro-batch must hold whole sequences (--seq)";
+    if (o->sp > 1 && (o->heads == 0 || o->seq % o->sp != 0))
+        return "--sp needs --heads and must divide --seq";
+    return NULL;
+}
+
 static int parseOptions(int argc, char **argv, struct trainOptions *o)
 {
     int c, idx = 0;
@@ -254,6 +287,7 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
                                .seq = 8,
                                .tp = 1,
                                .pp = 1,
+                               .sp = 1,
                                .schedule = SCHEDULE_1F1B,
                                .batch = 32,
                                .steps = 20,
@@ -331,20 +365,11 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         return usageError("--batch must be a multiple of --seq (whole sequences per rank)", NULL);
     if (o->microbatches == 0)
         o->microbatches = o->pp;
-    if (o->tp > 1 || o->pp > 1) {
-        const char *why = o->mode != MODE_DDP ? "--tp and --pp take --mode ddp across replicas"
-                          : o->elastic        ? "--tp and --pp do not go with --elastic"
-                          : o->heads > 0 && o->heads % o->tp != 0 ? "--tp must divide --heads"
-                          : o->ffn % o->tp != 0                   ? "--tp must divide --ffn"
-                          : o->hidden % o->tp != 0                ? "--tp must divide --hidden"
-                          : o->pp > o->layers                     ? "--pp must be at most --layers"
-                          : o->batch % o->microbatches != 0 ? "--microbatches must divide --batch"
-                          : o->heads > 0 && (o->batch / o->microbatches) % o->seq != 0
-                              ? "a micro-batch must hold whole sequences (--seq)"
-                              : NULL;
-        if (why != NULL)
-            return usageError(why, NULL);
-    }
+    const char *why = parallelError(o);
+    if (why != NULL)
+        return usageError(why, NULL);
+    if (o->checkpoint > 0 && o->mode == MODE_MOE)
+        return usageError("--checkpoint is for the dense model (not --mode moe)", NULL);
     if (o->heads > 0 && (o->mode == MODE_MOE || o->elastic))
         return usageError("--heads: attention is in the dense blocks of ddp and zero1-3, "
                           "without --elastic",
@@ -379,6 +404,37 @@ static void printBytes(const char *what, double bytes, const char *extra)
     printf("  %-22s %14.0f B  %10.3f MB%s\n", what, bytes, bytes / 1e6, extra);
 }
 
+/*
+ * --checkpoint: the activations against those without checkpointing and against
+ * loom-memplan's estimate of both, and the time the recomputation took (rank 0's).
+ */
+static void printCheckpoint(const struct trainer *t, double measured)
+{
+    const struct trainOptions *o = t->opt;
+    int K = o->checkpoint, L = t->actsBlocks, k = K < L ? K : L;
+    printf("  activation checkpointing every %d blocks: %.0f B measured (%d of %d blocks' "
+           "activations kept, and each segment's input); %.0f B without (the same buffers for "
+           "every block), %.2fx less\n",
+           K, measured, k, L, (double)t->actsWithout, (double)t->actsWithout / measured);
+    if (o->heads > 0 && o->tp == 1 && o->sp == 1) {
+        /* a = 16: per token x, u, y, LN_a(x), context (D each), qkv (3 D), the MLP's 2 x 4 D;
+         * c = 1: the softmax weights; b = 4: activations are fp32 */
+        double B = (double)t->actsRows / o->seq, S = o->seq, D = o->hidden, H = o->heads;
+        double layer = 4.0 * (16.0 * B * S * D + B * H * S * S), in = 4.0 * B * S * D;
+        double with = (double)((L + k - 1) / k) * in + k * layer;
+        printf("  loom-memplan --layers %d --hidden %d --heads %d --seq %d --batch %g --bytes 4 "
+               "--a 16 --c 1 --checkpoint %d: %.0f B with, %.0f B without (measured/estimate "
+               "%.3f and %.3f; the estimate leaves out the norms' statistics and the head)\n",
+               L, o->hidden, o->heads, o->seq, B, K, with, L * layer, measured / with,
+               (double)t->actsWithout / (L * layer));
+    }
+    printf("  recomputation: %.3f ms a step, %.1f%% more forward time (forward %.3f ms a "
+           "step)\n",
+           (double)t->recomputeNs / 1e6 / o->steps,
+           t->forwardNs > 0 ? 100.0 * (double)t->recomputeNs / (double)t->forwardNs : 0.0,
+           (double)t->forwardNs / 1e6 / o->steps);
+}
+
 /* The largest figure of each kind over ranks, beside the strategy's formula. */
 static loomResult_t printLedger(struct trainer *t, const struct strategy *s)
 {
@@ -408,6 +464,8 @@ static loomResult_t printLedger(struct trainer *t, const struct strategy *s)
              s->formulaBytes, state / s->formulaBytes);
     printBytes("model state", state, extra);
     printBytes("activations", (double)mx[LEDGER_ACTS], "");
+    if (o->checkpoint > 0)
+        printCheckpoint(t, (double)mx[LEDGER_ACTS]);
     printBytes("peak temporaries", (double)mx[LEDGER_TEMP],
                "   (communication and gathered-unit buffers, fp32 views, backward work)");
     return loomSuccess;
@@ -619,10 +677,11 @@ static loomResult_t runCreate(struct run *r)
     r->rank0 = t->rank;
     r->nranks0 = t->nranks;
     r->failedStep = -1;
-    int group = r->o.tp * r->o.pp;
+    int group = r->o.tp * r->o.pp * r->o.sp;
     if (t->nranks % group != 0)
-        return trainFail(t, loomInvalidArgument, "%d ranks are not a multiple of --tp x --pp = %d",
-                         t->nranks, group);
+        return trainFail(t, loomInvalidArgument,
+                         "%d ranks are not a multiple of --tp x --pp x --sp = %d", t->nranks,
+                         group);
     r->replicas = t->nranks / group;
     t->rows = r->o.batch;
     t->rowLo = (long)(t->rank / group) * r->o.batch;

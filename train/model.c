@@ -110,7 +110,8 @@ void layoutFree(struct unitLayout *lay)
 
 struct modelShape modelShapeOf(const struct trainOptions *o)
 {
-    return (struct modelShape){o->layers, o->hidden, o->ffn, o->classes, o->heads, o->seq, 1, 0};
+    return (struct modelShape){o->layers, o->hidden, o->ffn, o->classes, o->heads,
+                               o->seq,    1,         0,      1,          o->checkpoint};
 }
 
 void modelBlockSpec(const struct modelShape *s, int layer, struct unitSpec *u)
@@ -511,6 +512,115 @@ static void attnBackward(const struct modelShape *s, const float *qkv, const flo
     }
 }
 
+/*
+ * Ring attention (sequence parallelism): this rank holds s->seq tokens of
+ * each sequence, the other sp - 1 parts are on the other ranks of the ring.
+ * The keys and values of each part go once around the ring; each rank
+ * attends its queries to every part as it passes, with a softmax kept
+ * online (a running maximum and sum, the output rescaled when the maximum
+ * grows). Without a mask the order of the parts does not matter. Kept for
+ * backward: the output and the log of each softmax's sum (probs).
+ */
+static loomResult_t ringForward(const struct modelShape *s, const struct modelHooks *hk,
+                                struct modelActs *a, const float *qkv, int rows, float *lse,
+                                float *ctx)
+{
+    int S = s->seq, dh = s->hidden / s->heads, hl = s->heads / shapeTp(s), dl = hl * dh;
+    int w = 3 * dl, kw = 2 * dl;
+    float scale = 1.0f / sqrtf((float)dh), *cur = a->kvA, *next = a->kvB, *sum = a->runSum;
+    for (int r = 0; r < rows; r++)
+        memcpy(cur + (size_t)r * kw, qkv + (size_t)r * w + dl, (size_t)kw * sizeof(*cur));
+    memset(ctx, 0, (size_t)rows * dl * sizeof(*ctx));
+    for (size_t i = 0; i < (size_t)rows * hl; i++) {
+        lse[i] = -INFINITY; /* the running maximum until the end */
+        sum[i] = 0.0f;
+    }
+    for (int t = 0; t < s->sp; t++) {
+        for (int r = 0; r < rows; r++) {
+            const float *blk = cur + (size_t)(r - r % S) * kw;
+            for (int h = 0; h < hl; h++) {
+                const float *q = qkv + (size_t)r * w + h * dh;
+                float *o = ctx + (size_t)r * dl + h * dh, *m = lse + (size_t)r * hl + h;
+                float *l = sum + (size_t)r * hl + h, mx = *m;
+                for (int j = 0; j < S; j++) {
+                    a->dp[j] = dot(q, blk + (size_t)j * kw + h * dh, dh) * scale;
+                    mx = a->dp[j] > mx ? a->dp[j] : mx;
+                }
+                float corr = expf(*m - mx);
+                *l *= corr;
+                for (int i = 0; i < dh; i++)
+                    o[i] *= corr;
+                for (int j = 0; j < S; j++) {
+                    float e = expf(a->dp[j] - mx);
+                    *l += e;
+                    axpy(o, e, blk + (size_t)j * kw + dl + h * dh, dh);
+                }
+                *m = mx;
+            }
+        }
+        if (t + 1 < s->sp) {
+            LOOMCHECK(hk->ring(hk->ctx, cur, next, (size_t)rows * kw));
+            float *tmp = cur;
+            cur = next;
+            next = tmp;
+        }
+    }
+    for (size_t i = 0; i < (size_t)rows * hl; i++) {
+        float inv = 1.0f / sum[i];
+        for (int k = 0; k < dh; k++)
+            ctx[i * dh + k] *= inv;
+        lse[i] += logf(sum[i]);
+    }
+    return loomSuccess;
+}
+
+/*
+ * Its backward: the parts go round again with their key and value gradients,
+ * which every rank adds to as they pass; after sp moves each part is home
+ * with the whole of its gradients. The softmax weights are recomputed from
+ * the scores and the saved log-sums.
+ */
+static loomResult_t ringBackward(const struct modelShape *s, const struct modelHooks *hk,
+                                 struct modelActs *a, const float *qkv, const float *lse,
+                                 const float *ctx, const float *dctx, int rows, float *dqkv)
+{
+    int S = s->seq, dh = s->hidden / s->heads, hl = s->heads / shapeTp(s), dl = hl * dh;
+    int w = 3 * dl, kw = 4 * dl;
+    float scale = 1.0f / sqrtf((float)dh), *cur = a->kvA, *next = a->kvB, *D = a->runSum;
+    memset(dqkv, 0, (size_t)rows * w * sizeof(*dqkv));
+    memset(cur, 0, (size_t)rows * kw * sizeof(*cur));
+    for (int r = 0; r < rows; r++)
+        memcpy(cur + (size_t)r * kw, qkv + (size_t)r * w + dl, 2 * (size_t)dl * sizeof(*cur));
+    for (size_t i = 0; i < (size_t)rows * hl; i++)
+        D[i] = dot(dctx + i * dh, ctx + i * dh, dh);
+    for (int t = 0; t < s->sp; t++) {
+        for (int r = 0; r < rows; r++) {
+            float *blk = cur + (size_t)(r - r % S) * kw;
+            for (int h = 0; h < hl; h++) {
+                size_t rh = (size_t)r * hl + h;
+                const float *q = qkv + (size_t)r * w + h * dh, *dc = dctx + rh * dh;
+                float *dq = dqkv + (size_t)r * w + h * dh;
+                for (int j = 0; j < S; j++) {
+                    float *kj = blk + (size_t)j * kw + h * dh;
+                    float p = expf(dot(q, kj, dh) * scale - lse[rh]);
+                    float ds = p * (dot(dc, kj + dl, dh) - D[rh]) * scale;
+                    axpy(kj + 3 * dl, p, dc, dh);
+                    axpy(dq, ds, kj, dh);
+                    axpy(kj + 2 * dl, ds, q, dh);
+                }
+            }
+        }
+        LOOMCHECK(hk->ring(hk->ctx, cur, next, (size_t)rows * kw));
+        float *tmp = cur;
+        cur = next;
+        next = tmp;
+    }
+    for (int r = 0; r < rows; r++)
+        memcpy(dqkv + (size_t)r * w + dl, cur + (size_t)r * kw + 2 * dl,
+               2 * (size_t)dl * sizeof(*dqkv));
+    return loomSuccess;
+}
+
 /* ---- the dense model's activations and passes ---- */
 
 static size_t attnWidth(const struct modelShape *s)
@@ -530,7 +640,7 @@ static struct actSizes actSizes(const struct modelShape *s, int rows)
                              r * sizeof(float),
                              r * (s->ffn / shapeTp(s)) * sizeof(float),
                              r * 3 * dl * sizeof(float),
-                             r * hl * s->seq * sizeof(float),
+                             r * hl * (s->sp > 1 ? 1 : s->seq) * sizeof(float),
                              r * dl * sizeof(float)};
 }
 
@@ -581,12 +691,25 @@ loomResult_t modelActsInitPart(struct modelActs *a, const struct modelShape *s, 
     a->l0 = l0;
     a->l1 = l1;
     a->hasHead = head;
-    a->block = calloc((size_t)(l1 > l0 ? l1 - l0 : 1), sizeof(*a->block));
+    a->checkpoint = s->checkpoint > 0 && s->checkpoint < l1 - l0 ? s->checkpoint : 0;
+    int kept = a->checkpoint ? a->checkpoint : l1 - l0;
+    a->block = calloc((size_t)(kept > 0 ? kept : 1), sizeof(*a->block));
     if (a->block == NULL)
         return loomSystemError;
-    for (int i = 0; i < l1 - l0; i++)
+    for (int i = 0; i < kept; i++)
         if (!blockActsAlloc(&a->block[i], s, rows, 1, l))
             goto fail_free;
+    if (a->checkpoint) {
+        a->nseg = (l1 - l0 + a->checkpoint - 1) / a->checkpoint;
+        a->seg = calloc((size_t)a->nseg, sizeof(*a->seg));
+        if (a->seg == NULL)
+            goto fail_free;
+        for (int k = 0; k < a->nseg; k++)
+            if ((a->seg[k] = ledgerAlloc(l, LEDGER_ACTS, z.rd)) == NULL)
+                goto fail_free;
+        if ((a->scratch = ledgerAlloc(l, LEDGER_TEMP, z.rd)) == NULL)
+            goto fail_free;
+    }
     if (head && headActsInit(&a->head, s, rows, l) != loomSuccess)
         goto fail_free;
     a->dx = ledgerAlloc(l, LEDGER_TEMP, z.rd);
@@ -603,6 +726,13 @@ loomResult_t modelActsInitPart(struct modelActs *a, const struct modelShape *s, 
         if (a->dyy == NULL || a->dqkv == NULL || a->dctx == NULL || a->dp == NULL)
             goto fail_free;
     }
+    if (s->heads > 0 && s->sp > 1) {
+        a->kvA = ledgerAlloc(l, LEDGER_TEMP, z.ctx * 4);
+        a->kvB = ledgerAlloc(l, LEDGER_TEMP, z.ctx * 4);
+        a->runSum = ledgerAlloc(l, LEDGER_TEMP, z.probs);
+        if (a->kvA == NULL || a->kvB == NULL || a->runSum == NULL)
+            goto fail_free;
+    }
     return loomSuccess;
 
 fail_free:
@@ -616,11 +746,47 @@ loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int 
     return modelActsInitPart(a, s, rows, 0, s->layers, 1, l);
 }
 
+void modelActsTakeTimes(struct modelActs *a, struct trainer *t)
+{
+    t->forwardNs += a->forwardNs;
+    t->recomputeNs += a->recomputeNs;
+    a->forwardNs = a->recomputeNs = 0;
+}
+
+void modelActsNote(const struct modelShape *s, int rows, int blocks, int head, int copies,
+                   struct trainer *t)
+{
+    struct modelShape all = *s;
+    all.checkpoint = 0;
+    t->actsWithout = (size_t)copies * modelActsBytes(&all, rows, blocks, head);
+    t->actsBlocks = blocks;
+    t->actsRows = rows * copies;
+}
+
+size_t modelActsBytes(const struct modelShape *s, int rows, int blocks, int head)
+{
+    struct actSizes z = actSizes(s, rows);
+    size_t block = 2 * z.rd + 2 * z.r1 + 2 * z.rf; /* x, u, mean, rstd, a, h; y is x */
+    if (s->heads > 0) /* y, ua, their norm's statistics, qkv, the softmax, the context */
+        block += 2 * z.rd + 2 * z.r1 + z.qkv + z.probs + z.ctx;
+    int k = s->checkpoint > 0 && s->checkpoint < blocks ? s->checkpoint : 0;
+    size_t bytes = (size_t)(k ? k : blocks) * block;
+    if (k)
+        bytes += (size_t)((blocks + k - 1) / k) * z.rd;
+    if (head)
+        bytes += 2 * z.rd + 2 * z.r1 + 2 * (size_t)rows * s->classes * sizeof(float);
+    return bytes;
+}
+
 void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledger *l)
 {
     struct actSizes z = actSizes(s, a->rows);
-    for (int i = 0; a->block != NULL && i < a->l1 - a->l0; i++)
+    for (int i = 0; a->block != NULL && i < (a->checkpoint ? a->checkpoint : a->l1 - a->l0); i++)
         blockActsAlloc(&a->block[i], s, a->rows, 0, l);
+    for (int k = 0; a->seg != NULL && k < a->nseg; k++)
+        ledgerFree(l, LEDGER_ACTS, a->seg[k], z.rd);
+    free(a->seg);
+    ledgerFree(l, LEDGER_TEMP, a->scratch, z.rd);
     if (a->head.x != NULL)
         headActsFree(&a->head, s, a->rows, l);
     ledgerFree(l, LEDGER_TEMP, a->dx, z.rd);
@@ -631,6 +797,9 @@ void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledge
     ledgerFree(l, LEDGER_TEMP, a->dqkv, z.qkv);
     ledgerFree(l, LEDGER_TEMP, a->dctx, z.ctx);
     ledgerFree(l, LEDGER_TEMP, a->dp, (size_t)s->seq * sizeof(float));
+    ledgerFree(l, LEDGER_TEMP, a->kvA, z.ctx * 4);
+    ledgerFree(l, LEDGER_TEMP, a->kvB, z.ctx * 4);
+    ledgerFree(l, LEDGER_TEMP, a->runSum, z.probs);
     free(a->block);
     memset(a, 0, sizeof(*a));
 }
@@ -642,8 +811,10 @@ static loomResult_t tpReduce(const struct modelHooks *h, float *buf, size_t n)
 }
 
 static loomResult_t blockForward(const struct modelShape *s, const struct modelHooks *hk,
-                                 const float *p, struct blockActs *b, int rows, float *out)
+                                 struct modelActs *a, const float *p, struct blockActs *b,
+                                 float *out)
 {
+    int rows = a->rows;
     size_t d = (size_t)s->hidden, f = (size_t)s->ffn / shapeTp(s), dl = attnWidth(s);
     size_t n = (size_t)rows * d;
     int owner = s->tpRank == 0; /* adds the biases of the row-split layers */
@@ -651,7 +822,10 @@ static loomResult_t blockForward(const struct modelShape *s, const struct modelH
         const float *wqkv = p + 2 * d, *wo = wqkv + d * 3 * dl, *bo = wo + dl * d;
         layerNormForward(b->x, p, p + d, rows, (int)d, b->ua, b->meanA, b->rstdA);
         linearForward(b->ua, wqkv, NULL, rows, (int)d, (int)(3 * dl), b->qkv);
-        attnForward(s, b->qkv, rows, b->probs, b->ctx);
+        if (s->sp > 1)
+            LOOMCHECK(ringForward(s, hk, a, b->qkv, rows, b->probs, b->ctx));
+        else
+            attnForward(s, b->qkv, rows, b->probs, b->ctx);
         linearForward(b->ctx, wo, owner ? bo : NULL, rows, (int)dl, (int)d, b->y);
         LOOMCHECK(tpReduce(hk, b->y, n));
         for (size_t i = 0; i < n; i++)
@@ -669,6 +843,12 @@ static loomResult_t blockForward(const struct modelShape *s, const struct modelH
     return loomSuccess;
 }
 
+/* The activations of block l: its own, or with checkpointing those of its place in a segment. */
+static struct blockActs *actsOf(struct modelActs *a, int l)
+{
+    return &a->block[a->checkpoint ? (l - a->l0) % a->checkpoint : l - a->l0];
+}
+
 /*
  * Backward of one block from dy (the gradient of its output) into dx; g is the
  * unit's gradient buffer (filled), marked ready from the end of the unit down.
@@ -677,7 +857,7 @@ static loomResult_t blockBackward(const struct modelShape *s, const struct model
                                   struct modelActs *a, int l, const float *p, float *g,
                                   const float *dy, float *dx)
 {
-    struct blockActs *b = &a->block[l - a->l0];
+    struct blockActs *b = actsOf(a, l);
     size_t d = (size_t)s->hidden, f = (size_t)s->ffn / shapeTp(s), dl = attnWidth(s);
     size_t A = modelAttnCount(s), n = (size_t)a->rows * d;
     int rows = a->rows;
@@ -698,7 +878,10 @@ static loomResult_t blockBackward(const struct modelShape *s, const struct model
     const float *wqkv = p + 2 * d, *wo = wqkv + d * 3 * dl;
     float *gwqkv = g + 2 * d, *gwo = gwqkv + d * 3 * dl, *gbo = gwo + dl * d;
     linearBackward(b->ctx, wo, dyy, rows, (int)dl, (int)d, a->dctx, gwo, gbo);
-    attnBackward(s, b->qkv, b->probs, a->dctx, rows, a->dqkv, a->dp);
+    if (s->sp > 1)
+        LOOMCHECK(ringBackward(s, h, a, b->qkv, b->probs, b->ctx, a->dctx, rows, a->dqkv));
+    else
+        attnBackward(s, b->qkv, b->probs, a->dctx, rows, a->dqkv, a->dp);
     linearBackward(b->ua, wqkv, a->dqkv, rows, (int)d, (int)(3 * dl), a->du, gwqkv, NULL);
     LOOMCHECK(tpReduce(h, a->du, n));
     LOOMCHECK(h->ready(h->ctx, l, 2 * d));
@@ -716,6 +899,20 @@ static loomResult_t unitGrads(const struct modelHooks *h, int unit, size_t count
     return loomSuccess;
 }
 
+/* Forward of blocks [from, to) from the input in actsOf(from)->x; the last one's output to out. */
+static loomResult_t blocksForward(const struct modelShape *s, const struct modelHooks *h,
+                                  struct modelActs *a, int from, int to, float *out)
+{
+    const float *p;
+    for (int l = from; l < to; l++) {
+        float *o = l + 1 < to ? actsOf(a, l + 1)->x : out;
+        LOOMCHECK(h->params(h->ctx, l, &p));
+        LOOMCHECK(blockForward(s, h, a, p, actsOf(a, l), o));
+        LOOMCHECK(h->release(h->ctx, l));
+    }
+    return loomSuccess;
+}
+
 loomResult_t modelForwardPart(const struct modelShape *s, const struct modelHooks *h,
                               struct modelActs *a, const float *x, const int *labels, float *out,
                               double *loss)
@@ -723,18 +920,23 @@ loomResult_t modelForwardPart(const struct modelShape *s, const struct modelHook
     const float *p;
     size_t rowBytes = (size_t)a->rows * s->hidden * sizeof(float);
     float *last = a->hasHead ? a->head.x : out;
-    memcpy(a->l1 > a->l0 ? a->block[0].x : last, x, rowBytes);
-    for (int l = a->l0; l < a->l1; l++) {
-        float *o = l + 1 < a->l1 ? a->block[l + 1 - a->l0].x : last;
-        LOOMCHECK(h->params(h->ctx, l, &p));
-        LOOMCHECK(blockForward(s, h, p, &a->block[l - a->l0], a->rows, o));
-        LOOMCHECK(h->release(h->ctx, l));
+    int K = a->checkpoint ? a->checkpoint : a->l1 - a->l0;
+    uint64_t t0 = nowNs();
+    memcpy(a->l1 > a->l0 ? actsOf(a, a->l0)->x : last, x, rowBytes);
+    /* segment by segment; with checkpointing each one's input is kept, the rest overwritten */
+    for (int l = a->l0; l < a->l1; l += K) {
+        int end = l + K < a->l1 ? l + K : a->l1;
+        if (a->checkpoint)
+            memcpy(a->seg[(l - a->l0) / K], actsOf(a, l)->x, rowBytes);
+        LOOMCHECK(blocksForward(s, h, a, l, end, end < a->l1 ? actsOf(a, end)->x : last));
     }
-    if (!a->hasHead)
-        return loomSuccess;
-    LOOMCHECK(h->params(h->ctx, s->layers, &p));
-    *loss = headForward(s, p, labels, a->rows, &a->head);
-    return h->release(h->ctx, s->layers);
+    if (a->hasHead) {
+        LOOMCHECK(h->params(h->ctx, s->layers, &p));
+        *loss = headForward(s, p, labels, a->rows, &a->head);
+        LOOMCHECK(h->release(h->ctx, s->layers));
+    }
+    a->forwardNs += nowNs() - t0;
+    return loomSuccess;
 }
 
 loomResult_t modelBackwardPart(const struct modelShape *s, const struct modelHooks *h,
@@ -757,6 +959,16 @@ loomResult_t modelBackwardPart(const struct modelShape *s, const struct modelHoo
     }
     modelBlockSpec(s, 0, &spec);
     for (int l = a->l1 - 1; l >= a->l0; l--) {
+        int K = a->checkpoint;
+        int from = K ? a->l0 + (l - a->l0) / K * K : 0;
+        if (K && (l - a->l0) % K == K - 1 && from + K < a->l1) {
+            /* the segment's forward again, from its kept input (the last segment's activations
+             * are still those of the forward) */
+            uint64_t t0 = nowNs();
+            memcpy(actsOf(a, from)->x, a->seg[(from - a->l0) / K], rowBytes);
+            LOOMCHECK(blocksForward(s, h, a, from, l + 1, a->scratch));
+            a->recomputeNs += nowNs() - t0;
+        }
         LOOMCHECK(h->params(h->ctx, l, &p));
         LOOMCHECK(unitGrads(h, l, spec.count, accumulate, &g));
         LOOMCHECK(blockBackward(s, h, a, l, p, g, cur, next));

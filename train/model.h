@@ -68,6 +68,9 @@ struct modelShape {
     int layers, hidden, ffn, classes;
     int heads, seq; /* attention: heads (0: MLP-only blocks), over sequences of seq rows */
     int tp, tpRank; /* tensor parallel (0 or 1: none): this rank's part of tp */
+    int sp;         /* sequence parallel (0 or 1: none): seq is this rank's part of each
+                     * sequence, and attention goes around a ring of sp such parts */
+    int checkpoint; /* activation checkpointing in segments of this many blocks (0: none) */
 };
 
 /* The shape of the model of the options (no tensor parallelism). */
@@ -139,7 +142,8 @@ void mlpBackward(const float *p, int d, int f, const float *x, const float *a, c
 struct blockActs {
     float *x; /* the block's input */
     float *mean, *rstd, *u, *a, *h;
-    /* attention: y the MLP's input (x without attention), the rest NULL without it */
+    /* attention: y the MLP's input (x without attention), the rest NULL without it;
+     * probs: the softmax weights, or with a ring the log of each softmax's sum */
     float *y, *meanA, *rstdA, *ua, *qkv, *probs, *ctx;
 };
 
@@ -164,16 +168,32 @@ void headActsFree(struct headActs *a, const struct modelShape *s, int rows, stru
  */
 struct modelActs {
     int rows, l0, l1, hasHead;
-    struct blockActs *block; /* block[l - l0] */
+    /* block[l - l0]; with checkpointing only one segment's, block[(l - l0) % checkpoint],
+     * and seg[k] keeps the input of segment k (blocks l0 + k K ..) for backward */
+    struct blockActs *block;
+    int checkpoint, nseg;
+    float **seg, *scratch;
+    uint64_t forwardNs, recomputeNs; /* time in forwards, and in recomputing them, summed */
     struct headActs head;
     float *dx, *dy, *du, *dh;      /* backward work: rows x hidden (three) and rows x ffn */
     float *dyy, *dqkv, *dctx, *dp; /* attention's backward work */
+    float *kvA, *kvB, *runSum;     /* ring attention: blocks of keys and values going round */
 };
 
 loomResult_t modelActsInit(struct modelActs *a, const struct modelShape *s, int rows,
                            struct ledger *l);
 loomResult_t modelActsInitPart(struct modelActs *a, const struct modelShape *s, int rows, int l0,
                                int l1, int head, struct ledger *l);
+/*
+ * Bytes of activations (LEDGER_ACTS) modelActsInitPart allocates for `blocks`
+ * blocks (and the head) at s->checkpoint, without allocating them.
+ */
+size_t modelActsBytes(const struct modelShape *s, int rows, int blocks, int head);
+/* Adds the time a spent in forwards and in recomputing them to t's and zeroes a's. */
+void modelActsTakeTimes(struct modelActs *a, struct trainer *t);
+/* For the ledger: t's activations without checkpointing, for `copies` sets of a part. */
+void modelActsNote(const struct modelShape *s, int rows, int blocks, int head, int copies,
+                   struct trainer *t);
 void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledger *l);
 
 /*
@@ -184,6 +204,8 @@ void modelActsFree(struct modelActs *a, const struct modelShape *s, struct ledge
  *   ready    the gradients of elements [lo, count) of the unit are final
  *   reduce   tensor parallelism: sum n floats at buf over the TP ranks, in
  *            place (NULL without TP)
+ *   ring     sequence parallelism: send n floats to the next rank of the
+ *            ring and receive n from the one before, at once (NULL without)
  */
 struct modelHooks {
     void *ctx;
@@ -192,6 +214,7 @@ struct modelHooks {
     loomResult_t (*grads)(void *ctx, int unit, float **g);
     loomResult_t (*ready)(void *ctx, int unit, size_t lo);
     loomResult_t (*reduce)(void *ctx, float *buf, size_t n);
+    loomResult_t (*ring)(void *ctx, const float *send, float *recv, size_t n);
 };
 
 /* Forward over a->rows rows of x; *loss is the mean cross-entropy. */

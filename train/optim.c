@@ -126,13 +126,22 @@ void optimWeights(const struct optimState *o, size_t lo, size_t n, const void *p
 loomResult_t replicaInit(struct replica *r, const struct unitLayout *lay, int bf16, uint64_t seed,
                          struct ledger *l)
 {
+    return replicaInitShard(r, lay, bf16, seed, l, 0, lay->total);
+}
+
+loomResult_t replicaInitShard(struct replica *r, const struct unitLayout *lay, int bf16,
+                              uint64_t seed, struct ledger *l, size_t lo, size_t n)
+{
     size_t esz = dtypeSize(bf16);
+    float *init = NULL;
     memset(r, 0, sizeof(*r));
     r->bf16 = bf16;
     r->lay = lay;
+    r->shardLo = lo;
+    r->shardN = n;
     r->params = ledgerAlloc(l, LEDGER_PARAMS, lay->total * esz);
     r->grads = ledgerAlloc(l, LEDGER_GRADS, lay->total * esz);
-    if (r->params == NULL || r->grads == NULL || optimInit(&r->opt, bf16, lay->total, l))
+    if (r->params == NULL || r->grads == NULL || optimInit(&r->opt, bf16, n, l))
         goto fail_free;
     if (bf16) {
         r->viewP = ledgerAlloc(l, LEDGER_TEMP, lay->maxPadded * sizeof(float));
@@ -140,13 +149,17 @@ loomResult_t replicaInit(struct replica *r, const struct unitLayout *lay, int bf
         if (r->viewP == NULL || r->viewG == NULL)
             goto fail_free;
     }
-    for (int u = 0; u < lay->nunits; u++)
-        paramsInitRange(&lay->spec[u], seed, 0, lay->padded[u], bf16,
-                        (char *)r->params + lay->offset[u] * esz,
-                        bf16 ? r->opt.master + lay->offset[u] : NULL);
+    if ((init = malloc((lay->maxPadded ? lay->maxPadded : 1) * sizeof(*init))) == NULL)
+        goto fail_free;
+    for (int u = 0; u < lay->nunits; u++) {
+        unitInitRange(&lay->spec[u], seed, 0, lay->spec[u].count, init);
+        replicaSet(r, u, init);
+    }
+    free(init);
     return loomSuccess;
 
 fail_free:
+    free(init);
     replicaFree(r, l);
     return loomSystemError;
 }
@@ -199,7 +212,9 @@ void replicaReady(struct replica *r, int unit, size_t lo)
 
 void replicaUpdate(struct replica *r, const struct adamConfig *c, long step)
 {
-    optimStep(&r->opt, c, step, 0, r->lay->total, r->params, r->grads);
+    size_t esz = dtypeSize(r->bf16);
+    optimStep(&r->opt, c, step, 0, r->shardN, (char *)r->params + r->shardLo * esz,
+              (const char *)r->grads + r->shardLo * esz);
 }
 
 double replicaGradNormSq(const struct replica *r)
@@ -210,7 +225,7 @@ double replicaGradNormSq(const struct replica *r)
 uint64_t replicaHash(const struct replica *r)
 {
     uint64_t h = hashBytes(HASH_INIT, r->params, r->lay->total * dtypeSize(r->bf16));
-    if (r->bf16)
+    if (r->bf16 && r->shardN == r->lay->total)
         h = hashBytes(h, r->opt.master, r->lay->total * sizeof(float));
     return h;
 }
@@ -218,9 +233,16 @@ uint64_t replicaHash(const struct replica *r)
 void replicaSet(struct replica *r, int unit, const float *w)
 {
     size_t off = r->lay->offset[unit], count = r->lay->spec[unit].count;
-    if (r->bf16)
-        memcpy(r->opt.master + off, w, count * sizeof(*w));
+    size_t lo = off > r->shardLo ? off : r->shardLo, hi = off + count;
+    hi = hi < r->shardLo + r->shardN ? hi : r->shardLo + r->shardN;
+    if (r->bf16 && lo < hi) /* the master of the part of the unit in the shard */
+        memcpy(r->opt.master + (lo - r->shardLo), w + (lo - off), (hi - lo) * sizeof(*w));
     fromFloat(w, count, r->bf16, (char *)r->params + off * dtypeSize(r->bf16));
+}
+
+float replicaWeightAt(const struct replica *r, size_t e)
+{
+    return r->bf16 ? r->opt.master[e - r->shardLo] : ((const float *)r->params)[e];
 }
 
 size_t replicaWeights(const struct replica *r, int u0, int u1, float *out)

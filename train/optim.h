@@ -71,6 +71,7 @@ void optimWeights(const struct optimState *o, size_t lo, size_t n, const void *p
 struct replica {
     int bf16;
     const struct unitLayout *lay;
+    size_t shardLo, shardN; /* the elements the optimizer state is for: all but under ZeRO-1 */
     void *params, *grads;
     struct optimState opt;
     float *viewP, *viewG;
@@ -79,13 +80,22 @@ struct replica {
 
 loomResult_t replicaInit(struct replica *r, const struct unitLayout *lay, int bf16, uint64_t seed,
                          struct ledger *l);
+/*
+ * The same with optimizer state (bf16: and master weights) only for elements
+ * [lo, lo + n) (ZeRO-1 across loom-train --tp/--pp replicas): replicaUpdate
+ * steps those alone, and replicaWeights may not be used.
+ */
+loomResult_t replicaInitShard(struct replica *r, const struct unitLayout *lay, int bf16,
+                              uint64_t seed, struct ledger *l, size_t lo, size_t n);
+/* The fp32 weight of element e (bf16: e must be in the shard). */
+float replicaWeightAt(const struct replica *r, size_t e);
 void replicaFree(struct replica *r, struct ledger *l);
 loomResult_t replicaParams(struct replica *r, int unit, const float **p);
 loomResult_t replicaGrads(struct replica *r, int unit, float **g);
 void replicaReady(struct replica *r, int unit, size_t lo);
 void replicaUpdate(struct replica *r, const struct adamConfig *c, long step);
 double replicaGradNormSq(const struct replica *r);
-/* Hash of the parameters and (bf16) master weights. */
+/* Hash of the parameters and (bf16, unsharded) master weights. */
 uint64_t replicaHash(const struct replica *r);
 /* Sets the fp32 weights of a unit (its count of them; bf16: the master, and rounded the params). */
 void replicaSet(struct replica *r, int unit, const float *w);

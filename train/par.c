@@ -1,6 +1,7 @@
 /*
- * par.c — model parallelism: tensor (--tp) and pipeline (--pp) parallelism,
- * and data parallelism across their replicas, each on its own communicator.
+ * par.c — model parallelism: tensor (--tp), pipeline (--pp) and sequence
+ * (--sp) parallelism, and data parallelism across their replicas, each on
+ * its own communicator.
  *
  * The world of N = dp x pp x tp ranks is cut by loomCommSplit into three
  * families of communicators. Rank r sits at
@@ -64,8 +65,12 @@ struct pipeOp {
 struct par {
     struct trainer *t;
     const struct trainOptions *o;
-    int tp, pp, dp, tpIdx, ppIdx, dpIdx;
-    loomComm_t tpComm, ppComm, dpComm;
+    int tp, pp, sp, dp, tpIdx, ppIdx, spIdx, dpIdx;
+    int dpq;  /* this rank in dpComm: dpIdx x sp + spIdx */
+    int zero; /* --mode zero1: optimizer state sharded over dpComm */
+    /* dpComm: the dp x sp ranks that hold the same part of the model (replicas and the parts of
+     * a sequence), over which gradients are averaged */
+    loomComm_t tpComm, ppComm, spComm, dpComm;
     struct modelShape shape; /* this rank's TP part of the model */
     int l0, l1, last;        /* blocks [l0, l1); last: the stage holds the head */
     struct unitLayout lay;   /* blocks l0..l1-1, then the head on the last stage */
@@ -79,10 +84,12 @@ struct par {
     int m, mb, nslots; /* micro-batches, their rows, activation slots */
     struct modelActs *slot;
     float *sendBuf, *recvBuf; /* mb x hidden */
+    float *x;                 /* --sp: this rank's part of each sequence of the batch */
+    int *labels;
     struct pipeOp *ops;
     int nops;
     uint64_t waitNs, stepNs; /* time in the pipeline's Send/Recv, and in steps (after the first) */
-    char formula[48];
+    char formula[64];
 };
 
 /* ---- the schedule ---- */
@@ -195,6 +202,20 @@ static loomResult_t hookReady(void *ctx, int unit, size_t lo)
     return loomSuccess;
 }
 
+static loomResult_t hookRing(void *ctx, const float *send, float *recv, size_t n)
+{
+    struct par *p = ctx;
+    int next = (p->spIdx + 1) % p->sp, prev = (p->spIdx + p->sp - 1) % p->sp;
+    uint64_t t0 = nowNs();
+    loomResult_t res = loomGroupStart();
+    if (res == loomSuccess)
+        res = loomSend(send, n, loomFloat32, next, p->spComm, NULL);
+    if (res == loomSuccess)
+        res = loomRecv(recv, n, loomFloat32, prev, p->spComm, NULL);
+    loomResult_t end = loomGroupEnd();
+    return trainComm(p->t, "loomSend/loomRecv (SP ring)", res == loomSuccess ? end : res, t0);
+}
+
 static loomResult_t hookReduce(void *ctx, float *buf, size_t n)
 {
     struct par *p = ctx;
@@ -233,6 +254,57 @@ static int recvPeerOf(const struct par *p, int i)
     return p->last ? -1 : p->ppIdx + 1;
 }
 
+/* Whether this rank puts element e of the stage's flat buffer into sums over all ranks: once
+ * per (TP rank, stage) across the replicas, by TP rank 0 where it is replicated over TP. */
+static int parHolds(const struct par *p, size_t e, int replicated)
+{
+    int mine = p->zero ? e >= p->rep.shardLo && e < p->rep.shardLo + p->rep.shardN : p->dpq == 0;
+    return mine && (!replicated || p->tpIdx == 0);
+}
+
+/* Whether element i of local unit u is replicated over TP: the head, and the norms and the
+ * biases of the row-split layers of a block. */
+static int parReplicated(const struct par *p, int u, size_t i)
+{
+    return (p->last && u == p->lay.nunits - 1) || p->repl[i];
+}
+
+/* The gradients averaged over the replicas: all of them (ddp), or each rank's shard (zero1). */
+static loomResult_t parAverage(struct par *p)
+{
+    uint64_t c0 = nowNs();
+    size_t esz = dtypeSize(p->rep.bf16);
+    if (p->dp * p->sp == 1)
+        return loomSuccess;
+    if (p->zero)
+        return trainComm(
+            p->t, "loomReduceScatter (ZeRO-1)",
+            loomReduceScatter(p->rep.grads, (char *)p->rep.grads + p->rep.shardLo * esz,
+                              p->rep.shardN, dtypeLoom(p->rep.bf16), loomAvg, p->dpComm, NULL),
+            c0);
+    return trainComm(p->t, "loomAllReduce (DP)",
+                     loomAllReduce(p->rep.grads, p->rep.grads, p->lay.total, dtypeLoom(p->rep.bf16),
+                                   loomAvg, p->dpComm, NULL),
+                     c0);
+}
+
+/* This rank's share of the squared norm of the averaged gradient: each element counted once. */
+static double parGradNormSq(const struct par *p)
+{
+    double sq = 0.0;
+    for (int u = 0; u < p->lay.nunits; u++) {
+        size_t off = p->lay.offset[u], count = p->lay.spec[u].count;
+        for (size_t i = 0; i < count; i++) {
+            if (!parHolds(p, off + i, parReplicated(p, u, i)))
+                continue;
+            double g = p->rep.bf16 ? bf16ToFloat(((uint16_t *)p->rep.grads)[off + i])
+                                   : ((float *)p->rep.grads)[off + i];
+            sq += g * g;
+        }
+    }
+    return sq;
+}
+
 static loomResult_t parStep(void *self, long step, const float *x, const int *labels,
                             struct stepStats *stats)
 {
@@ -240,6 +312,17 @@ static loomResult_t parStep(void *self, long step, const float *x, const int *la
     size_t d = (size_t)p->o->hidden;
     double lossSum = 0.0;
     uint64_t t0 = nowNs(), wait0 = p->waitNs;
+    if (p->sp > 1) {
+        /* this rank's part of each sequence: rows [spIdx seq/sp, (spIdx + 1) seq/sp) of it */
+        int seq = p->o->seq, part = seq / p->sp;
+        for (int n = 0; n < p->o->batch / seq; n++) {
+            size_t from = (size_t)n * seq + (size_t)p->spIdx * part, to = (size_t)n * part;
+            memcpy(p->x + to * d, x + from * d, (size_t)part * d * sizeof(*x));
+            memcpy(p->labels + to, labels + from, (size_t)part * sizeof(*labels));
+        }
+        x = p->x;
+        labels = p->labels;
+    }
     memset(p->acc, 0, p->lay.total * sizeof(*p->acc));
     LOOMCHECK(pipeExchange(p, -1, recvPeerOf(p, 0)));
     for (int i = 0; i < p->nops; i++) {
@@ -260,34 +343,24 @@ static loomResult_t parStep(void *self, long step, const float *x, const int *la
             sendPeer = p->ppIdx > 0 ? p->ppIdx - 1 : -1;
         }
         LOOMCHECK(pipeExchange(p, sendPeer, recvPeerOf(p, i + 1)));
+        modelActsTakeTimes(a, p->t);
     }
     fromFloat(p->acc, p->lay.total, p->rep.bf16, p->rep.grads);
-    if (p->dp > 1) {
-        uint64_t c0 = nowNs();
-        LOOMCHECK(trainComm(p->t, "loomAllReduce (DP)",
-                            loomAllReduce(p->rep.grads, p->rep.grads, p->lay.total,
-                                          dtypeLoom(p->rep.bf16), loomAvg, p->dpComm, NULL),
-                            c0));
-    }
-    /* The loss once per replica (last stage, TP rank 0); main weights it 1/dp. */
-    stats->loss = p->last && p->tpIdx == 0 ? lossSum / p->m : 0.0;
-    /* Each element of the averaged gradient counted once: by TP rank 0 where replicated, and
-     * 1/dp by each replica. */
-    double sq = 0.0;
-    for (int u = 0; u < p->lay.nunits; u++) {
-        size_t off = p->lay.offset[u], count = p->lay.spec[u].count;
-        int head = p->last && u == p->lay.nunits - 1;
-        for (size_t i = 0; i < count; i++) {
-            int replicated = head || p->repl[i];
-            if (replicated && p->tpIdx != 0)
-                continue;
-            double g = p->rep.bf16 ? bf16ToFloat(((uint16_t *)p->rep.grads)[off + i])
-                                   : ((float *)p->rep.grads)[off + i];
-            sq += g * g;
-        }
-    }
-    stats->gradNormSq = sq / p->dp;
+    LOOMCHECK(parAverage(p));
+    /* The loss once per replica (last stage, TP rank 0, each part of the sequences 1/sp); main
+     * weights it 1/dp. */
+    stats->loss = p->last && p->tpIdx == 0 ? lossSum / p->m / p->sp : 0.0;
+    stats->gradNormSq = parGradNormSq(p);
     replicaUpdate(&p->rep, &p->adam, step);
+    if (p->zero) {
+        uint64_t c0 = nowNs();
+        size_t esz = dtypeSize(p->rep.bf16);
+        LOOMCHECK(
+            trainComm(p->t, "loomAllGather (ZeRO-1)",
+                      loomAllGather((char *)p->rep.params + p->rep.shardLo * esz, p->rep.params,
+                                    p->rep.shardN, dtypeLoom(p->rep.bf16), p->dpComm, NULL),
+                      c0));
+    }
     if (step > 1) {
         p->stepNs += nowNs() - t0;
     } else {
@@ -303,11 +376,12 @@ static loomResult_t parStep(void *self, long step, const float *x, const int *la
 static uint64_t parFingerprint(void *self)
 {
     struct par *p = self;
-    uint64_t h = replicaHash(&p->rep), *all = calloc((size_t)p->dp, sizeof(*all));
+    int n = p->dp * p->sp;
+    uint64_t h = replicaHash(&p->rep), *all = calloc((size_t)n, sizeof(*all));
     int same = all != NULL;
-    if (same && p->dp > 1)
+    if (same && n > 1)
         same = loomAllGather(&h, all, 1, loomUint64, p->dpComm, NULL) == loomSuccess;
-    for (int i = 0; same && p->dp > 1 && i < p->dp; i++)
+    for (int i = 0; same && n > 1 && i < n; i++)
         same = all[i] == h;
     free(all);
     return same ? 0 : (uint64_t)p->t->rank + 1;
@@ -322,26 +396,21 @@ static loomResult_t parCollect(void *self, struct finalState *out)
     struct unitSpec head;
     modelHeadSpec(&full, &head);
     size_t total = (size_t)o->layers * p->blockFull + head.count;
-    float *w = calloc(p->lay.maxPadded, sizeof(*w));
     memset(out, 0, sizeof(*out));
     out->nweights = total;
     out->weights = calloc(total, sizeof(float));
-    if (w == NULL || out->weights == NULL) {
-        free(w);
+    if (out->weights == NULL)
         return trainFail(p->t, loomSystemError, "out of memory for the final weights");
-    }
-    if (p->dpIdx == 0) {
-        for (int l = p->l0; l < p->l1; l++) {
-            size_t n = replicaWeights(&p->rep, l - p->l0, l - p->l0 + 1, w);
-            for (size_t i = 0; i < n; i++)
-                if (!p->repl[i] || p->tpIdx == 0)
-                    out->weights[(size_t)l * p->blockFull + p->map[i]] = w[i];
+    for (int u = 0; u < p->lay.nunits; u++) {
+        int head = p->last && u == p->lay.nunits - 1;
+        float *to = out->weights +
+                    (head ? (size_t)o->layers * p->blockFull : (size_t)(p->l0 + u) * p->blockFull);
+        for (size_t i = 0; i < p->lay.spec[u].count; i++) {
+            size_t e = p->lay.offset[u] + i;
+            if (parHolds(p, e, parReplicated(p, u, i)))
+                to[head ? i : p->map[i]] = replicaWeightAt(&p->rep, e);
         }
-        if (p->last && p->tpIdx == 0)
-            replicaWeights(&p->rep, p->lay.nunits - 1, p->lay.nunits,
-                           out->weights + (size_t)o->layers * p->blockFull);
     }
-    free(w);
     uint64_t t0 = nowNs();
     return trainComm(
         p->t, "loomAllReduce",
@@ -353,15 +422,18 @@ static loomResult_t parCollect(void *self, struct finalState *out)
 static loomResult_t parReport(void *self)
 {
     struct par *p = self;
-    double mine[2] = {(double)p->waitNs, (double)p->stepNs}, *all;
+    /* from the first replica's first part of the sequences and TP rank 0 of each stage */
+    double mine[4] = {(double)p->waitNs, (double)p->stepNs, p->ppIdx,
+                      p->dpIdx == 0 && p->spIdx == 0 && p->tpIdx == 0},
+           *all;
     if (p->pp == 1)
         return loomSuccess;
-    all = calloc(2 * (size_t)p->t->nranks, sizeof(*all));
+    all = calloc(4 * (size_t)p->t->nranks, sizeof(*all));
     if (all == NULL)
         return trainFail(p->t, loomSystemError, "out of memory");
     uint64_t t0 = nowNs();
     loomResult_t res = trainComm(p->t, "loomAllGather",
-                                 loomAllGather(mine, all, 2, loomFloat64, p->t->comm, NULL), t0);
+                                 loomAllGather(mine, all, 4, loomFloat64, p->t->comm, NULL), t0);
     if (res == loomSuccess && p->t->rank == 0) {
         struct scheduleFigures own, gp, fb;
         int onef1b = p->o->schedule == SCHEDULE_1F1B;
@@ -379,10 +451,12 @@ static loomResult_t parReport(void *self)
         }
         printf("pipeline: measured share of the step each stage waited in loomSend/loomRecv "
                "(replica 0, TP rank 0, steps 2..):");
-        for (int s = 0; s < p->pp; s++) {
-            const double *f = all + 2 * (size_t)(s * p->tp);
-            printf(" stage %d %.1f%%", s, f[1] > 0 ? 100.0 * f[0] / f[1] : 0.0);
-        }
+        for (int s = 0; s < p->pp; s++)
+            for (int r = 0; r < p->t->nranks; r++) {
+                const double *f = all + 4 * (size_t)r;
+                if (f[3] != 0.0 && (int)f[2] == s)
+                    printf(" stage %d %.1f%%", s, f[1] > 0 ? 100.0 * f[0] / f[1] : 0.0);
+            }
         printf("\n");
     }
     free(all);
@@ -400,6 +474,8 @@ static void parDestroy(void *self)
     free(p->slot);
     ledgerFree(l, LEDGER_TEMP, p->sendBuf, rd);
     ledgerFree(l, LEDGER_TEMP, p->recvBuf, rd);
+    free(p->x);
+    free(p->labels);
     if (p->acc != NULL)
         ledgerFree(l, LEDGER_TEMP, p->acc, p->lay.total * sizeof(float));
     replicaFree(&p->rep, l);
@@ -407,8 +483,8 @@ static void parDestroy(void *self)
     free(p->map);
     free(p->repl);
     free(p->ops);
-    loomComm_t comms[] = {p->tpComm, p->ppComm, p->dpComm};
-    for (int i = 0; i < 3; i++)
+    loomComm_t comms[] = {p->tpComm, p->ppComm, p->spComm, p->dpComm};
+    for (int i = 0; i < 4; i++)
         if (comms[i] != NULL)
             loomCommDestroy(comms[i]);
     free(p);
@@ -440,10 +516,11 @@ static loomResult_t parSplit(struct par *p)
         loomComm_t *comm;
         int color, key;
         const char *name;
-    } split[] = {{&p->tpComm, p->dpIdx * p->pp + p->ppIdx, p->tpIdx, "tp"},
-                 {&p->ppComm, p->dpIdx * p->tp + p->tpIdx, p->ppIdx, "pp"},
-                 {&p->dpComm, p->ppIdx * p->tp + p->tpIdx, p->dpIdx, "dp"}};
-    for (int i = 0; i < 3; i++) {
+    } split[] = {{&p->tpComm, (p->dpIdx * p->pp + p->ppIdx) * p->sp + p->spIdx, p->tpIdx, "tp"},
+                 {&p->ppComm, (p->dpIdx * p->sp + p->spIdx) * p->tp + p->tpIdx, p->ppIdx, "pp"},
+                 {&p->spComm, (p->dpIdx * p->pp + p->ppIdx) * p->tp + p->tpIdx, p->spIdx, "sp"},
+                 {&p->dpComm, p->ppIdx * p->tp + p->tpIdx, p->dpIdx * p->sp + p->spIdx, "dp"}};
+    for (int i = 0; i < 4; i++) {
         uint64_t t0 = nowNs();
         LOOMCHECK(trainComm(
             t, "loomCommSplit",
@@ -455,11 +532,11 @@ static loomResult_t parSplit(struct par *p)
 static loomResult_t parPrintTransports(struct par *p)
 {
     /* one rank at a time, so that the lines do not interleave */
-    loomComm_t comms[] = {p->tpComm, p->ppComm, p->dpComm};
-    const char *names[] = {"tp", "pp", "dp"};
+    loomComm_t comms[] = {p->tpComm, p->ppComm, p->spComm, p->dpComm};
+    const char *names[] = {"tp", "pp", "sp", "dp"};
     for (int r = 0; r < p->t->nranks; r++) {
         if (r == p->t->rank)
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 4; i++)
                 printTransports(p, names[i], comms[i]);
         fflush(stdout);
         int32_t token = 0;
@@ -491,7 +568,16 @@ static loomResult_t parModel(struct par *p)
     size_t local = specs[0].count;
     free(specs);
     LOOMCHECK(res);
-    LOOMCHECK(replicaInit(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger));
+    if (p->zero) {
+        /* ZeRO-1: the stage's flat buffer padded to a multiple of the dp x sp ranks, each
+         * of which keeps the optimizer state of its 1/(dp sp) */
+        size_t R = (size_t)p->dp * p->sp, shard = (p->lay.total + R - 1) / R;
+        p->lay.total = shard * R;
+        LOOMCHECK(replicaInitShard(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger,
+                                   (size_t)p->dpq * shard, shard));
+    } else {
+        LOOMCHECK(replicaInit(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger));
+    }
     p->map = calloc(local, sizeof(*p->map));
     p->repl = calloc(p->lay.maxPadded, sizeof(*p->repl));
     float *whole = calloc(p->blockFull, sizeof(*whole)), *part = calloc(local, sizeof(*part));
@@ -531,8 +617,15 @@ static loomResult_t parPipeline(struct par *p)
     p->recvBuf = ledgerAlloc(l, LEDGER_TEMP, rd);
     if (p->slot == NULL || p->sendBuf == NULL || p->recvBuf == NULL)
         return loomSystemError;
+    if (p->sp > 1) {
+        p->x = calloc((size_t)p->o->batch / p->sp * p->o->hidden, sizeof(*p->x));
+        p->labels = calloc((size_t)p->o->batch / p->sp, sizeof(*p->labels));
+        if (p->x == NULL || p->labels == NULL)
+            return loomSystemError;
+    }
     for (int i = 0; i < p->nslots; i++)
         LOOMCHECK(modelActsInitPart(&p->slot[i], &p->shape, p->mb, p->l0, p->l1, p->last, l));
+    modelActsNote(&p->shape, p->mb, p->l1 - p->l0, p->last, p->nslots, p->t);
     return loomSuccess;
 }
 
@@ -546,21 +639,34 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
     p->o = o;
     p->tp = o->tp;
     p->pp = o->pp;
-    p->dp = t->nranks / (o->tp * o->pp);
-    p->tpIdx = t->rank % p->tp;
-    p->ppIdx = t->rank / p->tp % p->pp;
-    p->dpIdx = t->rank / (p->tp * p->pp);
+    p->sp = o->sp;
+    p->dp = t->nranks / (o->tp * o->pp * o->sp);
+    int pos = t->rank;
+    p->tpIdx = pos % p->tp;
+    p->spIdx = pos / p->tp % p->sp;
+    p->ppIdx = pos / (p->tp * p->sp) % p->pp;
+    p->dpIdx = pos / (p->tp * p->sp * p->pp);
+    p->dpq = p->dpIdx * p->sp + p->spIdx;
+    p->zero = o->mode == MODE_ZERO1;
+    t->rowLo = (long)p->dpIdx * o->batch;
     p->l0 = p->ppIdx * o->layers / p->pp;
     p->l1 = (p->ppIdx + 1) * o->layers / p->pp;
     p->last = p->ppIdx == p->pp - 1;
     p->m = o->microbatches;
-    p->mb = o->batch / o->microbatches;
+    p->mb = o->batch / o->microbatches / p->sp;
     p->shape = modelShapeOf(o);
     p->shape.tp = p->tp;
     p->shape.tpRank = p->tpIdx;
+    p->shape.sp = p->sp;
+    p->shape.seq = o->seq / p->sp;
     p->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
-    p->hooks = (struct modelHooks){p,         hookParams, hookRelease,
-                                   hookGrads, hookReady,  p->tp > 1 ? hookReduce : NULL};
+    p->hooks = (struct modelHooks){p,
+                                   hookParams,
+                                   hookRelease,
+                                   hookGrads,
+                                   hookReady,
+                                   p->tp > 1 ? hookReduce : NULL,
+                                   p->sp > 1 ? hookRing : NULL};
     loomResult_t res = parSplit(p);
     if (res != loomSuccess) {
         parDestroy(p);
@@ -574,7 +680,13 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
     struct unitSpec head;
     modelHeadSpec(&p->shape, &head);
     psi += head.count;
-    snprintf(p->formula, sizeof(p->formula), "16 Psi/(TP PP)");
+    /* bytes a parameter: bf16 2 + 2 + 12, fp32 4 + 4 + 8; ZeRO-1 shards the last over dp x sp */
+    double R = (double)p->dp * p->sp, wg = o->bf16 ? 4.0 : 8.0, st = o->bf16 ? 12.0 : 8.0;
+    double perParam = p->zero ? wg + st / R : wg + st;
+    if (p->zero)
+        snprintf(p->formula, sizeof(p->formula), "(%g + %g/R) Psi/(TP PP), R = dp sp", wg, st);
+    else
+        snprintf(p->formula, sizeof(p->formula), "16 Psi/(TP PP)");
     *s = (struct strategy){.self = p,
                            .step = parStep,
                            .fingerprint = parFingerprint,
@@ -583,13 +695,14 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
                            .report = parReport,
                            .psi = psi,
                            .formula = p->formula,
-                           .formulaBytes = 16.0 * (double)psi / (p->tp * p->pp)};
+                           .formulaBytes = perParam * (double)psi / (p->tp * p->pp)};
     if (t->rank == 0)
-        printf("parallel: %d ranks = dp %d x pp %d x tp %d (rank = (replica x pp + stage) x tp + "
-               "tp index); blocks per stage %d..%d; %d micro-batch(es) of %d tokens, schedule "
-               "%s\n",
-               t->nranks, p->dp, p->pp, p->tp, o->layers / p->pp, (o->layers + p->pp - 1) / p->pp,
-               p->m, p->mb, o->schedule == SCHEDULE_1F1B ? "1f1b" : "gpipe");
+        printf("parallel: %d ranks = dp %d x pp %d x sp %d x tp %d (position = ((replica x pp + "
+               "stage) x sp + part) x tp + tp index); blocks per stage %d..%d; %d micro-batch(es) "
+               "of %d tokens a rank, schedule %s\n",
+               t->nranks, p->dp, p->pp, p->sp, p->tp, o->layers / p->pp,
+               (o->layers + p->pp - 1) / p->pp, p->m, p->mb,
+               o->schedule == SCHEDULE_1F1B ? "1f1b" : "gpipe");
     res = parPrintTransports(p);
     if (res != loomSuccess) {
         parDestroy(p);

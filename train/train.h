@@ -49,8 +49,10 @@ struct trainOptions {
     int bf16; /* --dtype bf16: parameters and gradients in bf16, fp32 master weights */
     int layers, hidden, ffn, classes;
     int heads, seq; /* attention in every block (heads 0: none) over sequences of seq tokens */
-    int tp, pp;     /* tensor and pipeline parallelism (1: none); the rest of the ranks is DP */
+    int tp, pp, sp; /* tensor, pipeline, sequence parallelism (1: none); the rest of the ranks
+                     * is data parallel */
     int microbatches;
+    int checkpoint; /* activation checkpointing in segments of this many blocks (0: none) */
     enum pipeSchedule schedule;
     int batch; /* samples (tokens) per rank per step */
     int steps;
@@ -106,6 +108,11 @@ struct trainer {
     int rows;
     struct ledger ledger;
     uint64_t commNs; /* time the training thread spent in or waiting for Loom calls */
+    /* activations: the bytes without --checkpoint (LEDGER_ACTS), and the blocks, rows and
+     * sequences they are for; the time of forwards and of their recomputation in backward */
+    size_t actsWithout;
+    int actsBlocks, actsRows;
+    uint64_t forwardNs, recomputeNs;
 };
 
 /* Per-step figures a strategy reports; main combines them across ranks. */

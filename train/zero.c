@@ -150,6 +150,7 @@ static loomResult_t zeroStep(void *self, long step, const float *x, const int *l
     const struct unitLayout *lay = &z->lay;
     LOOMCHECK(modelForward(&z->shape, &z->hooks, &z->acts, x, labels, &stats->loss));
     LOOMCHECK(modelBackward(&z->shape, &z->hooks, &z->acts, labels));
+    modelActsTakeTimes(&z->acts, z->t);
     stats->gradNormSq = 0.0;
     for (int u = 0; u < lay->nunits; u++) {
         if (z->stage == 1) /* in place: the rank's shard of the unit's full gradient */
@@ -284,7 +285,7 @@ loomResult_t zeroCreate(struct trainer *t, int stage, struct strategy *s)
     z->esz = dtypeSize(o->bf16);
     z->shape = modelShapeOf(o);
     z->adam = (struct adamConfig){(float)o->lr, 0.9f, 0.999f, 1e-8f};
-    z->hooks = (struct modelHooks){z, hookParams, hookRelease, hookGrads, hookReady, NULL};
+    z->hooks = (struct modelHooks){z, hookParams, hookRelease, hookGrads, hookReady, NULL, NULL};
     if (modelSpecs(&z->shape, &specs, &nunits) != loomSuccess ||
         layoutInit(&z->lay, specs, nunits, t->nranks) != loomSuccess || zeroAllocate(z) ||
         modelActsInit(&z->acts, &z->shape, o->batch, &t->ledger) != loomSuccess) {
@@ -294,6 +295,7 @@ loomResult_t zeroCreate(struct trainer *t, int stage, struct strategy *s)
     }
     free(specs);
     zeroInitParams(z, o->seed);
+    modelActsNote(&z->shape, o->batch, o->layers, 1, 1, t);
 
     double psi = (double)z->lay.params, n = t->nranks, pg = (double)z->esz;
     double opt = 16.0 - 2.0 * pg; /* bytes of optimizer state a parameter: 12 bf16, 8 fp32 */

@@ -1,6 +1,7 @@
 #!/bin/sh
-# train-parallel.sh — loom-train's model with attention, and tensor and
-# pipeline parallelism, each checked against the single-process reference:
+# train-parallel.sh — loom-train's model with attention, tensor, pipeline
+# and sequence parallelism, their combination with data parallelism, and
+# activation checkpointing, each checked against the single-process reference:
 #
 # 1. --heads 4 (self-attention in every block) under ddp (fp32) and zero3
 #    (bf16) on 2 ranks.
@@ -9,9 +10,15 @@
 # 3. --pp 2 on 2 ranks and --pp 4 on 4 ranks, each with --schedule gpipe and
 #    1f1b: the schedule's idle/compute ratio printed is (p-1)/m exactly, and
 #    1F1B holds p micro-batches' activations at most where GPipe holds m.
-# 4. --tp 2 --pp 2 on 8 ranks (2 data-parallel replicas): the run prints the
-#    transport of each of its three communicators.
-# 5. Usage errors exit 2.
+# 4. --sp 2 and --sp 4 (ring attention), fp32, and --sp 2 in bf16.
+# 5. --tp 2 --pp 2 on 8 ranks, 2 data-parallel replicas under ddp and zero1
+#    (fp32 and bf16): the run prints the transport of each of its
+#    communicators, and the ZeRO-1 ledger matches its formula within 5%.
+# 6. --checkpoint 2 (6 blocks; fp32 under ddp, bf16 under zero3): the same
+#    losses, bit for bit, as without, fewer activation bytes, and the ledger
+#    line beside loom-memplan --checkpoint's estimate, which loom-memplan
+#    itself prints for the same shape.
+# 7. Usage errors exit 2.
 set -u
 . "$(dirname "$0")/common.sh"
 require_tools loomrun
@@ -41,10 +48,10 @@ train attn-ddp 2 --mode ddp
 expect attn-ddp "attention of 4 heads over sequences of 8"
 train attn-zero3-bf16 2 --mode zero3 --dtype bf16
 train tp2 2 --tp 2
-expect tp2 "dp 1 x pp 1 x tp 2"
+expect tp2 "dp 1 x pp 1 x sp 1 x tp 2"
 train tp2-bf16 2 --tp 2 --dtype bf16
 for sched in gpipe 1f1b; do
-    train pp2-$sched 2 --pp 2 --microbatches 4 --schedule $sched
+    train pp2-$sched 2 --pp 2 --microbatches 4 --schedule $sched --dtype bf16
     expect pp2-$sched "^pipeline: $sched, 2 stages x 4 micro-batches: .* idle/compute 0\.2500), (p-1)/m = 0\.2500$"
     expect pp2-$sched "^pipeline: activations in flight at most (stage 0): 1f1b 2 micro-batches, gpipe 4$"
     train pp4-$sched 4 --pp 4 --microbatches 8 --seq 4 --schedule $sched
@@ -52,19 +59,59 @@ for sched in gpipe 1f1b; do
     expect pp4-$sched "^pipeline: activations in flight at most (stage 0): 1f1b 4 micro-batches, gpipe 8$"
     expect pp4-$sched "^pipeline: measured share .* stage 3 [0-9.]*%$"
 done
+train sp2 2 --sp 2
+train sp4 4 --sp 4
+train sp2-bf16 2 --sp 2 --dtype bf16
+expect sp4 "dp 1 x pp 1 x sp 4 x tp 1"
+
 train 3d-ddp 8 --tp 2 --pp 2 --microbatches 4
-expect 3d-ddp "dp 2 x pp 2 x tp 2"
+expect 3d-ddp "dp 2 x pp 2 x sp 1 x tp 2"
 for c in tp pp dp; do
     expect 3d-ddp "^rank 7: $c communicator of 2: 1->0 shm"
 done
+train 3d-zero1 8 --tp 2 --pp 2 --microbatches 4 --mode zero1
+train 3d-zero1-bf16 8 --tp 2 --pp 2 --microbatches 4 --mode zero1 --dtype bf16
+expect 3d-zero1-bf16 "formula (4 + 12/R) Psi/(TP PP), R = dp sp"
+ratio=$(sed -n 's/.*measured\/formula \([0-9.]*\).*/\1/p' "$TEST_TMPDIR/3d-zero1-bf16.log")
+awk -v r="${ratio:-0}" 'BEGIN { exit !(r >= 0.95 && r <= 1.05) }' ||
+    record_failure "3d-zero1-bf16: model state is ${ratio:-missing} of the formula"
+
+# checkpoint NAME ARGS...: the same run with and without --checkpoint 2
+checkpoint() {
+    _cname=$1
+    shift
+    train "$_cname-all" 2 --layers 6 --log-every 1 "$@"
+    train "$_cname" 2 --layers 6 --log-every 1 --checkpoint 2 "$@"
+    _with=$(grep "^step" "$TEST_TMPDIR/$_cname.log" | awk '{ print $2, $4 }')
+    _without=$(grep "^step" "$TEST_TMPDIR/$_cname-all.log" | awk '{ print $2, $4 }')
+    [ -n "$_with" ] && [ "$_with" = "$_without" ] ||
+        record_failure "$_cname: the losses differ from those without --checkpoint"
+    expect "$_cname" "^  activation checkpointing every 2 blocks: .*(2 of 6 blocks"
+    _m=$(sed -n 's/^  activations  *\([0-9]*\) B.*/\1/p' "$TEST_TMPDIR/$_cname.log")
+    _a=$(sed -n 's/^  activations  *\([0-9]*\) B.*/\1/p' "$TEST_TMPDIR/$_cname-all.log")
+    [ "${_m:-0}" -gt 0 ] && [ "${_m:-0}" -lt "${_a:-0}" ] ||
+        record_failure "$_cname: activations ${_m:-?} B with --checkpoint, ${_a:-?} B without"
+    expect "$_cname" "^  activation checkpointing .*; ${_a:-?} B without"
+}
+checkpoint ckpt --mode ddp
+checkpoint ckpt-zero3-bf16 --mode zero3 --dtype bf16
+est=$(sed -n 's/^  loom-memplan .*: \([0-9]*\) B with, \([0-9]*\) B without.*/\1 \2/p' \
+    "$TEST_TMPDIR/ckpt.log")
+"$top_builddir/tools/loom-memplan" --layers 6 --hidden 64 --heads 4 --seq 8 --batch 4 \
+    --bytes 4 --a 16 --c 1 --checkpoint 2 >"$TEST_TMPDIR/memplan.log" 2>&1 ||
+    record_failure "loom-memplan --checkpoint 2 failed"
+plan=$(awk '/total with checkpointing/ { w = $(NF - 1) } /^  without/ { o = $(NF - 1) }
+    END { print w, o }' "$TEST_TMPDIR/memplan.log")
+[ -n "$est" ] && [ "$est" = "$plan" ] ||
+    record_failure "ckpt: loom-train's estimate ($est) is not loom-memplan's ($plan)"
 
 for bad in "--tp 3 --heads 4" "--pp 9" "--pp 2 --microbatches 3" "--schedule bogus" \
-    "--tp 2 --mode zero3" "--heads 3"; do
+    "--tp 2 --mode zero3" "--heads 3" "--sp 2" "--sp 3 --heads 4" "--checkpoint 2 --mode moe"; do
     # shellcheck disable=SC2086
     "$LOOM_TRAIN" $bad >/dev/null 2>&1
     [ $? -eq 2 ] || record_failure "loom-train $bad did not exit 2"
 done
 "$LOOMRUN" -n 3 "$LOOM_TRAIN" --tp 2 >"$TEST_TMPDIR/odd.log" 2>&1
 [ $? -ne 0 ] || record_failure "loom-train --tp 2 on 3 ranks did not fail"
-expect odd "not a multiple of --tp x --pp"
+expect odd "not a multiple of --tp x --pp x --sp"
 finish

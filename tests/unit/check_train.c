@@ -71,7 +71,7 @@ static void checkDenseGradient(const struct modelShape s, const int rows)
     ck_assert_int_eq(modelSpecs(&s, &specs, &nunits), loomSuccess);
     ck_assert_int_eq(layoutInit(&lay, specs, nunits, 1), loomSuccess);
     struct flat f = {&lay, calloc(lay.total, sizeof(float)), calloc(lay.total, sizeof(float))};
-    struct modelHooks h = {&f, flatParams, flatNothing, flatGrads, flatReady, NULL};
+    struct modelHooks h = {&f, flatParams, flatNothing, flatGrads, flatReady, NULL, NULL};
     float x[6 * 6];
     int labels[6] = {0, 1, 2, 3, 1, 2};
     for (int u = 0; u < nunits; u++)
@@ -110,14 +110,21 @@ static void checkDenseGradient(const struct modelShape s, const int rows)
 
 START_TEST(test_dense_gradient)
 {
-    checkDenseGradient((struct modelShape){2, 6, 10, 4, 0, 0, 1, 0}, 5);
+    checkDenseGradient((struct modelShape){2, 6, 10, 4, 0, 0, 1, 0, 1, 0}, 5);
 }
 END_TEST
 
 /* Blocks with self-attention: 2 heads of 3, over 2 sequences of 3 rows. */
 START_TEST(test_attention_gradient)
 {
-    checkDenseGradient((struct modelShape){2, 6, 10, 4, 2, 3, 1, 0}, 6);
+    checkDenseGradient((struct modelShape){2, 6, 10, 4, 2, 3, 1, 0, 1, 0}, 6);
+}
+END_TEST
+
+/* The same with activation checkpointing: each block a segment, the first recomputed. */
+START_TEST(test_checkpoint_gradient)
+{
+    checkDenseGradient((struct modelShape){2, 6, 10, 4, 2, 3, 1, 0, 1, 1}, 6);
 }
 END_TEST
 
@@ -303,6 +310,7 @@ static Suite *trainSuite(void)
     Suite *s = suite_create("train");
     addCase(s, "dense_gradient", test_dense_gradient);
     addCase(s, "attention_gradient", test_attention_gradient);
+    addCase(s, "checkpoint_gradient", test_checkpoint_gradient);
     addCase(s, "router_gradient_top1", test_router_gradient_top1);
     addCase(s, "router_gradient_top2", test_router_gradient_top2);
     addCase(s, "capacity_order", test_capacity_order);
