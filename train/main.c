@@ -57,6 +57,8 @@ static void usage(FILE *f)
             "(1)\n"
             "  --pp P                 pipeline parallelism: blocks in P stages (1)\n"
             "  --sp S                 sequence parallelism: ring attention over S ranks (1)\n"
+            "  --placement packed|spread   TP groups inside a host where they fit, or across "
+            "(packed)\n"
             "  --checkpoint K         keep activations only at every K-th block, recompute "
             "in backward (0: all)\n"
             "  --microbatches M --schedule gpipe|1f1b   pipeline micro-batches (P) and "
@@ -118,6 +120,7 @@ enum {
     OPT_PP,
     OPT_SP,
     OPT_CHECKPOINT,
+    OPT_PLACEMENT,
     OPT_MICRO,
     OPT_SCHEDULE,
     OPT_BATCH,
@@ -151,6 +154,7 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"pp", required_argument, 0, OPT_PP},
                                             {"sp", required_argument, 0, OPT_SP},
                                             {"checkpoint", required_argument, 0, OPT_CHECKPOINT},
+                                            {"placement", required_argument, 0, OPT_PLACEMENT},
                                             {"microbatches", required_argument, 0, OPT_MICRO},
                                             {"schedule", required_argument, 0, OPT_SCHEDULE},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -313,6 +317,11 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return usageError("--dtype wants fp32 or bf16, not", optarg);
             o->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
+        case OPT_PLACEMENT:
+            if (strcmp(optarg, "packed") != 0 && strcmp(optarg, "spread") != 0)
+                return usageError("--placement wants packed or spread, not", optarg);
+            o->placement = strcmp(optarg, "spread") == 0 ? PLACEMENT_SPREAD : PLACEMENT_PACKED;
             break;
         case OPT_SCHEDULE:
             if (strcmp(optarg, "gpipe") != 0 && strcmp(optarg, "1f1b") != 0)

@@ -503,7 +503,7 @@ static void printTransports(struct par *p, const char *name, loomComm_t comm)
         if (peer == me || loomCommPeerInfo(comm, peer, &info) != loomSuccess)
             continue;
         used += snprintf(line + used, sizeof(line) - (size_t)used, " %d->%d %s (host %s)", me, peer,
-                         info.transport, info.hostname);
+                         info.transport != NULL ? info.transport : "none", info.hostname);
     }
     printf("%s\n", line);
 }
@@ -545,6 +545,54 @@ static loomResult_t parPrintTransports(struct par *p)
                             loomAllReduce(&token, &token, 1, loomInt32, loomSum, p->t->comm, NULL),
                             t0));
     }
+    return loomSuccess;
+}
+
+/*
+ * This rank's position in the grid of dp x pp x sp x tp, from the hosts Loom
+ * sees (numbered by their lowest rank). packed: the ranks host by host, so
+ * that consecutive positions, a TP group, share a host wherever a host holds
+ * whole groups, and the replicas, furthest apart in positions, cross hosts;
+ * spread: the hosts in turn (the first rank of each host, then the second,
+ * ...), so that a TP group crosses hosts, for comparison. *inside: whether
+ * every rank of this rank's TP group is on its host.
+ */
+static loomResult_t parPlace(struct par *p, int *pos, int *inside)
+{
+    int n = p->t->nranks, me = p->t->rank;
+    int *host = calloc((size_t)n, sizeof(int)), *local = calloc((size_t)n, sizeof(int));
+    long *key = calloc((size_t)n, sizeof(long));
+    if (host == NULL || local == NULL || key == NULL) {
+        free(host), free(local), free(key);
+        return trainFail(p->t, loomSystemError, "out of memory");
+    }
+    for (int r = 0; r < n; r++) {
+        loomPeerInfo_t info;
+        loomResult_t res = loomCommPeerInfo(p->t->comm, r, &info);
+        if (res != loomSuccess) {
+            free(host), free(local), free(key);
+            return trainComm(p->t, "loomCommPeerInfo", res, nowNs());
+        }
+        host[r] = info.host;
+        for (int q = 0; q < r; q++)
+            local[r] += host[q] == host[r];
+    }
+    for (int r = 0; r < n; r++)
+        key[r] = p->o->placement == PLACEMENT_SPREAD ? (long)local[r] * n + host[r]
+                                                     : (long)host[r] * n + local[r];
+    *pos = 0;
+    for (int r = 0; r < n; r++)
+        *pos += key[r] < key[me];
+    /* the ranks of my TP group hold positions pos - pos % tp .. + tp - 1 */
+    *inside = 1;
+    for (int r = 0; r < n; r++) {
+        int q = 0;
+        for (int k = 0; k < n; k++)
+            q += key[k] < key[r];
+        if (q / p->tp == *pos / p->tp && host[r] != host[me])
+            *inside = 0;
+    }
+    free(host), free(local), free(key);
     return loomSuccess;
 }
 
@@ -641,7 +689,12 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
     p->pp = o->pp;
     p->sp = o->sp;
     p->dp = t->nranks / (o->tp * o->pp * o->sp);
-    int pos = t->rank;
+    int pos = 0, inside = 0;
+    loomResult_t res = parPlace(p, &pos, &inside);
+    if (res != loomSuccess) {
+        free(p);
+        return res;
+    }
     p->tpIdx = pos % p->tp;
     p->spIdx = pos / p->tp % p->sp;
     p->ppIdx = pos / (p->tp * p->sp) % p->pp;
@@ -667,7 +720,7 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
                                    hookReady,
                                    p->tp > 1 ? hookReduce : NULL,
                                    p->sp > 1 ? hookRing : NULL};
-    loomResult_t res = parSplit(p);
+    res = parSplit(p);
     if (res != loomSuccess) {
         parDestroy(p);
         return res;
@@ -703,7 +756,16 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
                t->nranks, p->dp, p->pp, p->sp, p->tp, o->layers / p->pp,
                (o->layers + p->pp - 1) / p->pp, p->m, p->mb,
                o->schedule == SCHEDULE_1F1B ? "1f1b" : "gpipe");
-    res = parPrintTransports(p);
+    int32_t all = inside;
+    uint64_t t0 = nowNs();
+    res = trainComm(t, "loomAllReduce",
+                    loomAllReduce(&all, &all, 1, loomInt32, loomMin, t->comm, NULL), t0);
+    if (res == loomSuccess && t->rank == 0)
+        printf("parallel: placement %s: %s\n",
+               o->placement == PLACEMENT_SPREAD ? "spread" : "packed",
+               all ? "every TP group inside one host" : "TP groups across hosts");
+    if (res == loomSuccess)
+        res = parPrintTransports(p);
     if (res != loomSuccess) {
         parDestroy(p);
         return res;

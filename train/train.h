@@ -41,6 +41,9 @@ enum trainMode { MODE_DDP, MODE_ZERO1, MODE_ZERO2, MODE_ZERO3, MODE_MOE };
 
 enum pipeSchedule { SCHEDULE_GPIPE, SCHEDULE_1F1B };
 
+/* Where --tp/--pp/--sp put TP groups: on one host where they fit, or across hosts. */
+enum placement { PLACEMENT_PACKED, PLACEMENT_SPREAD };
+
 /* DDP: launch buckets during backward, after it, or alternate step by step (odd steps during). */
 enum overlapMode { OVERLAP_NEVER, OVERLAP_ALWAYS, OVERLAP_ALTERNATE };
 
@@ -54,6 +57,7 @@ struct trainOptions {
     int microbatches;
     int checkpoint; /* activation checkpointing in segments of this many blocks (0: none) */
     enum pipeSchedule schedule;
+    enum placement placement;
     int batch; /* samples (tokens) per rank per step */
     int steps;
     long samples; /* size of the synthetic data set */

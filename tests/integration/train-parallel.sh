@@ -66,6 +66,7 @@ expect sp4 "dp 1 x pp 1 x sp 4 x tp 1"
 
 train 3d-ddp 8 --tp 2 --pp 2 --microbatches 4
 expect 3d-ddp "dp 2 x pp 2 x sp 1 x tp 2"
+expect 3d-ddp "^parallel: placement packed: every TP group inside one host$"
 for c in tp pp dp; do
     expect 3d-ddp "^rank 7: $c communicator of 2: 1->0 shm"
 done
@@ -106,7 +107,8 @@ plan=$(awk '/total with checkpointing/ { w = $(NF - 1) } /^  without/ { o = $(NF
     record_failure "ckpt: loom-train's estimate ($est) is not loom-memplan's ($plan)"
 
 for bad in "--tp 3 --heads 4" "--pp 9" "--pp 2 --microbatches 3" "--schedule bogus" \
-    "--tp 2 --mode zero3" "--heads 3" "--sp 2" "--sp 3 --heads 4" "--checkpoint 2 --mode moe"; do
+    "--tp 2 --mode zero3" "--heads 3" "--sp 2" "--sp 3 --heads 4" "--checkpoint 2 --mode moe" \
+    "--placement bogus"; do
     # shellcheck disable=SC2086
     "$LOOM_TRAIN" $bad >/dev/null 2>&1
     [ $? -eq 2 ] || record_failure "loom-train $bad did not exit 2"

@@ -8,6 +8,11 @@
 # of MPI: the ranks join through LOOM_ROOT_ADDR (rank 0's host) and the
 # rank variables mpirun sets.
 #
+# Then 3D parallelism on 2 hosts x 4 ranks: --heads 4 --tp 2 --pp 2 --mode
+# zero1 (2 replicas), TP groups packed inside each host (the TP communicators
+# on shared memory, the data-parallel ones on TCP), and again spread across
+# the hosts (TP on TCP), both checked against the reference.
+#
 # Then ddp once more with no LOOM_ROOT_ADDR at all, as a new user would run
 # it: rank 0 publishes its unique id in mpirun's PMIx store and the others
 # fetch it (skipped, in one line, in a build without libpmix).
@@ -37,6 +42,26 @@ for mode in ddp zero1 zero2 zero3 moe; do
     if train_check "$log" $? "$mode on 2 hosts x 2 ranks" 20; then
         grep -q "4 ranks on 2 hosts, 2 on this one (h2)" "$log" ||
             record_failure "$mode: the ranks did not span hosts h1 and h2"
+    fi
+    port=$((port + 1))
+done
+
+for placement in packed spread; do
+    log=$TEST_TMPDIR/3d-$placement.log
+    run_logged "$log" "$MN_MPIRUN" 2 4 -x LOOM_TIMEOUT=120 -x LOOM_SPIN=0 \
+        -x LOOM_ROOT_ADDR="$(mn_addr h1):$port" "$LOOM_TRAIN" --heads 4 --tp 2 --pp 2 \
+        --mode zero1 --microbatches 4 --placement $placement --check --steps 10 --log-every 10
+    if train_check "$log" $? "3D ($placement) on 2 hosts x 4 ranks" 10; then
+        if [ $placement = packed ]; then
+            grep -q "placement packed: every TP group inside one host" "$log" &&
+                [ "$(grep -c "tp communicator of 2: .* shm (host h[12])$" "$log")" -eq 8 ] &&
+                [ "$(grep -c "dp communicator of 2: .* net/socket (host h[12])$" "$log")" -eq 8 ] ||
+                record_failure "3D packed: TP not on shared memory inside hosts, DP not on TCP"
+        else
+            grep -q "placement spread: TP groups across hosts" "$log" &&
+                [ "$(grep -c "tp communicator of 2: .* net/socket" "$log")" -eq 8 ] ||
+                record_failure "3D spread: the TP groups did not cross the hosts"
+        fi
     fi
     port=$((port + 1))
 done
