@@ -490,7 +490,7 @@ static void parDestroy(void *self)
     free(p);
 }
 
-/* Prints which transport this rank reaches each peer of comm with: "tp: shm shm". */
+/* Prints which transport this rank reaches each peer of comm with, and the comm's ring. */
 static void printTransports(struct par *p, const char *name, loomComm_t comm)
 {
     char line[512];
@@ -505,6 +505,14 @@ static void printTransports(struct par *p, const char *name, loomComm_t comm)
         used += snprintf(line + used, sizeof(line) - (size_t)used, " %d->%d %s (host %s)", me, peer,
                          info.transport != NULL ? info.transport : "none", info.hostname);
     }
+    /* and its ring, as loom-info --comm prints it */
+    int *ring = n > 1 ? calloc((size_t)n, sizeof(*ring)) : NULL;
+    if (ring != NULL && used < (int)sizeof(line) - 16 && loomCommRing(comm, ring) == loomSuccess) {
+        used += snprintf(line + used, sizeof(line) - (size_t)used, "; ring");
+        for (int i = 0; i < n && used < (int)sizeof(line) - 16; i++)
+            used += snprintf(line + used, sizeof(line) - (size_t)used, " %d", ring[i]);
+    }
+    free(ring);
     printf("%s\n", line);
 }
 
