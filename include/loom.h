@@ -362,6 +362,12 @@ const char *loomBuildFeatures(void);
 int loomTransportCount(void);
 loomResult_t loomTransportInfo(int index, const char **name, int *usable, const char **why);
 /*
+ * The devices transport `index` may use on this host, as lines of text
+ * (net: every RDMA device's ports, link layers, MTUs and GID tables, the
+ * port and GID Loom takes marked "*"); "" when it has none to list.
+ */
+loomResult_t loomTransportDevices(int index, const char **text);
+/*
  * The tuner's decision for one call, as if made on a communicator of nranks
  * ranks on this host with the LOOM_* settings in force: collective is
  * "allreduce", "broadcast", "reduce", "allgather", "reducescatter",

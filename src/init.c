@@ -271,6 +271,17 @@ loomResult_t loomTransportInfo(int index, const char **name, int *usable, const 
     return loomSuccess;
 }
 
+loomResult_t loomTransportDevices(int index, const char **text)
+{
+    if (index < 0 || index >= loomTransportCount())
+        return loomSetError(loomInvalidArgument, "loomTransportDevices: index %d is not in 0..%d",
+                            index, loomTransportCount() - 1);
+    if (text == NULL)
+        return loomSetError(loomInvalidArgument, "loomTransportDevices: text is NULL");
+    *text = loomTransports[index]->devices ? loomTransports[index]->devices() : "";
+    return loomSuccess;
+}
+
 /* ---- init ---- */
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n)

@@ -247,6 +247,16 @@ static int printTransports(void)
         }
         printf("  %-*s  %s%s%s\n", width, name ? name : "?", usable ? "usable" : "not usable",
                why != NULL && *why ? ": " : "", why != NULL ? why : "");
+        const char *devices = NULL;
+        if (loomTransportDevices(i, &devices) == loomSuccess && devices != NULL && *devices) {
+            printf("  %-*s  RDMA devices (* = what Loom uses):\n", width, "");
+            for (const char *line = devices; *line;) {
+                const char *end = strchr(line, '\n');
+                int len = end ? (int)(end - line) : (int)strlen(line);
+                printf("  %-*s  %.*s\n", width, "", len, line);
+                line += len + (end != NULL);
+            }
+        }
     }
     return 0;
 }

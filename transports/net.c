@@ -681,6 +681,15 @@ static void netLogLinks(const struct netState *st)
                  st->comm->rank, n[b], names[b]);
 }
 
+static const char *netDevices(void)
+{
+#ifdef HAVE_VERBS
+    return netIbDescribe();
+#else
+    return "";
+#endif
+}
+
 static const char *netLinkName(const struct loomComm *comm, int peer)
 {
     const struct netState *st = comm->net;
@@ -700,4 +709,5 @@ const struct loomTransport netTransport = {
     .connect = netConnect,
     .teardown = netTeardown,
     .linkName = netLinkName,
+    .devices = netDevices,
 };

@@ -115,6 +115,8 @@ extern const struct netBackend netSocketBackend;
 extern const struct netBackend netIbBackend;
 /* 1 if an InfiniBand device and port pass LOOM_IB_HCA and are active; else *why says why. */
 int netIbUsable(const char **why);
+/* Every RDMA device's ports and GIDs as text, the port and GID Loom takes marked (loom-info). */
+const char *netIbDescribe(void);
 #endif
 
 /* ---- the FIFO bookkeeping both backends follow (pure; unit-tested) ---- */

@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,7 @@ struct ibState {
     struct ibv_comp_channel *channel;
     struct ibv_cq *cq;
     struct ibv_port_attr port;
+    int gidIndex; /* LOOM_IB_GID_INDEX, or ibGidChoose's */
     union ibv_gid gid;
     struct ibRegCache cache;
     int cacheReady;
@@ -167,11 +169,127 @@ static void probe(void)
     }
 }
 
+/* A port's GID table (at most `max` entries): addresses and types; returns the entries read. */
+static int gidTable(struct ibv_context *ctx, int port, const struct ibv_port_attr *pa,
+                    uint8_t (*gids)[IB_GID_BYTES], int *types, int max)
+{
+    int n = pa->gid_tbl_len < max ? pa->gid_tbl_len : max;
+    for (int i = 0; i < n; i++) {
+        struct ibv_gid_entry e;
+        memset(gids[i], 0, IB_GID_BYTES);
+        types[i] = IB_GID_UNSET;
+        if (ibv_query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0) != 0)
+            continue;
+        memcpy(gids[i], e.gid.raw, IB_GID_BYTES);
+        types[i] = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? IB_GID_ROCE_V2
+                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? IB_GID_ROCE_V1
+                                                        : IB_GID_IB;
+    }
+    return n;
+}
+
+#define IB_GID_MAX 256
+
+/* LOOM_IB_GID_INDEX, or where it is unset the entry ibGidChoose picks from the port's table. */
+static int gidIndexOf(struct ibv_context *ctx, int port, const struct ibv_port_attr *pa)
+{
+    if (paramInt(LOOM_PARAM_IB_GID_INDEX) >= 0)
+        return (int)paramInt(LOOM_PARAM_IB_GID_INDEX);
+    static uint8_t gids[IB_GID_MAX][IB_GID_BYTES];
+    static int types[IB_GID_MAX];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    int n = gidTable(ctx, port, pa, gids, types, IB_GID_MAX);
+    int index = ibGidChoose((const uint8_t(*)[IB_GID_BYTES])gids, types, n,
+                            pa->link_layer == IBV_LINK_LAYER_ETHERNET);
+    pthread_mutex_unlock(&lock);
+    return index;
+}
+
 int netIbUsable(const char **why)
 {
     pthread_once(&probeOnce, probe);
     *why = probeWhy;
     return probePort != 0;
+}
+
+/* ---- what loom-info lists ---- */
+
+static pthread_once_t describeOnce = PTHREAD_ONCE_INIT;
+static char describeText[16384];
+static size_t describeUsed;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(describeText + describeUsed, sizeof(describeText) - describeUsed, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        describeUsed += (size_t)n < sizeof(describeText) - describeUsed
+                            ? (size_t)n
+                            : sizeof(describeText) - describeUsed - 1;
+}
+
+static void describePort(struct ibv_context *ctx, const char *name, int port)
+{
+    static const char *const gidTypes[] = {"IB", "RoCE v1", "RoCE v2", "-"};
+    static uint8_t gids[IB_GID_MAX][IB_GID_BYTES];
+    static int types[IB_GID_MAX];
+    struct ibv_port_attr pa;
+    if (ibv_query_port(ctx, (uint8_t)port, &pa) != 0) {
+        say("  %s:%d: cannot query: %s\n", name, port, strerror(errno));
+        return;
+    }
+    int used = strcmp(name, probeDev) == 0 && port == probePort;
+    int roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    say("%s %s:%d  %s, %s link layer, MTU %d (max %d)\n", used ? "*" : " ", name, port,
+        ibv_port_state_str(pa.state), roce ? "Ethernet (RoCE)" : "InfiniBand", 128 << pa.active_mtu,
+        128 << pa.max_mtu);
+    if (!roce)
+        say("      lid %u\n", pa.lid);
+    int n = gidTable(ctx, port, &pa, gids, types, IB_GID_MAX);
+    int chosen = used ? gidIndexOf(ctx, port, &pa) : -1;
+    for (int i = 0; i < n; i++) {
+        char text[IB_GID_STRLEN];
+        if (types[i] == IB_GID_UNSET || ibGidIsZero(gids[i]))
+            continue;
+        ibGidFormat(gids[i], text, sizeof(text));
+        say("    %s GID %-3d %s  %s\n", i == chosen ? "*" : " ", i, text, gidTypes[types[i]]);
+    }
+}
+
+static void describe(void)
+{
+    const char *why;
+    int n = 0;
+    netIbUsable(&why);
+    struct ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list && i < n; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_device_attr attr;
+        if (ctx == NULL || ibv_query_device(ctx, &attr) != 0) {
+            say("  %s: cannot open: %s\n", name, strerror(errno));
+            if (ctx)
+                ibv_close_device(ctx);
+            continue;
+        }
+        for (int p = 1; p <= attr.phys_port_cnt; p++)
+            describePort(ctx, name, p);
+        ibv_close_device(ctx);
+    }
+    if (list)
+        ibv_free_device_list(list);
+    if (probePort == 0)
+        say("  none used: %s\n", why);
+}
+
+const char *netIbDescribe(void)
+{
+    pthread_once(&describeOnce, describe);
+    return describeText;
 }
 
 /* ---- registration ---- */
@@ -228,23 +346,39 @@ static loomResult_t qpCreate(struct ibState *st, struct ibConn *ic)
     return loomSuccess;
 }
 
+/* LOOM_IB_MTU as an enum ibv_mtu; IBV_MTU_4096 (no cap) where unset. */
+static enum ibv_mtu mtuCap(void)
+{
+    const char *cap = paramStr(LOOM_PARAM_IB_MTU);
+    enum ibv_mtu mtu = IBV_MTU_256;
+    for (int bytes = 256; cap[0] && atoi(cap) > bytes && mtu < IBV_MTU_4096; bytes *= 2)
+        mtu++;
+    return cap[0] ? mtu : IBV_MTU_4096;
+}
+
 static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struct ibConnInfo *peer)
 {
     int roce = st->port.link_layer == IBV_LINK_LAYER_ETHERNET;
-    struct ibv_qp_attr a = {
-        .qp_state = IBV_QPS_RTR,
-        .path_mtu = peer->mtu < st->port.active_mtu ? (enum ibv_mtu)peer->mtu : st->port.active_mtu,
-        .dest_qp_num = peer->qpn,
-        .rq_psn = peer->psn,
-        .max_dest_rd_atomic = 1,
-        .min_rnr_timer = 12,
-        .ah_attr = {
-            .dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = (uint8_t)probePort}};
+    enum ibv_mtu mtu =
+        peer->mtu < st->port.active_mtu ? (enum ibv_mtu)peer->mtu : st->port.active_mtu;
+    if (mtu > mtuCap())
+        mtu = mtuCap();
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                            .path_mtu = mtu,
+                            .dest_qp_num = peer->qpn,
+                            .rq_psn = peer->psn,
+                            .max_dest_rd_atomic = 1,
+                            .min_rnr_timer = 12,
+                            .ah_attr = {.dlid = peer->lid,
+                                        .sl = (uint8_t)paramInt(LOOM_PARAM_IB_SL),
+                                        .src_path_bits = 0,
+                                        .port_num = (uint8_t)probePort}};
     if (roce || !ibGidIsZero(peer->gid)) {
         a.ah_attr.is_global = 1;
         memcpy(a.ah_attr.grh.dgid.raw, peer->gid, IB_GID_BYTES);
-        a.ah_attr.grh.sgid_index = (uint8_t)paramInt(LOOM_PARAM_IB_GID_INDEX);
+        a.ah_attr.grh.sgid_index = (uint8_t)st->gidIndex;
         a.ah_attr.grh.hop_limit = 255;
+        a.ah_attr.grh.traffic_class = (uint8_t)paramInt(LOOM_PARAM_IB_TC);
     }
     if (ibv_modify_qp(ic->qp, &a,
                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -252,10 +386,8 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
         return loomSetError(loomSystemError, "NET/IB: queue pair to rank %d to RTR: %s",
                             ic->nc->peer, strerror(errno));
     struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS,
-                            .timeout = 14,
-                            /* 7 is "retry forever" to soft-RoCE, which then never
-                               reports a dead peer (postProbe); 6 is one retry short */
-                            .retry_cnt = 6,
+                            .timeout = (uint8_t)paramInt(LOOM_PARAM_IB_TIMEOUT),
+                            .retry_cnt = (uint8_t)paramInt(LOOM_PARAM_IB_RETRY_CNT),
                             .rnr_retry = 7,
                             .sq_psn = ic->psn,
                             .max_rd_atomic = 1};
@@ -292,12 +424,15 @@ static loomResult_t ibOpen(struct ibState *st, int nconns)
     if (st->ctx == NULL)
         return loomSetError(loomSystemError, "NET/IB: cannot open %s: %s", probeDev,
                             strerror(errno));
-    if (ibv_query_port(st->ctx, (uint8_t)probePort, &st->port) != 0 ||
-        ibv_query_gid(st->ctx, (uint8_t)probePort, (int)paramInt(LOOM_PARAM_IB_GID_INDEX),
-                      &st->gid) != 0)
-        return loomSetError(loomSystemError, "NET/IB: cannot query %s port %d (GID index %d): %s",
-                            probeDev, probePort, (int)paramInt(LOOM_PARAM_IB_GID_INDEX),
-                            strerror(errno));
+    if (ibv_query_port(st->ctx, (uint8_t)probePort, &st->port) != 0)
+        return loomSetError(loomSystemError, "NET/IB: cannot query %s port %d: %s", probeDev,
+                            probePort, strerror(errno));
+    st->gidIndex = gidIndexOf(st->ctx, probePort, &st->port);
+    if (ibv_query_gid(st->ctx, (uint8_t)probePort, st->gidIndex, &st->gid) != 0)
+        return loomSetError(loomSystemError,
+                            "NET/IB: cannot read GID %d of %s port %d: %s (LOOM_IB_GID_INDEX; "
+                            "loom-info lists the port's GIDs)",
+                            st->gidIndex, probeDev, probePort, strerror(errno));
     st->pd = ibv_alloc_pd(st->ctx);
     st->channel = st->pd ? ibv_create_comp_channel(st->ctx) : NULL;
     int depth = 2 * IB_QUEUE * (nconns > 0 ? nconns : 1);
@@ -445,8 +580,8 @@ static loomResult_t ibConnectFinish(void *state, struct netConn **conns, int n, 
     if (n > 0) {
         char gid[IB_GID_STRLEN];
         ibGidFormat(st->gid.raw, gid, sizeof(gid));
-        INFO(LOOM_NET, "NET/IB: %d connection(s) to rank %d on %s:%d (lid %u, gid %s)", n,
-             conns[0]->peer, probeDev, probePort, st->port.lid, gid);
+        INFO(LOOM_NET, "NET/IB: %d connection(s) to rank %d on %s:%d (lid %u, gid %d %s)", n,
+             conns[0]->peer, probeDev, probePort, st->port.lid, st->gidIndex, gid);
     }
     return loomSuccess;
 }

@@ -65,6 +65,25 @@ loomResult_t ibConnDecode(const uint8_t *in, struct ibConnInfo *info)
     return loomSuccess;
 }
 
+static int gidIsIpv4Mapped(const uint8_t *gid)
+{
+    return allZero(gid, 10) && gid[10] == 0xff && gid[11] == 0xff;
+}
+
+int ibGidChoose(const uint8_t (*gids)[IB_GID_BYTES], const int *types, int n, int roce)
+{
+    int v2 = -1;
+    for (int i = 0; roce && i < n; i++) {
+        if (types[i] != IB_GID_ROCE_V2 || ibGidIsZero(gids[i]))
+            continue;
+        if (gidIsIpv4Mapped(gids[i]))
+            return i;
+        if (v2 < 0)
+            v2 = i;
+    }
+    return v2 >= 0 ? v2 : 0;
+}
+
 void ibGidFormat(const uint8_t *gid, char *buf, size_t len)
 {
     size_t used = 0;

@@ -51,6 +51,17 @@ void ibGidFormat(const uint8_t *gid, char *buf, size_t len);
 /* 1 if the GID is all zeros (an unset table entry). */
 int ibGidIsZero(const uint8_t *gid);
 
+/* What a GID table entry is, as ibv_query_gid_ex says; IB_GID_UNSET for an empty entry. */
+enum { IB_GID_IB, IB_GID_ROCE_V1, IB_GID_ROCE_V2, IB_GID_UNSET };
+
+/*
+ * The GID index Loom uses when LOOM_IB_GID_INDEX is unset, from a port's
+ * table of n entries (gids[i], types[i]): on RoCE (roce = 1) the first RoCE
+ * v2 entry holding an IPv4-mapped address (::ffff:a.b.c.d, routable by any
+ * IPv4 network), else the first RoCE v2 entry, else 0 (also on InfiniBand).
+ */
+int ibGidChoose(const uint8_t (*gids)[IB_GID_BYTES], const int *types, int n, int roce);
+
 /*
  * 1 if device `dev`, port `port`, passes a LOOM_IB_HCA spec in NCCL's
  * syntax: comma-separated names, each with an optional ":port"; names are

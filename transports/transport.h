@@ -61,6 +61,8 @@ struct loomTransport {
     void (*teardown)(struct loomComm *comm);
     /* Optional: a name for the link to `peer` ("net/socket"); NULL: the transport's name. */
     const char *(*linkName)(const struct loomComm *comm, int peer);
+    /* Optional: the devices it may use on this host, as lines of text for loom-info. */
+    const char *(*devices)(void);
 };
 
 extern const struct loomTransport shmTransport;

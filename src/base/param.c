@@ -51,6 +51,7 @@ static const char *const paramDebugWords[] = {"NONE", "WARN", "INFO", "TRACE", N
 static const char *const paramNetWords[] = {"socket", "ib", NULL};
 static const char *const paramExecutorWords[] = {"kernel", "host", "auto", NULL};
 static const char *const paramProtoWords[] = {"Simple", "LL", NULL};
+static const char *const paramIbMtuWords[] = {"256", "512", "1024", "2048", "4096", NULL};
 
 /* Rows are placed by loomParamId_t so the table cannot drift from the enum's order. */
 static const struct paramRow paramTable[] = {
@@ -106,9 +107,10 @@ static const struct paramRow paramTable[] = {
                              "(a name or a path); tests point it at a stand-in"},
     [LOOM_PARAM_IB_DISABLE] = {"LOOM_IB_DISABLE", PARAM_INT, "0", 0, 1, "a switch", NULL,
                                "1: do not use InfiniBand verbs; hosts talk over TCP"},
-    [LOOM_PARAM_IB_GID_INDEX] = {"LOOM_IB_GID_INDEX", PARAM_INT, "0", 0, 255, "a GID index", NULL,
+    [LOOM_PARAM_IB_GID_INDEX] = {"LOOM_IB_GID_INDEX", PARAM_INT, "-1", -1, 255, "a GID index", NULL,
                                  "GID table index of the InfiniBand port used on RoCE (Ethernet "
-                                 "link layer), 0..255"},
+                                 "link layer), 0..255; -1: a RoCE v2 IPv4-mapped GID if the "
+                                 "port has one, else RoCE v2, else 0"},
     [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "2", 1, 16, "a socket count",
                                   NULL,
                                   "TCP sockets per connection; a large message is cut into "
@@ -150,6 +152,22 @@ static const struct paramRow paramTable[] = {
                                    NULL,
                                    "threads of each block (one per channel) of the kernel "
                                    "executor on the CPU, 1..64"},
+    [LOOM_PARAM_IB_TC] = {"LOOM_IB_TC", PARAM_INT, "0", 0, 255, "a traffic class", NULL,
+                          "InfiniBand traffic class of Loom's queue pairs (RoCE: DSCP times "
+                          "4, e.g. 106 for DSCP 26), 0..255"},
+    [LOOM_PARAM_IB_SL] = {"LOOM_IB_SL", PARAM_INT, "0", 0, 15, "a service level", NULL,
+                          "InfiniBand service level of Loom's queue pairs, 0..15"},
+    [LOOM_PARAM_IB_TIMEOUT] = {"LOOM_IB_TIMEOUT", PARAM_INT, "14", 1, 31, "a timeout exponent",
+                               NULL,
+                               "InfiniBand ACK timeout, 4.096 us * 2^value (14: 67 ms), "
+                               "1..31; a dead peer is found after about this times "
+                               "LOOM_IB_RETRY_CNT + 1"},
+    [LOOM_PARAM_IB_RETRY_CNT] = {"LOOM_IB_RETRY_CNT", PARAM_INT, "6", 0, 7, "a retry count", NULL,
+                                 "InfiniBand retries of an unacknowledged write, 0..7 (soft-RoCE "
+                                 "takes 7 as forever and then never reports a dead peer)"},
+    [LOOM_PARAM_IB_MTU] = {"LOOM_IB_MTU", PARAM_STR, "", 0, 0, NULL, paramIbMtuWords,
+                           "InfiniBand path MTU cap in bytes: 256, 512, 1024, 2048 or 4096; "
+                           "unset: the port's active MTU (the smaller of the two ends')"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

@@ -38,6 +38,11 @@ typedef enum {
     LOOM_PARAM_EXECUTOR,        /* string: kernel, host, auto */
     LOOM_PARAM_PROTO,           /* string: Simple, LL */
     LOOM_PARAM_KERNEL_THREADS,  /* int: threads of a block of the kernel executor on the CPU */
+    LOOM_PARAM_IB_TC,           /* int: InfiniBand traffic class (RoCE: DSCP << 2) */
+    LOOM_PARAM_IB_SL,           /* int: InfiniBand service level */
+    LOOM_PARAM_IB_TIMEOUT,      /* int: queue pair ACK timeout exponent */
+    LOOM_PARAM_IB_RETRY_CNT,    /* int: queue pair retries */
+    LOOM_PARAM_IB_MTU,          /* string: 256 .. 4096, unset: the port's */
     LOOM_PARAM_NUM
 } loomParamId_t;
 

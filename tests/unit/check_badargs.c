@@ -98,6 +98,15 @@ START_TEST(test_introspection)
     ck_error(loomTransportInfo(0, NULL, &usable, &why), loomInvalidArgument, "pointer");
     ck_error(loomTransportInfo(0, &name, NULL, &why), loomInvalidArgument, "pointer");
     ck_error(loomTransportInfo(0, &name, &usable, NULL), loomInvalidArgument, "pointer");
+    const char *devices = NULL;
+    ck_error(loomTransportDevices(-1, &devices), loomInvalidArgument, "index");
+    ck_error(loomTransportDevices(t, &devices), loomInvalidArgument, "index");
+    ck_error(loomTransportDevices(0, NULL), loomInvalidArgument, "text");
+    for (int i = 0; i < t; i++) {
+        devices = NULL;
+        ck_assert_int_eq(loomTransportDevices(i, &devices), loomSuccess);
+        ck_assert_ptr_nonnull(devices);
+    }
 }
 END_TEST
 

@@ -287,6 +287,30 @@ START_TEST(ib_gid_format)
 }
 END_TEST
 
+START_TEST(ib_gid_choice)
+{
+    /* A RoCE port as rdma_rxe fills it: link-local v1 and v2, then IPv4-mapped v1 and v2. */
+    uint8_t gids[5][IB_GID_BYTES] = {
+        {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56},
+        {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56},
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 2, 15},
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 2, 15},
+        {0}};
+    int types[5] = {IB_GID_ROCE_V1, IB_GID_ROCE_V2, IB_GID_ROCE_V1, IB_GID_ROCE_V2, IB_GID_UNSET};
+    ck_assert_int_eq(ibGidChoose(gids, types, 5, 1), 3);
+    /* No IPv4 address on the interface: the first v2 entry. */
+    ck_assert_int_eq(ibGidChoose(gids, types, 2, 1), 1);
+    /* Only v1 entries, or an InfiniBand port: 0. */
+    int v1[2] = {IB_GID_ROCE_V1, IB_GID_ROCE_V1};
+    ck_assert_int_eq(ibGidChoose(gids, v1, 2, 1), 0);
+    ck_assert_int_eq(ibGidChoose(gids, types, 5, 0), 0);
+    /* An empty v2 entry is never chosen. */
+    int emptyV2[5] = {IB_GID_ROCE_V1, IB_GID_ROCE_V1, IB_GID_ROCE_V1, IB_GID_ROCE_V1,
+                      IB_GID_ROCE_V2};
+    ck_assert_int_eq(ibGidChoose(gids, emptyV2, 5, 1), 0);
+}
+END_TEST
+
 START_TEST(ib_hca_spec)
 {
     ck_assert_int_eq(ibHcaMatches(NULL, "mlx5_0", 1), 1);
@@ -453,6 +477,7 @@ static Suite *netSuite(void)
     addTest(s, "ib_record_rejects_malformed", ib_record_rejects_malformed);
     addTest(s, "ib_record_unfilled", ib_record_unfilled);
     addTest(s, "ib_gid_format", ib_gid_format);
+    addTest(s, "ib_gid_choice", ib_gid_choice);
     addTest(s, "ib_hca_spec", ib_hca_spec);
     addTest(s, "regcache_widens_to_pages_and_hits", regcache_widens_to_pages_and_hits);
     addTest(s, "regcache_evicts_least_recent_unused", regcache_evicts_least_recent_unused);
