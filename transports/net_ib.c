@@ -68,18 +68,29 @@
 /* A work request's id: the connection's index, then its kind in the low IB_WR_BITS. */
 enum { IB_WR_DATA, IB_WR_CREDIT, IB_WR_RECV, IB_WR_PROBE, IB_WR_NOTICE };
 #define IB_WR_BITS 3
+/*
+ * LOOM_IB_QPS_PER_CONNECTION: every message goes on each of a connection's
+ * queue pairs, as one write with immediate apiece (netSplit's part, empty
+ * for small messages), so a message is done, on both ends, when each queue
+ * pair has done it: no queue pair can get ahead or fall behind by a message.
+ */
+#define IB_MAX_QPS 8
+#define IB_QP_BITS 3
 
 struct ibConn {
     struct netConn *nc;
-    struct ibv_qp *qp;
+    struct ibv_qp *qp[IB_MAX_QPS]; /* st->nqps of them; qp[0] also carries credits and notices */
+    uint32_t psn[IB_MAX_QPS];
+    uint64_t qpDone[IB_MAX_QPS]; /* parts acknowledged (send) or landed (recv) on each */
     struct ibReg *reg;
-    uint32_t psn;
-    uint64_t remoteAddr; /* send: the receiver's slots */
+    uint64_t remoteAddr; /* send: the receiver's slots; recv: the sender's notice inbox */
     uint32_t rkey;
     uint64_t head;       /* send: the receiver's head as last told; recv: as last sent */
-    uint64_t completed;  /* send: writes acknowledged; recv: messages landed */
+    uint64_t completed;  /* messages done on every queue pair: the least qpDone */
     int creditsInFlight; /* recv: credit sends not yet completed */
     int failed;          /* a work completion failed: its status */
+    int postErr;         /* posting failed while another connection was moved: errno */
+    int unblocked;       /* a completion may let it post more (a credit came or left) */
     uint64_t probedAt;   /* send, channel 0: when the last liveness probe was posted */
     int probing;         /* send, channel 0: a probe is in flight */
 };
@@ -92,6 +103,7 @@ struct ibState {
     struct ibv_cq *cq;
     struct ibv_port_attr port;
     int gidIndex; /* LOOM_IB_GID_INDEX, or ibGidChoose's */
+    int nqps;     /* queue pairs per connection (LOOM_IB_QPS_PER_CONNECTION) */
     union ibv_gid gid;
     struct ibRegCache cache;
     int cacheReady;
@@ -99,7 +111,6 @@ struct ibState {
     int nconns, cap;
     struct ibv_wc stash[IB_STASH];
     int nstash;
-    int armed;
     int watched; /* the proxy watches the completion channel (attach runs at every connect) */
     /* Failure notices: per peer an inbox (its notices land there) and an outbox. */
     uint8_t *notices; /* [nranks][2][NET_NOTICE_MAX_BYTES] */
@@ -319,7 +330,7 @@ static void ibDeregister(void *ctx, void *handle)
 
 /* ---- queue pairs ---- */
 
-static loomResult_t qpCreate(struct ibState *st, struct ibConn *ic)
+static loomResult_t qpCreate(struct ibState *st, struct ibConn *ic, int q)
 {
     struct ibv_qp_init_attr init = {.send_cq = st->cq,
                                     .recv_cq = st->cq,
@@ -328,21 +339,21 @@ static loomResult_t qpCreate(struct ibState *st, struct ibConn *ic)
                                             .max_send_sge = 1,
                                             .max_recv_sge = 1},
                                     .qp_type = IBV_QPT_RC};
-    ic->qp = ibv_create_qp(st->pd, &init);
-    if (ic->qp == NULL)
+    ic->qp[q] = ibv_create_qp(st->pd, &init);
+    if (ic->qp[q] == NULL)
         return loomSetError(loomSystemError, "NET/IB: ibv_create_qp on %s: %s", probeDev,
                             strerror(errno));
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
                             .pkey_index = 0,
                             .port_num = (uint8_t)probePort,
                             .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
-    if (ibv_modify_qp(ic->qp, &a,
+    if (ibv_modify_qp(ic->qp[q], &a,
                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
         return loomSetError(loomSystemError, "NET/IB: queue pair to INIT: %s", strerror(errno));
     uint32_t r = 0;
     if (getrandom(&r, sizeof(r), 0) != sizeof(r))
         r = (uint32_t)loomClockNs();
-    ic->psn = r & 0xffffff;
+    ic->psn[q] = r & 0xffffff;
     return loomSuccess;
 }
 
@@ -356,7 +367,8 @@ static enum ibv_mtu mtuCap(void)
     return cap[0] ? mtu : IBV_MTU_4096;
 }
 
-static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struct ibConnInfo *peer)
+static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, int q,
+                              const struct ibConnInfo *peer)
 {
     int roce = st->port.link_layer == IBV_LINK_LAYER_ETHERNET;
     enum ibv_mtu mtu =
@@ -380,7 +392,7 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
         a.ah_attr.grh.hop_limit = 255;
         a.ah_attr.grh.traffic_class = (uint8_t)paramInt(LOOM_PARAM_IB_TC);
     }
-    if (ibv_modify_qp(ic->qp, &a,
+    if (ibv_modify_qp(ic->qp[q], &a,
                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
         return loomSetError(loomSystemError, "NET/IB: queue pair to rank %d to RTR: %s",
@@ -389,9 +401,9 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
                             .timeout = (uint8_t)paramInt(LOOM_PARAM_IB_TIMEOUT),
                             .retry_cnt = (uint8_t)paramInt(LOOM_PARAM_IB_RETRY_CNT),
                             .rnr_retry = 7,
-                            .sq_psn = ic->psn,
+                            .sq_psn = ic->psn[q],
                             .max_rd_atomic = 1};
-    if (ibv_modify_qp(ic->qp, &b,
+    if (ibv_modify_qp(ic->qp[q], &b,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0)
         return loomSetError(loomSystemError, "NET/IB: queue pair to rank %d to RTS: %s",
@@ -399,15 +411,16 @@ static loomResult_t qpConnect(struct ibState *st, struct ibConn *ic, const struc
     return loomSuccess;
 }
 
-static uint64_t wrId(const struct ibState *st, const struct ibConn *ic, int kind)
+/* A work request's id: the connection, the queue pair and the kind. */
+static uint64_t wrId(const struct ibState *st, const struct ibConn *ic, int q, int kind)
 {
-    return (uint64_t)(ic - st->conns) << IB_WR_BITS | (uint64_t)kind;
+    return ((uint64_t)(ic - st->conns) << IB_QP_BITS | (uint64_t)q) << IB_WR_BITS | (uint64_t)kind;
 }
 
-static int postRecv(struct ibState *st, struct ibConn *ic)
+static int postRecv(struct ibState *st, struct ibConn *ic, int q)
 {
-    struct ibv_recv_wr wr = {.wr_id = wrId(st, ic, IB_WR_RECV)}, *bad;
-    return ibv_post_recv(ic->qp, &wr, &bad);
+    struct ibv_recv_wr wr = {.wr_id = wrId(st, ic, q, IB_WR_RECV)}, *bad;
+    return ibv_post_recv(ic->qp[q], &wr, &bad);
 }
 
 /* ---- setup ---- */
@@ -435,7 +448,7 @@ static loomResult_t ibOpen(struct ibState *st, int nconns)
                             st->gidIndex, probeDev, probePort, strerror(errno));
     st->pd = ibv_alloc_pd(st->ctx);
     st->channel = st->pd ? ibv_create_comp_channel(st->ctx) : NULL;
-    int depth = 2 * IB_QUEUE * (nconns > 0 ? nconns : 1);
+    int depth = 2 * IB_QUEUE * st->nqps * (nconns > 0 ? nconns : 1);
     struct ibv_device_attr attr;
     if (ibv_query_device(st->ctx, &attr) == 0 && depth > attr.max_cqe)
         depth = attr.max_cqe; /* a pair's completions are taken as they come, seldom all at once */
@@ -452,19 +465,27 @@ static loomResult_t ibOpen(struct ibState *st, int nconns)
     return loomSuccess;
 }
 
-/* Where the record of a connection (channel, direction) sits in the pair's record. */
-static size_t recordAt(int channel, int isSend)
+/* LOOM_IB_QPS_PER_CONNECTION (the same on every rank, as the records' size must be). */
+static int ibQpsPerConnection(void)
 {
-    return ((size_t)channel * 2 + (isSend ? 0 : 1)) * IB_CONN_BYTES;
+    return (int)paramInt(LOOM_PARAM_IB_QPS_PER_CONNECTION);
 }
 
-_Static_assert(2 * LOOM_MAX_CHANNELS * IB_CONN_BYTES <= LOOM_CONNECT_RECORD_MAX,
-               "a pair's records fit the core's bound");
+/* Where the record of queue pair q of a connection (channel, direction) sits in the pair's. */
+static size_t recordAt(const struct ibState *st, int channel, int isSend, int q)
+{
+    return (((size_t)channel * 2 + (isSend ? 0 : 1)) * (size_t)st->nqps + (size_t)q) *
+           IB_CONN_BYTES;
+}
 
-/* A pair's record: one connection record per channel and direction. */
+/* Channels times queue pairs a connection may have: a pair's records fit the core's bound. */
+#define IB_MAX_CHANNEL_QPS (LOOM_CONNECT_RECORD_MAX / (2 * IB_CONN_BYTES))
+_Static_assert(LOOM_MAX_CHANNELS <= IB_MAX_CHANNEL_QPS, "one queue pair a connection always fits");
+
+/* A pair's record: one record per queue pair of each channel and direction. */
 static size_t ibRecordBytes(const struct loomComm *comm)
 {
-    return 2 * (size_t)comm->nChannels * IB_CONN_BYTES;
+    return 2 * (size_t)comm->nChannels * (size_t)ibQpsPerConnection() * IB_CONN_BYTES;
 }
 
 static void ibTeardown(void *state)
@@ -473,8 +494,9 @@ static void ibTeardown(void *state)
     if (st == NULL)
         return;
     for (int i = 0; i < st->nconns; i++) {
-        if (st->conns[i].qp)
-            ibv_destroy_qp(st->conns[i].qp);
+        for (int q = 0; q < st->nqps; q++)
+            if (st->conns[i].qp[q])
+                ibv_destroy_qp(st->conns[i].qp[q]);
         st->conns[i].nc->priv = NULL;
     }
     if (st->cacheReady)
@@ -506,6 +528,13 @@ static loomResult_t ibInit(struct loomComm *comm, void **state, void *pub)
     if (st == NULL)
         return loomSetError(loomSystemError, "NET/IB: out of memory");
     st->comm = comm;
+    st->nqps = ibQpsPerConnection();
+    if (comm->nChannels * st->nqps > IB_MAX_CHANNEL_QPS)
+        return loomSetError(loomInvalidUsage,
+                            "NET/IB: %d channels (LOOM_NCHANNELS) of %d queue pairs each "
+                            "(LOOM_IB_QPS_PER_CONNECTION) are more than the %d a connection "
+                            "between two ranks may have; lower either",
+                            comm->nChannels, st->nqps, IB_MAX_CHANNEL_QPS);
     st->cap = 2 * comm->nChannels * comm->nranks;
     st->conns = calloc((size_t)st->cap, sizeof(*st->conns));
     size_t noticeBytes = (size_t)comm->nranks * 2 * NET_NOTICE_MAX_BYTES;
@@ -519,6 +548,24 @@ static loomResult_t ibInit(struct loomComm *comm, void **state, void *pub)
         return loomSetError(loomSystemError,
                             "NET/IB: cannot register %zu bytes for failure notices with %s: %s",
                             noticeBytes, probeDev, strerror(errno));
+    return loomSuccess;
+}
+
+/* Queue pair q of connection ic: made, and this end's record of it in the pair's record. */
+static loomResult_t connStart(struct ibState *st, struct ibConn *ic, int q, void *record)
+{
+    struct netConn *nc = ic->nc;
+    LOOMCHECK(qpCreate(st, ic, q));
+    struct ibConnInfo info = {.lid = st->port.lid,
+                              .qpn = ic->qp[q]->qp_num,
+                              .psn = ic->psn[q],
+                              .mtu = (uint8_t)st->port.active_mtu,
+                              .addr = (uint64_t)(uintptr_t)(nc->isSend ? noticeBox(st, nc->peer, 0)
+                                                                       : (uint8_t *)nc->slots),
+                              .rkey = nc->isSend ? st->noticeMr->rkey : ic->reg->rkey,
+                              .slotBytes = (uint32_t)nc->slotBytes};
+    memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
+    ibConnEncode(&info, (uint8_t *)record + recordAt(st, nc->channel, nc->isSend, q));
     return loomSuccess;
 }
 
@@ -536,52 +583,52 @@ static loomResult_t ibConnectStart(void *state, struct netConn **conns, int n, c
         ic->nc = nc;
         nc->priv = ic;
         st->nconns++; /* teardown destroys what is made below, made or not */
-        LOOMCHECK(qpCreate(st, ic));
         LOOMCHECK(ibRegCacheGet(&st->cache, nc->fifo,
                                 sizeof(struct loomFifo) + LOOM_STEPS * nc->slotBytes, &ic->reg));
-        struct ibConnInfo info = {.lid = st->port.lid,
-                                  .qpn = ic->qp->qp_num,
-                                  .psn = ic->psn,
-                                  .mtu = (uint8_t)st->port.active_mtu,
-                                  .addr =
-                                      (uint64_t)(uintptr_t)(nc->isSend ? noticeBox(st, nc->peer, 0)
-                                                                       : (uint8_t *)nc->slots),
-                                  .rkey = nc->isSend ? st->noticeMr->rkey : ic->reg->rkey,
-                                  .slotBytes = (uint32_t)nc->slotBytes};
-        memcpy(info.gid, st->gid.raw, IB_GID_BYTES);
-        ibConnEncode(&info, (uint8_t *)record + recordAt(nc->channel, nc->isSend));
+        for (int q = 0; q < st->nqps; q++)
+            LOOMCHECK(connStart(st, ic, q, record));
     }
     return loomSuccess;
 }
 
-/* With the peer's record: each queue pair to ready-to-send, and its receives posted. */
+/*
+ * With the peer's record: each queue pair to ready-to-send, and its receives
+ * posted: on a recv connection one a message on every queue pair; on a send
+ * connection, on its first, one a credit (at most LOOM_STEPS in flight) and
+ * one for a notice.
+ */
 static loomResult_t ibConnectFinish(void *state, struct netConn **conns, int n, const void *record)
 {
     struct ibState *st = state;
     for (int i = 0; i < n; i++) {
         struct netConn *nc = conns[i];
         struct ibConn *ic = nc->priv;
-        struct ibConnInfo peer;
-        const uint8_t *rec = (const uint8_t *)record + recordAt(nc->channel, !nc->isSend);
-        if (ibConnDecode(rec, &peer) != loomSuccess || peer.slotBytes != nc->slotBytes)
-            return loomSetError(loomInternalError,
-                                "NET/IB: rank %d sent no usable connection record for rank %d "
-                                "(channel %d); do all ranks run the same Loom with the same "
-                                "LOOM_BUFFSIZE?",
-                                nc->peer, st->comm->rank, nc->channel);
-        ic->remoteAddr = peer.addr;
-        ic->rkey = peer.rkey;
-        LOOMCHECK(qpConnect(st, ic, &peer));
-        /* A send connection takes credits (at most LOOM_STEPS in flight) and one notice. */
-        for (int k = 0; k < LOOM_STEPS + nc->isSend; k++)
-            if (postRecv(st, ic) != 0)
-                return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s", strerror(errno));
+        for (int q = 0; q < st->nqps; q++) {
+            struct ibConnInfo peer;
+            const uint8_t *rec =
+                (const uint8_t *)record + recordAt(st, nc->channel, !nc->isSend, q);
+            if (ibConnDecode(rec, &peer) != loomSuccess || peer.slotBytes != nc->slotBytes)
+                return loomSetError(loomInternalError,
+                                    "NET/IB: rank %d sent no usable connection record for rank %d "
+                                    "(channel %d); do all ranks run the same Loom with the same "
+                                    "LOOM_BUFFSIZE and LOOM_IB_QPS_PER_CONNECTION?",
+                                    nc->peer, st->comm->rank, nc->channel);
+            ic->remoteAddr = peer.addr;
+            ic->rkey = peer.rkey;
+            LOOMCHECK(qpConnect(st, ic, q, &peer));
+            int recvs = nc->isSend ? (q == 0 ? LOOM_STEPS + 1 : 0) : LOOM_STEPS;
+            for (int k = 0; k < recvs; k++)
+                if (postRecv(st, ic, q) != 0)
+                    return loomSetError(loomSystemError, "NET/IB: ibv_post_recv: %s",
+                                        strerror(errno));
+        }
     }
     if (n > 0) {
         char gid[IB_GID_STRLEN];
         ibGidFormat(st->gid.raw, gid, sizeof(gid));
-        INFO(LOOM_NET, "NET/IB: %d connection(s) to rank %d on %s:%d (lid %u, gid %d %s)", n,
-             conns[0]->peer, probeDev, probePort, st->port.lid, st->gidIndex, gid);
+        INFO(LOOM_NET,
+             "NET/IB: %d connection(s) of %d queue pair(s) to rank %d on %s:%d (lid %u, gid %d %s)",
+             n, st->nqps, conns[0]->peer, probeDev, probePort, st->port.lid, st->gidIndex, gid);
     }
     return loomSuccess;
 }
@@ -596,9 +643,21 @@ static void noticeArrived(struct ibState *st, struct netConn *c, uint32_t len)
         c->noticeIn = 1;
 }
 
+/* A part of a message finished on queue pair q: the message, once every queue pair has it. */
+static void partDone(struct ibState *st, struct ibConn *ic, int q)
+{
+    ic->qpDone[q]++;
+    uint64_t least = ic->qpDone[0];
+    for (int i = 1; i < st->nqps; i++)
+        least = ic->qpDone[i] < least ? ic->qpDone[i] : least;
+    ic->completed = least;
+}
+
 static void complete(struct ibState *st, const struct ibv_wc *wc)
 {
-    struct ibConn *ic = &st->conns[wc->wr_id >> IB_WR_BITS];
+    uint64_t id = wc->wr_id >> IB_WR_BITS;
+    struct ibConn *ic = &st->conns[id >> IB_QP_BITS];
+    int q = (int)(id & ((1u << IB_QP_BITS) - 1));
     int kind = (int)(wc->wr_id & ((1u << IB_WR_BITS) - 1));
     if (kind == IB_WR_PROBE)
         ic->probing = 0;
@@ -607,9 +666,10 @@ static void complete(struct ibState *st, const struct ibv_wc *wc)
         return;
     }
     if (kind == IB_WR_DATA) {
-        ic->completed++;
+        partDone(st, ic, q);
     } else if (kind == IB_WR_CREDIT) {
         ic->creditsInFlight--;
+        ic->unblocked = 1;
     } else if (kind == IB_WR_PROBE || kind == IB_WR_NOTICE) {
         /* nothing to count */
     } else if (ic->nc->isSend) { /* a credit or a notice arrived */
@@ -617,14 +677,16 @@ static void complete(struct ibState *st, const struct ibv_wc *wc)
             noticeArrived(st, ic->nc, ntohl(wc->imm_data));
         else
             ic->head = netCounterExpand(ic->head, ntohl(wc->imm_data));
-        postRecv(st, ic);
-    } else { /* a message landed */
+        ic->unblocked = 1;
+        postRecv(st, ic, q);
+    } else { /* a part of a message landed; every part carries the message's size */
         uint32_t bytes = ntohl(wc->imm_data);
         if (bytes > ic->nc->slotBytes)
             ic->failed = -1;
-        ic->nc->fifo->bytes[ic->completed % LOOM_STEPS] = bytes;
-        ic->completed++;
-        postRecv(st, ic);
+        if (q == 0)
+            ic->nc->fifo->bytes[ic->qpDone[0] % LOOM_STEPS] = bytes;
+        partDone(st, ic, q);
+        postRecv(st, ic, q);
     }
 }
 
@@ -641,69 +703,54 @@ static void pollCq(struct ibState *st)
             complete(st, &wc[i]);
 }
 
-/*
- * Takes every completion, and the completion channel's event if one came.
- * Taking the event disarms the CQ, and whoever drains may be the executor
- * (netKick) while the proxy sleeps on the channel: so the CQ is armed again
- * here and polled once more for what came before the arming. Otherwise no
- * later completion raises an event, and the proxy sleeps to its cap with
- * messages waiting (a missed wake-up, 46-68 a rank in a soft-RoCE run).
- */
-static void drainCq(struct ibState *st)
-{
-    struct ibv_cq *evCq;
-    void *evCtx;
-    int events = 0;
-    pollCq(st);
-    while (st->armed && ibv_get_cq_event(st->channel, &evCq, &evCtx) == 0)
-        events++;
-    if (events == 0)
-        return;
-    ibv_ack_cq_events(st->cq, (unsigned)events);
-    st->armed = ibv_req_notify_cq(st->cq, 0) == 0;
-    pollCq(st);
-}
-
-static int postWrites(struct ibState *st, struct ibConn *ic)
+/* Message after message, as credits allow: netSplit's part q of each on queue pair q. */
+static int postWrites(struct ibState *st, struct ibConn *ic, int *moved)
 {
     struct netConn *nc = ic->nc;
     uint64_t tail = atomic_load_explicit(&nc->fifo->tail, memory_order_acquire);
     for (uint64_t n = netSendable(nc->posted, tail, ic->head + LOOM_STEPS); n > 0; n--) {
         int slot = (int)(nc->posted % LOOM_STEPS);
         uint32_t bytes = (uint32_t)nc->fifo->bytes[slot];
-        struct ibv_sge sge = {(uint64_t)(uintptr_t)(nc->slots + (size_t)slot * nc->slotBytes),
-                              bytes, ic->reg->lkey};
-        struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_DATA),
-                                 .sg_list = &sge,
-                                 .num_sge = bytes ? 1 : 0,
-                                 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                                 .send_flags = IBV_SEND_SIGNALED,
-                                 .imm_data = htonl(bytes)},
-                           *bad;
-        wr.wr.rdma.remote_addr = ic->remoteAddr + (uint64_t)slot * nc->slotBytes;
-        wr.wr.rdma.rkey = ic->rkey;
-        if (ibv_post_send(ic->qp, &wr, &bad) != 0)
-            return errno;
+        for (int q = 0; q < st->nqps; q++) {
+            size_t off, len;
+            netSplit(bytes, st->nqps, q, &off, &len);
+            size_t at = (size_t)slot * nc->slotBytes + off;
+            struct ibv_sge sge = {(uint64_t)(uintptr_t)(nc->slots + at), (uint32_t)len,
+                                  ic->reg->lkey};
+            struct ibv_send_wr wr = {.wr_id = wrId(st, ic, q, IB_WR_DATA),
+                                     .sg_list = &sge,
+                                     .num_sge = len ? 1 : 0,
+                                     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                                     .send_flags = IBV_SEND_SIGNALED,
+                                     .imm_data = htonl(bytes)},
+                               *bad;
+            wr.wr.rdma.remote_addr = ic->remoteAddr + at;
+            wr.wr.rdma.rkey = ic->rkey;
+            if (ibv_post_send(ic->qp[q], &wr, &bad) != 0)
+                return errno;
+        }
         nc->posted++;
+        *moved = 1;
     }
     return 0;
 }
 
-static int postCredit(struct ibState *st, struct ibConn *ic)
+static int postCredit(struct ibState *st, struct ibConn *ic, int *moved)
 {
     uint64_t head = atomic_load_explicit(&ic->nc->fifo->head, memory_order_acquire);
     if (head == ic->head || ic->creditsInFlight >= LOOM_STEPS)
         return 0;
-    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_CREDIT),
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, 0, IB_WR_CREDIT),
                              .num_sge = 0,
                              .opcode = IBV_WR_SEND_WITH_IMM,
                              .send_flags = IBV_SEND_SIGNALED,
                              .imm_data = htonl((uint32_t)head)},
                        *bad;
-    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+    if (ibv_post_send(ic->qp[0], &wr, &bad) != 0)
         return errno;
     ic->head = head;
     ic->creditsInFlight++;
+    *moved = 1;
     return 0;
 }
 
@@ -721,14 +768,14 @@ static int postProbe(struct ibState *st, struct ibConn *ic)
     uint64_t now = loomClockNs();
     if (ic->probing || now - ic->probedAt < IB_PROBE_NS)
         return 0;
-    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_PROBE),
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, 0, IB_WR_PROBE),
                              .num_sge = 0,
                              .opcode = IBV_WR_RDMA_WRITE,
                              .send_flags = IBV_SEND_SIGNALED},
                        *bad;
     wr.wr.rdma.remote_addr = ic->remoteAddr;
     wr.wr.rdma.rkey = ic->rkey;
-    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+    if (ibv_post_send(ic->qp[0], &wr, &bad) != 0)
         return errno;
     ic->probedAt = now;
     ic->probing = 1;
@@ -751,23 +798,35 @@ static void ibPublish(struct ibConn *ic, int *moved)
     *moved = 1;
 }
 
+/* Posts what connection ic may send now: messages (send) or a credit (recv); errno or 0. */
+static int post(struct ibState *st, struct ibConn *ic, int *moved)
+{
+    ic->unblocked = 0;
+    return ic->nc->isSend ? postWrites(st, ic, moved) : postCredit(st, ic, moved);
+}
+
 /*
- * drainCq takes every connection's completions (one CQ), and may take the
- * completion channel's event too; so they are all published here, not only
- * c's. Otherwise a pass made by the executor (netKick, for c) could leave
- * another connection's completion unpublished while the proxy sleeps on a
- * channel whose event is gone: a wait of up to the proxy's 100 ms cap.
+ * The completions taken here are every connection's (one CQ), taken by the
+ * proxy or by the executor (netKick, for c): so all are published here, and
+ * a connection a completion unblocked (a credit came, or a credit send
+ * finished) posts too, not only c. Otherwise they would wait for the
+ * proxy's next pass, which a completion already taken does not bring.
  */
 static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
 {
     struct ibState *st = state;
     struct ibConn *ic = c->priv;
-    drainCq(st);
-    int err = c->isSend ? postWrites(st, ic) : postCredit(st, ic);
+    pollCq(st);
+    int err = post(st, ic, moved);
     if (err == 0 && !ic->failed && c->isSend && c->channel == 0)
         err = postProbe(st, ic);
-    for (int i = 0; i < st->nconns; i++)
-        ibPublish(&st->conns[i], moved);
+    for (int i = 0; i < st->nconns; i++) {
+        struct ibConn *other = &st->conns[i];
+        if (other->unblocked && other->postErr == 0)
+            other->postErr = post(st, other, moved);
+        ibPublish(other, moved);
+    }
+    err = err ? err : ic->postErr;
     if (ic->failed || err) {
         snprintf(c->why, sizeof(c->why), "NET/IB: %s rank %d (channel %d): %s",
                  c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
@@ -779,19 +838,31 @@ static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
     return loomSuccess;
 }
 
-/* Arms the completion channel, unless completions are waiting (they would not wake us). */
+/*
+ * Arms the completion channel, unless completions are waiting (they would
+ * not wake us). The proxy alone takes the channel's events, here, right
+ * before it sleeps: were the executor to take one (it drains the CQ too),
+ * the channel's descriptor could turn unready between the event and the
+ * proxy's epoll_wait, which then reports nothing, and the proxy would sleep
+ * to its 100 ms cap with completions waiting (46-223 such sleeps a rank in
+ * a soft-RoCE run before).
+ */
 static int ibBeforeSleep(void *state)
 {
     struct ibState *st = state;
+    struct ibv_cq *evCq;
+    void *evCtx;
+    unsigned events = 0;
     if (st->cq == NULL)
         return 0;
     if (st->nstash > 0)
         return -1;
-    if (!st->armed) {
-        if (ibv_req_notify_cq(st->cq, 0) != 0)
-            return -1;
-        st->armed = 1;
-    }
+    while (ibv_get_cq_event(st->channel, &evCq, &evCtx) == 0)
+        events++;
+    if (events > 0)
+        ibv_ack_cq_events(st->cq, events);
+    if (ibv_req_notify_cq(st->cq, 0) != 0)
+        return -1;
     /* A completion that came before the arming would not wake us: look once more. */
     int n = ibv_poll_cq(st->cq, IB_STASH, st->stash);
     if (n > 0) {
@@ -810,12 +881,12 @@ static void ibNotify(void *state, struct netConn *c, const uint8_t *msg, size_t 
 {
     struct ibState *st = state;
     struct ibConn *ic = c->priv;
-    if (ic == NULL || ic->qp == NULL || ic->remoteAddr == 0 || len > NET_NOTICE_MAX_BYTES)
+    if (ic == NULL || ic->qp[0] == NULL || ic->remoteAddr == 0 || len > NET_NOTICE_MAX_BYTES)
         return;
     uint8_t *out = noticeBox(st, c->peer, 1);
     memcpy(out, msg, len);
     struct ibv_sge sge = {(uint64_t)(uintptr_t)out, (uint32_t)len, st->noticeMr->lkey};
-    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, IB_WR_NOTICE),
+    struct ibv_send_wr wr = {.wr_id = wrId(st, ic, 0, IB_WR_NOTICE),
                              .sg_list = &sge,
                              .num_sge = 1,
                              .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -824,7 +895,7 @@ static void ibNotify(void *state, struct netConn *c, const uint8_t *msg, size_t 
                        *bad;
     wr.wr.rdma.remote_addr = ic->remoteAddr;
     wr.wr.rdma.rkey = ic->rkey;
-    if (ibv_post_send(ic->qp, &wr, &bad) != 0)
+    if (ibv_post_send(ic->qp[0], &wr, &bad) != 0)
         WARN("NET/IB: cannot send a failure notice to rank %d: %s", c->peer, strerror(errno));
 }
 

@@ -168,6 +168,11 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_IB_MTU] = {"LOOM_IB_MTU", PARAM_STR, "", 0, 0, NULL, paramIbMtuWords,
                            "InfiniBand path MTU cap in bytes: 256, 512, 1024, 2048 or 4096; "
                            "unset: the port's active MTU (the smaller of the two ends')"},
+    [LOOM_PARAM_IB_QPS_PER_CONNECTION] = {"LOOM_IB_QPS_PER_CONNECTION", PARAM_INT, "1", 1, 8,
+                                          "a queue pair count", NULL,
+                                          "InfiniBand queue pairs per connection; a message of "
+                                          "64 KiB or more is cut over them (fabrics that route "
+                                          "flows apart), 1..8, the same on every rank"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,
