@@ -1,0 +1,144 @@
+#!/bin/sh
+# suite.sh — Loom over InfiniBand verbs on soft-RoCE, run inside the guest
+# by tests/rdma/run (it needs rxe0 up; anywhere else it skips).
+#
+# Ranks look like hosts through LOOM_HOSTID (the fakehost wrapper of net.sh)
+# and LOOM_NET=ib makes every link between two "hosts" InfiniBand (or an
+# error at init), so everything below crosses rxe0. The checks:
+#
+# 1. loom-info --comm, 2 hosts x 2 ranks: shm inside a host, net/ib between,
+#    and the log says the ranks connected over InfiniBand.
+# 2. loom-perf's exact check (every element of every buffer, guards, send
+#    buffers left alone) of every collective, datatype, operation and root,
+#    in and out of place, Send/Recv in groups: on 2 ranks (2 hosts) and on
+#    4 (2 hosts x 2: shared memory inside, IB between); small FIFOs so that
+#    the larger sizes wrap them many times.
+# 3. Both GID choices: LOOM_IB_GID_INDEX=0 (link-local) and 1 (the RoCE v2
+#    IPv4-mapped address), each a correct run with that GID in the log.
+# 4. check_initall with every link on the network (LOOM_SHM_DISABLE=1):
+#    AlltoAllv and the rest at 1 to 8 ranks, every element checked, over IB.
+# 5. check_faults, its across-hosts cases over IB: rank 3 SIGKILLed, every
+#    survivor returns loomRemoteError naming it and its host (not
+#    loomTimeout); rank 1 stopped, loomTimeout; the notice of a death
+#    crossing from host to host. check_shrink: after a kill, survivors agree
+#    on the failed rank, shrink and run correct AllReduces.
+# 6. In every run of 1-3, the proxy's missed wake-ups (its "slept N times;
+#    M of them ran to the ... cap" line at LOOM_DEBUG=INFO, subsystem NET)
+#    are 0 on every rank: any other count is a bug (loom(7)).
+#
+# Sizes are small: the guest has one emulated CPU.
+# shellcheck disable=SC2086 # ALL, SIZES are word lists, split on purpose
+set -u
+. "$top_srcdir/tests/integration/common.sh"
+require_tools loomrun loom-perf loom-info
+[ -e /sys/class/infiniband/rxe0 ] || skip "no soft-RoCE device rxe0 (run me through tests/rdma/run)"
+
+LOOM_TIMEOUT=${LOOM_TIMEOUT:-60}
+LOOM_SPIN=0
+LOOM_NET=ib
+export LOOM_TIMEOUT LOOM_SPIN LOOM_NET
+ALL="-C all -d all -o all -r all"
+SIZES="-b 4 -e 70000 -f 7"
+
+cat >"$TEST_TMPDIR/fakehost" <<'EOS'
+#!/bin/sh
+per=$1
+shift
+LOOM_HOSTID=fake$((LOOM_RANK / per)) exec "$@"
+EOS
+chmod +x "$TEST_TMPDIR/fakehost"
+FAKE=$TEST_TMPDIR/fakehost
+
+# wakeups DIR CASE NRANKS: every rank's log in DIR says the proxy missed no wake-up.
+wakeups() {
+    _lines=$(cat "$1"/* 2>/dev/null | grep -c "the proxy slept [0-9]* times; [0-9]* of them")
+    _missed=$(cat "$1"/* 2>/dev/null |
+        sed -n 's/.*the proxy slept \([0-9]*\) times; \([0-9]*\) of them.*/\2 of \1/p' | tr '\n' ' ')
+    if [ "$_lines" -lt "$3" ]; then
+        record_failure "$2: $_lines proxy sleep counts for $3 ranks (LOOM_DEBUG=INFO)"
+    elif cat "$1"/* | grep "the proxy slept" | grep -vq "times; 0 of them"; then
+        record_failure "$2: missed wake-ups (per proxy: $_missed sleeps)"
+    else
+        note "$2: no missed wake-up (per proxy: $_missed sleeps)"
+    fi
+}
+
+# ibcase NAME NRANKS PER_HOST LOOM-PERF-OPTIONS...: an exact loom-perf run over IB, with
+# PERF_ENV as extra environment, its log in $TEST_TMPDIR/NAME.log and each rank's debug
+# log in $TEST_TMPDIR/NAME.dbg/; then its wake-up count.
+ibcase() {
+    _name=$1 _n=$2 _per=$3
+    shift 3
+    _dbg=$TEST_TMPDIR/$_name.dbg
+    mkdir -p "$_dbg"
+    run_logged "$TEST_TMPDIR/$_name.log" env $PERF_ENV LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET \
+        LOOM_DEBUG_FILE="$_dbg/%p.log" "$LOOMRUN" -n "$_n" --timeout 600 "$FAKE" "$_per" \
+        "$LOOM_PERF" -c 1 -n 1 -w 0 "$@"
+    perf_check "$TEST_TMPDIR/$_name.log" $? "$_name: $_n ranks, $_per a host, $PERF_ENV $*"
+    if ! grep -q "NET/IB: .*connection" "$_dbg"/*; then
+        record_failure "$_name: no rank logged an InfiniBand connection"
+    fi
+    wakeups "$_dbg" "$_name" "$_n"
+}
+
+note "$(ibv_devices | sed -n 3p | tr -s ' \t' ' ') on $(hostname), $(nproc) CPU"
+
+# 1. Links.
+log=$TEST_TMPDIR/comm.log
+run_logged "$log" env LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET "$LOOMRUN" -n 4 "$FAKE" 2 \
+    "$LOOM_INFO" --comm
+if [ $? -ne 0 ] || ! grep -q "  1 -> 2  net/ib$" "$log" || ! grep -q "  0 -> 1  shm$" "$log" ||
+    ! grep -q "NET: rank 0 -> rank 2 (.*): InfiniBand" "$log"; then
+    record_failure "loom-info --comm, 2 hosts x 2: no shm and net/ib links, or no InfiniBand line"
+    show_log "$log"
+fi
+
+# 2. Every collective, datatype, operation and root.
+PERF_ENV="LOOM_BUFFSIZE=16K"
+ibcase all2 2 1 $ALL $SIZES
+PERF_ENV="LOOM_BUFFSIZE=16K LOOM_NCHANNELS=2"
+ibcase all4 4 2 $ALL $SIZES
+
+# 3. Both GIDs: the link-local (index 0) and the IPv4-mapped one (1, 10.0.2.15 = 0a00:020f).
+for g in 0 1; do
+    PERF_ENV="LOOM_IB_GID_INDEX=$g"
+    ibcase gid$g 2 1 -C all -d float -o sum -b 4 -e 70000 -f 7
+    want="gid fe80:"
+    [ $g -eq 1 ] && want="gid 0000:0000:0000:0000:0000:ffff:0a00:020f"
+    grep -q "$want" "$TEST_TMPDIR/gid$g.dbg"/* ||
+        record_failure "gid$g: LOOM_IB_GID_INDEX=$g, but no rank logged '$want'"
+done
+PERF_ENV=
+
+# 4. AlltoAllv and the rest from threads and groups of one process, every link on IB.
+log=$TEST_TMPDIR/initall.log
+mkdir -p "$TEST_TMPDIR/initall.dbg"
+run_logged "$log" env LOOM_SHM_DISABLE=1 CK_RUN_CASE=threads LOOM_DEBUG=INFO \
+    LOOM_DEBUG_SUBSYS=NET LOOM_DEBUG_FILE="$TEST_TMPDIR/initall.dbg/%p.log" \
+    "$top_builddir/tests/unit/check_initall"
+status=$?
+if [ $status -ne 0 ]; then
+    record_failure "check_initall (threads), every link on IB: exit status $status"
+    show_log "$log"
+elif ! grep -q "NET/IB: .*connection" "$TEST_TMPDIR/initall.dbg"/*; then
+    record_failure "check_initall (threads) passed, but not over InfiniBand"
+fi
+
+# 5. Faults.
+log=$TEST_TMPDIR/faults.log
+run_logged "$log" env CK_RUN_CASE=tcp "$top_builddir/tests/faults/check_faults"
+status=$?
+sed 's/^/    /' "$log"
+[ $status -eq 0 ] || record_failure "check_faults, its across-host cases over IB: exit status $status"
+[ "$(grep -c "^tcp SIGKILL .*loomRemoteError .*rank 3 (pid" "$log")" -eq 3 ] ||
+    record_failure "not every survivor of rank 3's SIGKILL returned loomRemoteError naming it"
+[ "$(grep -c "^tcp chain .*loomRemoteError" "$log")" -eq 3 ] ||
+    record_failure "the notice of rank 3's death did not reach all three survivors"
+
+log=$TEST_TMPDIR/shrink.log
+run_logged "$log" "$top_builddir/tests/faults/check_shrink"
+status=$?
+sed 's/^/    /' "$log"
+[ $status -eq 0 ] || record_failure "check_shrink over IB: exit status $status"
+
+finish
