@@ -33,6 +33,9 @@
 #                             naming NAME unless STATUS is 0, the check PASSED and the
 #                             parameters are bitwise identical across ranks (after step
 #                             STEPS, or sharded) and at the end; prints the check lines
+#   fakehost_init             write $FAKE, a wrapper "$FAKE PER_HOST PROG ARGS..." that
+#                             gives each rank LOOM_HOSTID fake<LOOM_RANK / PER_HOST>, so
+#                             that ranks of this machine look like PER_HOST a host
 #   comm_check LOG STATUS CASE NRANKS PATTERN...  judge loom-info --comm run with
 #                             LOOM_DEBUG=INFO: STATUS 0, every PATTERN (grep) in LOG, and
 #                             one "NET/IB: not used" line per rank
@@ -220,6 +223,17 @@ comm_check() {
     fi
     [ $_cfail -eq 0 ] || show_log "$_clog"
     return $_cfail
+}
+
+FAKE=$TEST_TMPDIR/fakehost
+fakehost_init() {
+    cat >"$FAKE" <<'EOS'
+#!/bin/sh
+per=$1
+shift
+LOOM_HOSTID=fake$((LOOM_RANK / per)) exec "$@"
+EOS
+    chmod +x "$FAKE"
 }
 
 _perf_cases=0

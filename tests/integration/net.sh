@@ -29,15 +29,7 @@ export LOOM_TIMEOUT LOOM_SPIN
 ALL="-C all -d all -o all -r all"
 SIZES="-b 4 -e 70000 -f 7"
 
-# fakehost PER_HOST PROG ARGS...: LOOM_HOSTID from the rank, PER_HOST ranks a host.
-cat >"$TEST_TMPDIR/fakehost" <<'EOS'
-#!/bin/sh
-per=$1
-shift
-LOOM_HOSTID=fake$((LOOM_RANK / per)) exec "$@"
-EOS
-chmod +x "$TEST_TMPDIR/fakehost"
-FAKE=$TEST_TMPDIR/fakehost
+fakehost_init
 
 # 1. Links and the INFO lines.
 log=$TEST_TMPDIR/comm.log
