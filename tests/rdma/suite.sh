@@ -14,7 +14,8 @@
 #    4 (2 hosts x 2: shared memory inside, IB between); small FIFOs so that
 #    the larger sizes wrap them many times.
 # 3. Both GID choices: LOOM_IB_GID_INDEX=0 (link-local) and 1 (the RoCE v2
-#    IPv4-mapped address), each a correct run with that GID in the log.
+#    IPv4-mapped address), each a correct run with that GID in the log; unset,
+#    Loom picks the IPv4-mapped one.
 # 4. check_faults, its across-hosts cases over IB: rank 3 SIGKILLed, every
 #    survivor returns loomRemoteError naming it and its host (not
 #    loomTimeout); rank 1 stopped, loomTimeout (after 20 s here: init on
@@ -97,12 +98,16 @@ ibcase all4 4 2 -C all -d all -o all -b 1372 -e 1372
 PERF_ENV="LOOM_BUFFSIZE=64K LOOM_NCHANNELS=2"
 ibcase large4 4 2 -C all -d float -o sum -b 256K -e 256K
 
-# 3. Both GIDs: the link-local (index 0) and the IPv4-mapped one (1, 10.0.2.15 = 0a00:020f).
+# 3. Both GIDs: the link-local (index 0) and the IPv4-mapped one (1, 10.0.2.15 = 0a00:020f),
+# which is also what Loom picks by itself (the runs above leave LOOM_IB_GID_INDEX unset).
+v4="gid 1 0000:0000:0000:0000:0000:ffff:0a00:020f"
+grep -q "$v4" "$TEST_TMPDIR/all2.dbg"/* ||
+    record_failure "LOOM_IB_GID_INDEX unset: no rank logged the IPv4-mapped GID ('$v4')"
 for g in 0 1; do
     PERF_ENV="LOOM_IB_GID_INDEX=$g"
     ibcase gid$g 2 1 -C all -d float -o sum $SIZES
-    want="gid fe80:"
-    [ $g -eq 1 ] && want="gid 0000:0000:0000:0000:0000:ffff:0a00:020f"
+    want="gid 0 fe80:"
+    [ $g -eq 1 ] && want=$v4
     grep -q "$want" "$TEST_TMPDIR/gid$g.dbg"/* ||
         record_failure "gid$g: LOOM_IB_GID_INDEX=$g, but no rank logged '$want'"
 done
