@@ -261,8 +261,8 @@ static const char *parallelError(const struct trainOptions *o)
 {
     if (o->tp == 1 && o->pp == 1 && o->sp == 1)
         return NULL;
-    if (o->mode != MODE_DDP && o->mode != MODE_ZERO1)
-        return "--tp, --pp and --sp take --mode ddp or zero1 across replicas";
+    if (o->mode == MODE_MOE)
+        return "--tp, --pp and --sp take --mode ddp or zero1-3 across replicas";
     if (o->elastic)
         return "--tp, --pp and --sp do not go with --elastic";
     if (o->heads > 0 && o->heads % o->tp != 0)

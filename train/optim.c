@@ -132,6 +132,18 @@ loomResult_t replicaInit(struct replica *r, const struct unitLayout *lay, int bf
 loomResult_t replicaInitShard(struct replica *r, const struct unitLayout *lay, int bf16,
                               uint64_t seed, struct ledger *l, size_t lo, size_t n)
 {
+    return replicaInitStage(r, lay, bf16, seed, l, lo, n, 1);
+}
+
+/* Elements the params (which 0) or grads (1) buffer holds. */
+static size_t replicaHeld(const struct replica *r, int which)
+{
+    return (which ? r->shardGrads : r->shardParams) ? r->shardN : r->lay->total;
+}
+
+loomResult_t replicaInitStage(struct replica *r, const struct unitLayout *lay, int bf16,
+                              uint64_t seed, struct ledger *l, size_t lo, size_t n, int stage)
+{
     size_t esz = dtypeSize(bf16);
     float *init = NULL;
     memset(r, 0, sizeof(*r));
@@ -139,8 +151,10 @@ loomResult_t replicaInitShard(struct replica *r, const struct unitLayout *lay, i
     r->lay = lay;
     r->shardLo = lo;
     r->shardN = n;
-    r->params = ledgerAlloc(l, LEDGER_PARAMS, lay->total * esz);
-    r->grads = ledgerAlloc(l, LEDGER_GRADS, lay->total * esz);
+    r->shardGrads = stage >= 2;
+    r->shardParams = stage >= 3;
+    r->params = ledgerAlloc(l, LEDGER_PARAMS, replicaHeld(r, 0) * esz);
+    r->grads = ledgerAlloc(l, LEDGER_GRADS, replicaHeld(r, 1) * esz);
     if (r->params == NULL || r->grads == NULL || optimInit(&r->opt, bf16, n, l))
         goto fail_free;
     if (bf16) {
@@ -168,9 +182,9 @@ void replicaFree(struct replica *r, struct ledger *l)
 {
     if (r->lay == NULL)
         return;
-    size_t bytes = r->lay->total * dtypeSize(r->bf16);
-    ledgerFree(l, LEDGER_PARAMS, r->params, bytes);
-    ledgerFree(l, LEDGER_GRADS, r->grads, bytes);
+    size_t esz = dtypeSize(r->bf16);
+    ledgerFree(l, LEDGER_PARAMS, r->params, replicaHeld(r, 0) * esz);
+    ledgerFree(l, LEDGER_GRADS, r->grads, replicaHeld(r, 1) * esz);
     if (r->opt.m != NULL || r->opt.v != NULL)
         optimFree(&r->opt, l);
     ledgerFree(l, LEDGER_TEMP, r->viewP, r->lay->maxPadded * sizeof(float));
@@ -213,8 +227,9 @@ void replicaReady(struct replica *r, int unit, size_t lo)
 void replicaUpdate(struct replica *r, const struct adamConfig *c, long step)
 {
     size_t esz = dtypeSize(r->bf16);
-    optimStep(&r->opt, c, step, 0, r->shardN, (char *)r->params + r->shardLo * esz,
-              (const char *)r->grads + r->shardLo * esz);
+    optimStep(&r->opt, c, step, 0, r->shardN,
+              (char *)r->params + (r->shardParams ? 0 : r->shardLo) * esz,
+              (const char *)r->grads + (r->shardGrads ? 0 : r->shardLo) * esz);
 }
 
 double replicaGradNormSq(const struct replica *r)
@@ -224,7 +239,7 @@ double replicaGradNormSq(const struct replica *r)
 
 uint64_t replicaHash(const struct replica *r)
 {
-    uint64_t h = hashBytes(HASH_INIT, r->params, r->lay->total * dtypeSize(r->bf16));
+    uint64_t h = hashBytes(HASH_INIT, r->params, replicaHeld(r, 0) * dtypeSize(r->bf16));
     if (r->bf16 && r->shardN == r->lay->total)
         h = hashBytes(h, r->opt.master, r->lay->total * sizeof(float));
     return h;
@@ -237,12 +252,20 @@ void replicaSet(struct replica *r, int unit, const float *w)
     hi = hi < r->shardLo + r->shardN ? hi : r->shardLo + r->shardN;
     if (r->bf16 && lo < hi) /* the master of the part of the unit in the shard */
         memcpy(r->opt.master + (lo - r->shardLo), w + (lo - off), (hi - lo) * sizeof(*w));
+    if (r->shardParams) {
+        if (lo < hi)
+            fromFloat(w + (lo - off), hi - lo, r->bf16,
+                      (char *)r->params + (lo - r->shardLo) * dtypeSize(r->bf16));
+        return;
+    }
     fromFloat(w, count, r->bf16, (char *)r->params + off * dtypeSize(r->bf16));
 }
 
 float replicaWeightAt(const struct replica *r, size_t e)
 {
-    return r->bf16 ? r->opt.master[e - r->shardLo] : ((const float *)r->params)[e];
+    return r->bf16          ? r->opt.master[e - r->shardLo]
+           : r->shardParams ? ((const float *)r->params)[e - r->shardLo]
+                            : ((const float *)r->params)[e];
 }
 
 size_t replicaWeights(const struct replica *r, int u0, int u1, float *out)

@@ -71,7 +71,9 @@ void optimWeights(const struct optimState *o, size_t lo, size_t n, const void *p
 struct replica {
     int bf16;
     const struct unitLayout *lay;
-    size_t shardLo, shardN; /* the elements the optimizer state is for: all but under ZeRO-1 */
+    size_t shardLo, shardN; /* the elements the optimizer state is for: all but under ZeRO */
+    /* ZeRO-2, 3 (loom-train --tp/--pp): grads, and under 3 params too, hold only the shard */
+    int shardGrads, shardParams;
     void *params, *grads;
     struct optimState opt;
     float *viewP, *viewG;
@@ -87,6 +89,13 @@ loomResult_t replicaInit(struct replica *r, const struct unitLayout *lay, int bf
  */
 loomResult_t replicaInitShard(struct replica *r, const struct unitLayout *lay, int bf16,
                               uint64_t seed, struct ledger *l, size_t lo, size_t n);
+/*
+ * The same for ZeRO stage 1, 2 or 3: from stage 2 grads holds only the
+ * shard's n gradients, and under stage 3 params only its n parameters too
+ * (replicaParams may then not be used: the caller gathers the whole).
+ */
+loomResult_t replicaInitStage(struct replica *r, const struct unitLayout *lay, int bf16,
+                              uint64_t seed, struct ledger *l, size_t lo, size_t n, int stage);
 /* The fp32 weight of element e (bf16: e must be in the shard). */
 float replicaWeightAt(const struct replica *r, size_t e);
 void replicaFree(struct replica *r, struct ledger *l);

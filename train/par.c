@@ -41,7 +41,11 @@
  * are summed over micro-batches in fp32 (each micro-batch's loss weighted
  * 1/m: the mean over the batch), then rounded to the training dtype and
  * averaged over the replicas by one AllReduce on the DP communicator, and
- * every rank takes its Adam step on what it holds.
+ * every rank takes its Adam step on what it holds. Under --mode zeroN the
+ * stage's flat buffer is cut into one shard per DP rank and the average is a
+ * ReduceScatter: zero1 keeps the optimizer state of the shard only, steps it
+ * and AllGathers the parameters; zero2 keeps only the shard's gradients too;
+ * zero3 only its parameters too, gathered for each step (parGather).
  *
  * The schedule's own idle time is computed exactly by playing it with a
  * forward costing 1 and a backward 2 (its ratio to the compute is (p-1)/m
@@ -67,7 +71,7 @@ struct par {
     const struct trainOptions *o;
     int tp, pp, sp, dp, tpIdx, ppIdx, spIdx, dpIdx;
     int dpq;  /* this rank in dpComm: dpIdx x sp + spIdx */
-    int zero; /* --mode zero1: optimizer state sharded over dpComm */
+    int zero; /* --mode zeroN: N, the ZeRO stage over dpComm (0: ddp) */
     /* dpComm: the dp x sp ranks that hold the same part of the model (replicas and the parts of
      * a sequence), over which gradients are averaged */
     loomComm_t tpComm, ppComm, spComm, dpComm;
@@ -76,6 +80,7 @@ struct par {
     struct unitLayout lay;   /* blocks l0..l1-1, then the head on the last stage */
     struct replica rep;
     float *acc;          /* fp32 gradients, summed over micro-batches */
+    void *whole;         /* ZeRO-3: the stage's parameters, gathered for a step */
     size_t *map;         /* a block's elements: their index in the whole block */
     unsigned char *repl; /* ... and whether they are replicated over TP */
     size_t blockFull;    /* elements of a whole block */
@@ -182,7 +187,17 @@ static int localUnit(const struct par *p, int unit)
 static loomResult_t hookParams(void *ctx, int unit, const float **w)
 {
     struct par *p = ctx;
-    return replicaParams(&p->rep, localUnit(p, unit), w);
+    int u = localUnit(p, unit);
+    if (p->zero < 3)
+        return replicaParams(&p->rep, u, w);
+    /* ZeRO-3: from the stage's parameters gathered for this step */
+    if (!p->rep.bf16) {
+        *w = (const float *)p->whole + p->lay.offset[u];
+        return loomSuccess;
+    }
+    toFloat((const uint16_t *)p->whole + p->lay.offset[u], 1, p->lay.spec[u].count, p->rep.viewP);
+    *w = p->rep.viewP;
+    return loomSuccess;
 }
 
 static loomResult_t hookRelease(void *ctx, int unit)
@@ -269,11 +284,38 @@ static int parReplicated(const struct par *p, int u, size_t i)
     return (p->last && u == p->lay.nunits - 1) || p->repl[i];
 }
 
-/* The gradients averaged over the replicas: all of them (ddp), or each rank's shard (zero1). */
+/* The gradient of element e of the stage, averaged (zero: e in the shard). */
+static double parGradAt(const struct par *p, size_t e)
+{
+    if (p->rep.shardGrads)
+        e -= p->rep.shardLo;
+    return p->rep.bf16 ? bf16ToFloat(((const uint16_t *)p->rep.grads)[e])
+                       : ((const float *)p->rep.grads)[e];
+}
+
+/*
+ * The gradients of the micro-batches, rounded to the training dtype, averaged over the
+ * replicas: all of them (ddp), or each rank's shard (ZeRO). From ZeRO-2 on the rank keeps only
+ * its shard's gradients: the fp32 sum is rounded in place (bf16: each element to the front
+ * half of its float) and reduce-scattered from there.
+ */
 static loomResult_t parAverage(struct par *p)
 {
     uint64_t c0 = nowNs();
     size_t esz = dtypeSize(p->rep.bf16);
+    if (p->zero >= 2) {
+        if (p->rep.bf16) {
+            uint16_t *to = (uint16_t *)p->acc; /* to[i] overwrites floats up to i/2, read */
+            for (size_t i = 0; i < p->lay.total; i++)
+                to[i] = floatToBf16(p->acc[i]);
+        }
+        return trainComm(p->t,
+                         p->zero == 2 ? "loomReduceScatter (ZeRO-2)" : "loomReduceScatter (ZeRO-3)",
+                         loomReduceScatter(p->acc, p->rep.grads, p->rep.shardN,
+                                           dtypeLoom(p->rep.bf16), loomAvg, p->dpComm, NULL),
+                         c0);
+    }
+    fromFloat(p->acc, p->lay.total, p->rep.bf16, p->rep.grads);
     if (p->dp * p->sp == 1)
         return loomSuccess;
     if (p->zero)
@@ -297,12 +339,38 @@ static double parGradNormSq(const struct par *p)
         for (size_t i = 0; i < count; i++) {
             if (!parHolds(p, off + i, parReplicated(p, u, i)))
                 continue;
-            double g = p->rep.bf16 ? bf16ToFloat(((uint16_t *)p->rep.grads)[off + i])
-                                   : ((float *)p->rep.grads)[off + i];
+            double g = parGradAt(p, off + i);
             sq += g * g;
         }
     }
     return sq;
+}
+
+/*
+ * ZeRO-3: the stage's parameters gathered from the replicas' shards into a temporary. Under a
+ * pipeline each unit is used by every micro-batch's forward and backward, interleaved across
+ * the whole step by 1F1B, so the stage is gathered once at the start of the step and dropped
+ * before the update: between steps a rank holds only its shard.
+ */
+static loomResult_t parGather(struct par *p)
+{
+    size_t bytes = p->lay.total * dtypeSize(p->rep.bf16);
+    p->whole = ledgerAlloc(&p->t->ledger, LEDGER_TEMP, bytes);
+    if (p->whole == NULL)
+        return trainFail(p->t, loomSystemError, "out of memory for the gathered parameters");
+    uint64_t c0 = nowNs();
+    return trainComm(p->t, "loomAllGather (ZeRO-3)",
+                     loomAllGather(p->rep.params, p->whole, p->rep.shardN, dtypeLoom(p->rep.bf16),
+                                   p->dpComm, NULL),
+                     c0);
+}
+
+static void parDrop(struct par *p)
+{
+    if (p->whole == NULL)
+        return;
+    ledgerFree(&p->t->ledger, LEDGER_TEMP, p->whole, p->lay.total * dtypeSize(p->rep.bf16));
+    p->whole = NULL;
 }
 
 static loomResult_t parStep(void *self, long step, const float *x, const int *labels,
@@ -324,6 +392,8 @@ static loomResult_t parStep(void *self, long step, const float *x, const int *la
         labels = p->labels;
     }
     memset(p->acc, 0, p->lay.total * sizeof(*p->acc));
+    if (p->zero == 3)
+        LOOMCHECK(parGather(p));
     LOOMCHECK(pipeExchange(p, -1, recvPeerOf(p, 0)));
     for (int i = 0; i < p->nops; i++) {
         struct pipeOp op = p->ops[i];
@@ -345,18 +415,19 @@ static loomResult_t parStep(void *self, long step, const float *x, const int *la
         LOOMCHECK(pipeExchange(p, sendPeer, recvPeerOf(p, i + 1)));
         modelActsTakeTimes(a, p->t);
     }
-    fromFloat(p->acc, p->lay.total, p->rep.bf16, p->rep.grads);
+    if (p->zero == 3)
+        parDrop(p);
     LOOMCHECK(parAverage(p));
     /* The loss once per replica (last stage, TP rank 0, each part of the sequences 1/sp); main
      * weights it 1/dp. */
     stats->loss = p->last && p->tpIdx == 0 ? lossSum / p->m / p->sp : 0.0;
     stats->gradNormSq = parGradNormSq(p);
     replicaUpdate(&p->rep, &p->adam, step);
-    if (p->zero) {
+    if (p->zero == 1 || p->zero == 2) {
         uint64_t c0 = nowNs();
         size_t esz = dtypeSize(p->rep.bf16);
         LOOMCHECK(
-            trainComm(p->t, "loomAllGather (ZeRO-1)",
+            trainComm(p->t, p->zero == 1 ? "loomAllGather (ZeRO-1)" : "loomAllGather (ZeRO-2)",
                       loomAllGather((char *)p->rep.params + p->rep.shardLo * esz, p->rep.params,
                                     p->rep.shardN, dtypeLoom(p->rep.bf16), p->dpComm, NULL),
                       c0));
@@ -379,6 +450,12 @@ static uint64_t parFingerprint(void *self)
     int n = p->dp * p->sp;
     uint64_t h = replicaHash(&p->rep), *all = calloc((size_t)n, sizeof(*all));
     int same = all != NULL;
+    if (p->zero == 3) { /* the shards differ: compare the whole they make */
+        same = same && parGather(p) == loomSuccess;
+        if (same)
+            h = hashBytes(HASH_INIT, p->whole, p->lay.total * dtypeSize(p->rep.bf16));
+        parDrop(p);
+    }
     if (same && n > 1)
         same = loomAllGather(&h, all, 1, loomUint64, p->dpComm, NULL) == loomSuccess;
     for (int i = 0; same && n > 1 && i < n; i++)
@@ -478,6 +555,7 @@ static void parDestroy(void *self)
     free(p->labels);
     if (p->acc != NULL)
         ledgerFree(l, LEDGER_TEMP, p->acc, p->lay.total * sizeof(float));
+    parDrop(p);
     replicaFree(&p->rep, l);
     layoutFree(&p->lay);
     free(p->map);
@@ -625,12 +703,13 @@ static loomResult_t parModel(struct par *p)
     free(specs);
     LOOMCHECK(res);
     if (p->zero) {
-        /* ZeRO-1: the stage's flat buffer padded to a multiple of the dp x sp ranks, each
-         * of which keeps the optimizer state of its 1/(dp sp) */
+        /* ZeRO: the stage's flat buffer padded to a multiple of the dp x sp ranks, each of
+         * which keeps the optimizer state of its 1/(dp sp) (from ZeRO-2 the gradients too,
+         * under ZeRO-3 the parameters too) */
         size_t R = (size_t)p->dp * p->sp, shard = (p->lay.total + R - 1) / R;
         p->lay.total = shard * R;
-        LOOMCHECK(replicaInitShard(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger,
-                                   (size_t)p->dpq * shard, shard));
+        LOOMCHECK(replicaInitStage(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger,
+                                   (size_t)p->dpq * shard, shard, p->zero));
     } else {
         LOOMCHECK(replicaInit(&p->rep, &p->lay, o->bf16, o->seed, &p->t->ledger));
     }
@@ -708,7 +787,7 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
     p->ppIdx = pos / (p->tp * p->sp) % p->pp;
     p->dpIdx = pos / (p->tp * p->sp * p->pp);
     p->dpq = p->dpIdx * p->sp + p->spIdx;
-    p->zero = o->mode == MODE_ZERO1;
+    p->zero = o->mode == MODE_DDP ? 0 : (int)o->mode - MODE_ZERO1 + 1;
     t->rowLo = (long)p->dpIdx * o->batch;
     p->l0 = p->ppIdx * o->layers / p->pp;
     p->l1 = (p->ppIdx + 1) * o->layers / p->pp;
@@ -741,11 +820,16 @@ loomResult_t parCreate(struct trainer *t, struct strategy *s)
     struct unitSpec head;
     modelHeadSpec(&p->shape, &head);
     psi += head.count;
-    /* bytes a parameter: bf16 2 + 2 + 12, fp32 4 + 4 + 8; ZeRO-1 shards the last over dp x sp */
-    double R = (double)p->dp * p->sp, wg = o->bf16 ? 4.0 : 8.0, st = o->bf16 ? 12.0 : 8.0;
-    double perParam = p->zero ? wg + st / R : wg + st;
-    if (p->zero)
-        snprintf(p->formula, sizeof(p->formula), "(%g + %g/R) Psi/(TP PP), R = dp sp", wg, st);
+    /* bytes a parameter: bf16 2 + 2 + 12, fp32 4 + 4 + 8; ZeRO-1 shards the state over
+     * R = dp x sp, ZeRO-2 the gradients too, ZeRO-3 the parameters too */
+    double R = (double)p->dp * p->sp, w = o->bf16 ? 2.0 : 4.0, st = o->bf16 ? 12.0 : 8.0;
+    double full = (p->zero < 3 ? w : 0) + (p->zero < 2 ? w : 0),
+           part = (p->zero >= 3 ? w : 0) + (p->zero >= 2 ? w : 0) + st;
+    double perParam = p->zero ? full + part / R : full + part;
+    if (p->zero == 3)
+        snprintf(p->formula, sizeof(p->formula), "%g/R Psi/(TP PP), R = dp sp", part);
+    else if (p->zero)
+        snprintf(p->formula, sizeof(p->formula), "(%g + %g/R) Psi/(TP PP), R = dp sp", full, part);
     else
         snprintf(p->formula, sizeof(p->formula), "16 Psi/(TP PP)");
     *s = (struct strategy){.self = p,

@@ -11,9 +11,10 @@
 #    1f1b: the schedule's idle/compute ratio printed is (p-1)/m exactly, and
 #    1F1B holds p micro-batches' activations at most where GPipe holds m.
 # 4. --sp 2 and --sp 4 (ring attention), fp32, and --sp 2 in bf16.
-# 5. --tp 2 --pp 2 on 8 ranks, 2 data-parallel replicas under ddp and zero1
-#    (fp32 and bf16): the run prints the transport of each of its
-#    communicators, and the ZeRO-1 ledger matches its formula within 5%.
+# 5. --tp 2 --pp 2 on 8 ranks, 2 data-parallel replicas under ddp and
+#    zero1-3 (zero1-3 in fp32 and bf16): the run prints the transport of
+#    each of its communicators, and each ZeRO ledger matches its formula
+#    within 5% (zero2's gradients half of zero1's).
 # 6. --checkpoint 2 (6 blocks; fp32 under ddp, bf16 under zero3): the same
 #    losses, bit for bit, as without, fewer activation bytes, and the ledger
 #    line beside loom-memplan --checkpoint's estimate, which loom-memplan
@@ -70,12 +71,28 @@ expect 3d-ddp "^parallel: placement packed: every TP group inside one host$"
 for c in tp pp dp; do
     expect 3d-ddp "^rank 7: $c communicator of 2: 1->0 shm"
 done
+# ledger NAME FORMULA: NAME.log prints FORMULA, and measures within 5% of it
+ledger() {
+    expect "$1" "formula $2 Psi/(TP PP), R = dp sp"
+    _ratio=$(sed -n 's/.*measured\/formula \([0-9.]*\).*/\1/p' "$TEST_TMPDIR/$1.log")
+    awk -v r="${_ratio:-0}" 'BEGIN { exit !(r >= 0.95 && r <= 1.05) }' ||
+        record_failure "$1: model state is ${_ratio:-missing} of the formula"
+}
 train 3d-zero1 8 --tp 2 --pp 2 --microbatches 4 --mode zero1
 train 3d-zero1-bf16 8 --tp 2 --pp 2 --microbatches 4 --mode zero1 --dtype bf16
-expect 3d-zero1-bf16 "formula (4 + 12/R) Psi/(TP PP), R = dp sp"
-ratio=$(sed -n 's/.*measured\/formula \([0-9.]*\).*/\1/p' "$TEST_TMPDIR/3d-zero1-bf16.log")
-awk -v r="${ratio:-0}" 'BEGIN { exit !(r >= 0.95 && r <= 1.05) }' ||
-    record_failure "3d-zero1-bf16: model state is ${ratio:-missing} of the formula"
+ledger 3d-zero1-bf16 "(4 + 12/R)"
+train 3d-zero2 8 --tp 2 --pp 2 --microbatches 4 --mode zero2
+ledger 3d-zero2 "(4 + 12/R)"
+# fp32's formula is zero1's: the gradients are what moved, half of zero1's on 2 replicas
+grads() { awk '$1 == "gradients" { print $2 }' "$TEST_TMPDIR/$1.log"; }
+[ "$(grads 3d-zero1)" = "$(($(grads 3d-zero2) * 2))" ] ||
+    record_failure "3d-zero2: gradients $(grads 3d-zero2) B, not half of zero1's $(grads 3d-zero1) B"
+train 3d-zero2-bf16 8 --tp 2 --pp 2 --microbatches 4 --mode zero2 --dtype bf16
+ledger 3d-zero2-bf16 "(2 + 14/R)"
+train 3d-zero3 8 --tp 2 --pp 2 --microbatches 4 --mode zero3
+ledger 3d-zero3 "16/R"
+train 3d-zero3-bf16 8 --tp 2 --pp 2 --microbatches 4 --mode zero3 --dtype bf16
+ledger 3d-zero3-bf16 "16/R"
 
 # checkpoint NAME ARGS...: the same run with and without --checkpoint 2
 checkpoint() {
@@ -107,7 +124,7 @@ plan=$(awk '/total with checkpointing/ { w = $(NF - 1) } /^  without/ { o = $(NF
     record_failure "ckpt: loom-train's estimate ($est) is not loom-memplan's ($plan)"
 
 for bad in "--tp 3 --heads 4" "--pp 9" "--pp 2 --microbatches 3" "--schedule bogus" \
-    "--tp 2 --mode zero3" "--heads 3" "--sp 2" "--sp 3 --heads 4" "--checkpoint 2 --mode moe" \
+    "--tp 2 --mode moe" "--heads 3" "--sp 2" "--sp 3 --heads 4" "--checkpoint 2 --mode moe" \
     "--placement bogus"; do
     # shellcheck disable=SC2086
     "$LOOM_TRAIN" $bad >/dev/null 2>&1
