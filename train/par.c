@@ -568,7 +568,8 @@ static void parDestroy(void *self)
     free(p);
 }
 
-/* Prints which transport this rank reaches each peer of comm with, and the comm's ring. */
+/* Prints which transport this rank reaches each peer of comm with, the comm's ring and this
+ * rank's links in its two trees (their transports among the peers'). */
 static void printTransports(struct par *p, const char *name, loomComm_t comm)
 {
     char line[512];
@@ -591,6 +592,20 @@ static void printTransports(struct par *p, const char *name, loomComm_t comm)
             used += snprintf(line + used, sizeof(line) - (size_t)used, " %d", ring[i]);
     }
     free(ring);
+    /* and this rank's place in its two trees: up (or root) and down */
+    for (int t = 0; n > 1 && t < 2; t++) {
+        int up, down[LOOM_TREE_MAX_DOWN], ndown = 0;
+        if (used >= (int)sizeof(line) - 48 || loomCommTree(comm, t, me, &up, down, &ndown))
+            break;
+        used += up < 0
+                    ? snprintf(line + used, sizeof(line) - (size_t)used, "; tree %d root", t)
+                    : snprintf(line + used, sizeof(line) - (size_t)used, "; tree %d up %d", t, up);
+        used += snprintf(line + used, sizeof(line) - (size_t)used, " down");
+        for (int d = 0; d < ndown; d++)
+            used += snprintf(line + used, sizeof(line) - (size_t)used, " %d", down[d]);
+        if (ndown == 0)
+            used += snprintf(line + used, sizeof(line) - (size_t)used, " -");
+    }
     printf("%s\n", line);
 }
 

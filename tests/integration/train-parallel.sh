@@ -70,7 +70,12 @@ expect 3d-ddp "dp 2 x pp 2 x sp 1 x tp 2"
 expect 3d-ddp "^parallel: placement packed: every TP group inside one host$"
 for c in tp pp dp; do
     expect 3d-ddp "^rank 7: $c communicator of 2: 1->0 shm"
+    # and its place in the two trees of 2 ranks: the root of one, under 0 in the other
+    expect 3d-ddp "^rank 7: $c communicator .*; tree 0 .*; tree 1 .*"
 done
+grep "^rank 7: tp communicator" "$TEST_TMPDIR/3d-ddp.log" | grep -q "root down 0" ||
+    record_failure "3d-ddp: rank 7 is the root of neither TP tree"
+
 # ledger NAME FORMULA: NAME.log prints FORMULA, and measures within 5% of it
 ledger() {
     expect "$1" "formula $2 Psi/(TP PP), R = dp sp"

@@ -54,8 +54,8 @@ for placement in packed spread; do
     if train_check "$log" $? "3D ($placement) on 2 hosts x 4 ranks" 10; then
         if [ $placement = packed ]; then
             grep -q "placement packed: every TP group inside one host" "$log" &&
-                [ "$(grep -c "tp communicator of 2: .* shm (host h[12]); ring 0 1$" "$log")" -eq 8 ] &&
-                [ "$(grep -c "dp communicator of 2: .* net/socket (host h[12]); ring 0 1$" "$log")" -eq 8 ] ||
+                [ "$(grep -c "tp communicator of 2: .* shm (host h[12]); ring 0 1; tree " "$log")" -eq 8 ] &&
+                [ "$(grep -c "dp communicator of 2: .* net/socket (host h[12]); ring 0 1; tree " "$log")" -eq 8 ] ||
                 record_failure "3D packed: TP not on shared memory inside hosts, DP not on TCP"
         else
             grep -q "placement spread: TP groups across hosts" "$log" &&
