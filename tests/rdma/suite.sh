@@ -12,7 +12,9 @@
 #    buffers left alone) of every collective, datatype, operation and root,
 #    in and out of place, Send/Recv in groups: on 2 ranks (2 hosts) and on
 #    4 (2 hosts x 2: shared memory inside, IB between); small FIFOs so that
-#    the larger sizes wrap them many times.
+#    the larger sizes wrap them many times. AlltoAllv, which loom-perf
+#    lacks, by tests/rdma/alltoallv (uneven counts, every element checked)
+#    on 2 and 4 ranks.
 # 3. Both GID choices: LOOM_IB_GID_INDEX=0 (link-local) and 1 (the RoCE v2
 #    IPv4-mapped address), each a correct run with that GID in the log; unset,
 #    Loom picks the IPv4-mapped one.
@@ -22,7 +24,7 @@
 #    the emulated CPUs may take more than the case's 5 s); the notice of a death
 #    crossing from host to host. check_shrink: after a kill, survivors agree
 #    on the failed rank, shrink and run correct AllReduces.
-# 5. In every run of 2 and 3, the proxy's missed wake-ups (its "slept N times;
+# 5. In every run of 2 and 3 but AlltoAllv's, the proxy's missed wake-ups (its "slept N times;
 #    M of them ran to the ... cap" line at LOOM_DEBUG=INFO, subsystem NET)
 #    are 0 on every rank: any other count is a bug (loom(7)).
 #
@@ -97,6 +99,19 @@ ibcase all4 4 2 -C all -d all -o all -b 1372 -e 1372
 # A large message: 256 KiB through 64 KiB FIFOs (8 KiB slots) on 2 channels.
 PERF_ENV="LOOM_BUFFSIZE=64K LOOM_NCHANNELS=2"
 ibcase large4 4 2 -C all -d float -o sum -b 256K -e 256K
+
+# AlltoAllv: uneven counts at three scales, through 1 KiB FIFOs.
+for n in 2 4; do
+    log=$TEST_TMPDIR/alltoallv$n.log
+    run_logged "$log" env LOOM_BUFFSIZE=1K "$LOOMRUN" -n $n --timeout 600 "$FAKE" $((n / 2)) \
+        "$top_builddir/tests/rdma/alltoallv"
+    if [ $? -ne 0 ] || [ "$(grep -c "every element right" "$log")" -ne $n ]; then
+        record_failure "alltoallv: $n ranks, $((n / 2)) a host: not every rank got every element"
+        show_log "$log"
+    else
+        note "alltoallv: $n ranks, $((n / 2)) a host: every element right"
+    fi
+done
 
 # 3. Both GIDs: the link-local (index 0) and the IPv4-mapped one (1, 10.0.2.15 = 0a00:020f),
 # which is also what Loom picks by itself (the runs above leave LOOM_IB_GID_INDEX unset).
