@@ -459,6 +459,174 @@ class BackendLoom : public c10d::Backend {
         });
     }
 
+    /*
+     * Every input (any dtypes) as bytes in one buffer: one AllGather of it,
+     * then each rank's part of each input into its output.
+     */
+    c10::intrusive_ptr<c10d::Work>
+    allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                        std::vector<at::Tensor> &inputs,
+                        const c10d::AllgatherOptions &opts) override
+    {
+        const char *op = "allgather_coalesced";
+        TORCH_CHECK(!inputs.empty() && outputs.size() == (size_t)size_, "torch_loom: ", op,
+                    ": one output list per rank (", size_, "), got ", outputs.size());
+        std::vector<at::Tensor> outs;
+        for (size_t k = 0; k < inputs.size(); k++) {
+            checkTensor(inputs[k], op);
+            TORCH_CHECK(inputs[k].device() == inputs[0].device(), "torch_loom: ", op,
+                        ": inputs on different devices");
+        }
+        for (auto &list : outputs) {
+            TORCH_CHECK(list.size() == inputs.size(), "torch_loom: ", op,
+                        ": each rank's output list needs one tensor per input (", inputs.size(),
+                        "), got ", list.size());
+            for (size_t k = 0; k < inputs.size(); k++) {
+                checkTensor(list[k], op);
+                TORCH_CHECK(list[k].numel() == inputs[k].numel() &&
+                                list[k].scalar_type() == inputs[k].scalar_type(),
+                            "torch_loom: ", op, ": output ", k,
+                            " differs from its input in size or dtype");
+            }
+            outs.insert(outs.end(), list.begin(), list.end());
+        }
+        std::vector<at::Tensor> ins = inputs;
+        auto lists = outputs;
+        return enqueue(OpType::ALLGATHER_COALESCED, asyncOf(opts, 0), outs,
+                       [this, ins, lists](loomStream_t s) {
+                           std::vector<at::Tensor> bytes;
+                           for (auto &t : ins)
+                               bytes.push_back(asBytes(t));
+                           at::Tensor src = at::cat(bytes);
+                           at::Tensor all = at::empty({(int64_t)size_, src.numel()}, src.options());
+                           check(loomAllGather(src.data_ptr(), all.data_ptr(), (size_t)src.numel(),
+                                               loomUint8, comm_, s),
+                                 "allgather_coalesced");
+                           return Finish([this, ins, lists, src, all] {
+                               int64_t off = 0;
+                               for (size_t k = 0; k < ins.size(); k++) {
+                                   int64_t n = ins[k].numel() * ins[k].element_size();
+                                   for (int r = 0; r < size_; r++)
+                                       lists[r][k].copy_(
+                                           fromBytes(all[r].narrow(0, off, n), lists[r][k]));
+                                   off += n;
+                               }
+                           });
+                       });
+    }
+
+    /*
+     * gather and scatter: Loom has no Gather or Scatter, so each is one
+     * AlltoAllv in which only the root receives (gather) or sends (scatter).
+     */
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override
+    {
+        const at::Tensor &in = one(inputs, "gather");
+        checkRoot(opts.rootRank, "gather");
+        int root = (int)opts.rootRank;
+        std::vector<at::Tensor> outs;
+        if (rank_ == root) {
+            TORCH_CHECK(outputs.size() == 1, "torch_loom: gather: one output list on the root");
+            outs = outputs[0];
+            sameShapes(outs, in, "gather");
+        } else
+            TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                        "torch_loom: gather: output tensors on a rank that is not the root");
+        return enqueue(
+            OpType::GATHER, asyncOf(opts, 0), outs, [this, in, outs, root](loomStream_t s) {
+                size_t n = (size_t)in.numel();
+                at::Tensor dst = at::empty({outs.empty() ? 1 : (int64_t)(n * size_)}, in.options());
+                std::vector<size_t> sc(size_, 0), rc(size_, 0), sd(size_, 0), rd(size_);
+                sc[root] = n;
+                for (int r = 0; r < size_; r++) {
+                    rd[r] = n * r;
+                    if (!outs.empty())
+                        rc[r] = n;
+                }
+                Finish fin = exchange(dst, in, sc, sd, rc, rd, "gather", s);
+                return Finish([this, outs, dst, n, fin] {
+                    fin();
+                    for (size_t r = 0; r < outs.size(); r++)
+                        outs[r].copy_(
+                            dst.narrow(0, (int64_t)(n * r), (int64_t)n).view(outs[r].sizes()));
+                });
+            });
+    }
+
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override
+    {
+        const at::Tensor &out = one(outputs, "scatter");
+        checkRoot(opts.rootRank, "scatter");
+        int root = (int)opts.rootRank;
+        std::vector<at::Tensor> ins;
+        if (rank_ == root) {
+            TORCH_CHECK(inputs.size() == 1, "torch_loom: scatter: one input list on the root");
+            ins = inputs[0];
+            sameShapes(ins, out, "scatter");
+        } else
+            TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                        "torch_loom: scatter: input tensors on a rank that is not the root");
+        return enqueue(
+            OpType::SCATTER, asyncOf(opts, 0), {out}, [this, out, ins, root](loomStream_t s) {
+                size_t n = (size_t)out.numel();
+                std::vector<at::Tensor> flat;
+                for (auto &t : ins)
+                    flat.push_back(t.reshape({-1}));
+                at::Tensor src = flat.empty() ? at::empty({1}, out.options()) : at::cat(flat);
+                std::vector<size_t> sc(size_, 0), sd(size_), rc(size_, 0), rd(size_, 0);
+                rc[root] = n;
+                for (int r = 0; r < size_; r++) {
+                    sd[r] = n * r;
+                    if (!ins.empty())
+                        sc[r] = n;
+                }
+                return exchange(out, src, sc, sd, rc, rd, "scatter", s);
+            });
+    }
+
+    /*
+     * Gloo's monitored barrier, over Loom's send and receive on the caller's
+     * thread: every rank reports to rank 0, which answers each once all have
+     * (or, with wait_all_ranks, names every rank it did not hear from). A
+     * rank that does not report fails rank 0's receive after the group's
+     * timeout (Loom's, fixed when the communicator was made), not the
+     * call's.
+     */
+    void monitoredBarrier(const c10d::BarrierOptions &, bool waitAllRanks) override
+    {
+        waitIdle();
+        uint8_t b = 0;
+        if (rank_ != 0) {
+            check(loomSend(&b, 1, loomUint8, 0, comm_, nullptr), "monitored_barrier (send to 0)");
+            check(loomRecv(&b, 1, loomUint8, 0, comm_, nullptr), "monitored_barrier (answer of 0)");
+            return;
+        }
+        std::string missing, why;
+        int nmissing = 0;
+        for (int r = 1; r < size_; r++) {
+            if (loomRecv(&b, 1, loomUint8, r, comm_, nullptr) == loomSuccess)
+                continue;
+            missing += (nmissing++ ? ", " : "") + std::to_string(r);
+            if (why.empty())
+                why = loomGetLastError(comm_);
+            if (!waitAllRanks)
+                break;
+        }
+        /* gloo's words, which callers match */
+        if (nmissing)
+            C10_THROW_ERROR(DistBackendError,
+                            c10::str("torch_loom: ", nmissing > 1 ? "Ranks " : "Rank ", missing,
+                                     " failed to pass monitoredBarrier (within the group's "
+                                     "timeout): ",
+                                     why));
+        for (int r = 1; r < size_; r++)
+            check(loomSend(&b, 1, loomUint8, r, comm_, nullptr), "monitored_barrier (answer)");
+    }
+
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &out, at::Tensor &in,
                                                    const c10d::AllgatherOptions &opts) override
     {
@@ -645,7 +813,7 @@ class BackendLoom : public c10d::Backend {
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
     {
-        TORCH_CHECK(false, "torch_loom: recv from any source is not supported by Loom "
+        TORCH_CHECK(false, "torch_loom: recv from any source: Loom's receive names its peer "
                            "(pass src=)");
     }
 
@@ -811,6 +979,12 @@ class BackendLoom : public c10d::Backend {
         return r;
     }
 
+    /* Operations issued on this group so far (every rank issues the same ones). */
+    uint64_t getSequenceNumberForGroup() override
+    {
+        return seq_;
+    }
+
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override
     {
         return enqueue(OpType::BARRIER, asyncOf(opts, 0), {}, [this](loomStream_t s) {
@@ -865,6 +1039,7 @@ class BackendLoom : public c10d::Backend {
     std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
     std::atomic<bool> aborted_{false};
+    std::atomic<uint64_t> seq_{0};     /* see getSequenceNumberForGroup */
     const char *origin_ = "unique id"; /* see origin() */
     struct {
         std::string name; /* group_name of the last split() */
@@ -883,8 +1058,10 @@ class BackendLoom : public c10d::Backend {
     {
         if (r == loomSuccess)
             return;
+        /* " Timed out " as gloo says it: callers (PyTorch's tests among them) match it */
         C10_THROW_ERROR(DistBackendError,
-                        c10::str("torch_loom: ", what, " failed (", loomGetErrorString(r),
+                        c10::str("torch_loom: ", what, " failed",
+                                 r == loomTimeout ? ": Timed out" : "", " (", loomGetErrorString(r),
                                  "): ", loomGetLastError(comm_)));
     }
 
@@ -897,6 +1074,7 @@ class BackendLoom : public c10d::Backend {
                                            Job fn)
     {
         c10::Device dev = outputs.empty() ? c10::Device(c10::DeviceType::CPU) : outputs[0].device();
+        seq_++;
         {
             std::lock_guard<std::mutex> g(m_);
             if (batch_) {
@@ -1193,6 +1371,26 @@ class BackendLoom : public c10d::Backend {
                     off, ", dim 0 is ", rows);
     }
 
+    /* t's bytes, as a flat uint8 tensor (contiguous). */
+    static at::Tensor asBytes(const at::Tensor &t)
+    {
+        at::Tensor c = t.contiguous().reshape({-1});
+        if (c.is_complex())
+            c = at::view_as_real(c).reshape({-1});
+        return c.numel() ? c.view(at::kByte) : at::empty({0}, c.options().dtype(at::kByte));
+    }
+    /* bytes (from asBytes) as a tensor shaped and typed like like. */
+    static at::Tensor fromBytes(const at::Tensor &bytes, const at::Tensor &like)
+    {
+        at::Tensor c = bytes.contiguous();
+        if (!like.numel())
+            return like;
+        if (like.is_complex())
+            return at::view_as_complex(
+                       c.view(c10::toRealValueType(like.scalar_type())).reshape({-1, 2}))
+                .view(like.sizes());
+        return c.view(like.scalar_type()).view(like.sizes());
+    }
     Finish gatherInto(const at::Tensor &out, const at::Tensor &in, loomStream_t s)
     {
         auto d = std::make_shared<Dense>(out);

@@ -12,8 +12,9 @@ Run by ops.sh: `python3 ops.py WORLD TMPDIR` starts WORLD processes
    small integers, so every dtype's result is exact), and gloo's result where
    gloo can do the call;
 3. checks async_op=True (Work.wait, is_completed, get_future), non-contiguous
-   tensors, and that unsupported calls raise a RuntimeError naming what is
-   unsupported;
+   tensors, that unsupported calls raise a RuntimeError naming what is
+   unsupported, gather, scatter, all_gather_coalesced,
+   barrier(device_ids=) and monitored_barrier;
 4. splits the default group (dist.split_group: evens and odds, then the
    first and last rank alone) and, after a new init with device_id cpu:0,
    makes new_groups of the evens and the odds, which torch then makes by
@@ -263,8 +264,47 @@ def run_group(ck, rank, n, lm, gl):
               ["loom", "Short", "cannot be reduced"], "int16 all_reduce")
     ck.raises(lambda: dist.all_reduce(torch.zeros(3, dtype=torch.bool), group=lm),
               ["loom", "Bool"], "bool all_reduce")
-    ck.raises(lambda: dist.gather(torch.zeros(2), [torch.zeros(2) for _ in range(n)] if rank == 0 else None,
-                                  dst=0, group=lm), ["loom", "gather"], "gather")
+    ck.raises(lambda: dist.all_reduce(torch.eye(3).to_sparse(), group=lm),
+              ["loom", "only dense tensors", "Sparse"], "sparse all_reduce")
+    if n > 1:
+        ck.raises(lambda: dist.recv(torch.zeros(2), group=lm), ["loom", "any source"], "recv from any source")
+
+    # gather and scatter (one AlltoAllv each), to and from the last rank
+    root = dist.get_global_rank(lm, n - 1)
+    for dtype in (torch.float32, torch.int16):
+        mine = data(rank, dtype, (2, 3), salt=7)
+        outs = [torch.zeros((2, 3), dtype=dtype) for _ in range(n)] if rank == n - 1 else None
+        dist.gather(mine, outs, dst=root, group=lm)
+        if rank == n - 1:
+            for r in range(n):
+                ck.eq(outs[r], data(r, dtype, (2, 3), salt=7), "n=%d gather %s from %d" % (n, dtype, r))
+        ins = [data(p, dtype, (5,), salt=8 + (n - 1)) for p in range(n)] if rank == n - 1 else None
+        out = torch.zeros(5, dtype=dtype)
+        dist.scatter(out, ins, src=root, group=lm)
+        ck.eq(out, data(rank, dtype, (5,), salt=8 + (n - 1)), "n=%d scatter %s" % (n, dtype))
+
+    # all_gather_coalesced (one AllGather of bytes): int16 tensors of two shapes, then complex ones
+    if hasattr(dist, "all_gather_coalesced"):
+        import warnings
+
+        def mk(r, k):
+            if k < 2:
+                return data(r, torch.int16, ((3,), (2, 2))[k], salt=k)
+            return torch.complex(data(r, torch.float64, (2,), salt=k), data(r, torch.float64, (2,), salt=k + 1))
+        for ks in ((0, 1), (2, 3)):
+            ins = [mk(rank, k) for k in ks]
+            outs = [[torch.zeros_like(t) for t in ins] for _ in range(n)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dist.all_gather_coalesced(outs, ins, group=lm)
+            for r in range(n):
+                for i, k in enumerate(ks):
+                    ck.eq(outs[r][i], mk(r, k), "n=%d all_gather_coalesced %d from %d" % (n, k, r))
+
+    # barrier with device_ids (ignored on CPU, as gloo does) and monitored_barrier
+    dist.barrier(group=lm, device_ids=[0])
+    dist.monitored_barrier(group=lm, wait_all_ranks=True)
+    ck.count += 1
 
 
 def origin(group):
