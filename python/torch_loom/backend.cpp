@@ -524,16 +524,8 @@ class BackendLoom : public c10d::Backend {
                                           const c10d::GatherOptions &opts) override
     {
         const at::Tensor &in = one(inputs, "gather");
-        checkRoot(opts.rootRank, "gather");
         int root = (int)opts.rootRank;
-        std::vector<at::Tensor> outs;
-        if (rank_ == root) {
-            TORCH_CHECK(outputs.size() == 1, "torch_loom: gather: one output list on the root");
-            outs = outputs[0];
-            sameShapes(outs, in, "gather");
-        } else
-            TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                        "torch_loom: gather: output tensors on a rank that is not the root");
+        std::vector<at::Tensor> outs = rootList(outputs, in, root, "gather");
         return enqueue(
             OpType::GATHER, asyncOf(opts, 0), outs, [this, in, outs, root](loomStream_t s) {
                 size_t n = (size_t)in.numel();
@@ -560,16 +552,8 @@ class BackendLoom : public c10d::Backend {
                                            const c10d::ScatterOptions &opts) override
     {
         const at::Tensor &out = one(outputs, "scatter");
-        checkRoot(opts.rootRank, "scatter");
         int root = (int)opts.rootRank;
-        std::vector<at::Tensor> ins;
-        if (rank_ == root) {
-            TORCH_CHECK(inputs.size() == 1, "torch_loom: scatter: one input list on the root");
-            ins = inputs[0];
-            sameShapes(ins, out, "scatter");
-        } else
-            TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                        "torch_loom: scatter: input tensors on a rank that is not the root");
+        std::vector<at::Tensor> ins = rootList(inputs, out, root, "scatter");
         return enqueue(
             OpType::SCATTER, asyncOf(opts, 0), {out}, [this, out, ins, root](loomStream_t s) {
                 size_t n = (size_t)out.numel();
@@ -1331,6 +1315,20 @@ class BackendLoom : public c10d::Backend {
                         ": every tensor in the list must have the size, dtype and device of "
                         "the other argument");
         }
+    }
+    /* The root's tensor list of gather or scatter, like t; none on the other ranks. */
+    std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>> &lists,
+                                     const at::Tensor &t, int64_t root, const char *op)
+    {
+        checkRoot(root, op);
+        if (rank_ != root) {
+            TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()),
+                        "torch_loom: ", op, ": a tensor list on a rank that is not the root");
+            return {};
+        }
+        TORCH_CHECK(lists.size() == 1, "torch_loom: ", op, ": one tensor list on the root");
+        sameShapes(lists[0], t, op);
+        return lists[0];
     }
     /* big holds n times small's elements, same dtype. */
     void checkFlat(const at::Tensor &big, const at::Tensor &small, int n, const char *op)
