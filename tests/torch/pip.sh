@@ -23,6 +23,8 @@ rm -rf "$T/src/stage" "$T/src/build" "$T/src/torch_loom/"*.so
 run_logged "$T/venv.log" "$TORCH_PYTHON" -m venv --system-site-packages --without-pip "$T/venv" ||
     { show_log "$T/venv.log"; fail "python -m venv failed"; }
 PY=$T/venv/bin/python
+# the compile against torch's headers: minutes of CPU, many on a loaded machine
+LOOM_TEST_TIMEOUT=$((LOOM_TEST_TIMEOUT * 3))
 run_logged "$T/pip.log" env PKG_CONFIG_PATH="$T/pc" "$PY" -m pip install --no-build-isolation \
     --no-index --no-deps "$T/src" || { show_log "$T/pip.log"; fail "pip install failed"; }
 cat >"$T/allreduce.py" <<'PYEOF'
