@@ -19,6 +19,7 @@ sed -e "s|^libdir=.*|libdir=$(cd "$top_builddir/.libs" && pwd)|" \
     -e "s|^includedir=.*|includedir=$(cd "$top_srcdir/include" && pwd)|" \
     "$top_builddir/loom.pc" >"$T/pc/loom.pc"
 cp -R "$top_srcdir/python" "$T/src"
+chmod -R u+w "$T/src" # a read-only source tree (make distcheck) copies read-only
 rm -rf "$T/src/stage" "$T/src/build" "$T/src/torch_loom/"*.so
 run_logged "$T/venv.log" "$TORCH_PYTHON" -m venv --system-site-packages --without-pip "$T/venv" ||
     { show_log "$T/venv.log"; fail "python -m venv failed"; }
