@@ -35,9 +35,8 @@
  * completion queue, sized for a connection to every peer, serves the
  * communicator; the proxy sleeps on its completion channel.
  *
- * The device is the first active port that LOOM_IB_HCA allows. This code
- * was written and compiled without an RDMA device at hand; see the README
- * (Status) for what has run where.
+ * The device is the first active port that LOOM_IB_HCA allows. It has run
+ * on soft-RoCE only (tests/rdma/); see the README (Status).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -74,8 +73,9 @@ enum { IB_WR_DATA, IB_WR_CREDIT, IB_WR_RECV, IB_WR_PROBE, IB_WR_NOTICE };
  * for small messages), so a message is done, on both ends, when each queue
  * pair has done it: no queue pair can get ahead or fall behind by a message.
  */
-#define IB_MAX_QPS 8
+#define IB_MAX_QPS 8 /* LOOM_IB_QPS_PER_CONNECTION's largest value (param.c) */
 #define IB_QP_BITS 3
+_Static_assert(IB_MAX_QPS <= 1 << IB_QP_BITS, "a queue pair's index fits its bits of wr_id");
 
 struct ibConn {
     struct netConn *nc;
@@ -844,8 +844,8 @@ static loomResult_t ibProgress(void *state, struct netConn *c, int *moved)
  * before it sleeps: were the executor to take one (it drains the CQ too),
  * the channel's descriptor could turn unready between the event and the
  * proxy's epoll_wait, which then reports nothing, and the proxy would sleep
- * to its 100 ms cap with completions waiting (46-223 such sleeps a rank in
- * a soft-RoCE run before).
+ * to its 100 ms cap with completions waiting (docs/performance.md has the
+ * counts before and after).
  */
 static int ibBeforeSleep(void *state)
 {

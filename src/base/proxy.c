@@ -52,8 +52,8 @@ struct loomProxy {
  * next pass then moves, a wake-up was missed (counted in lateWakes). Not
  * when the thread came back later than PROXY_LATE_NS after the cap: then it
  * was descheduled after the kernel last looked for events, and work that
- * came meanwhile was not missed (on an oversubscribed host, 4 ranks on one
- * CPU, about one sleep in 5000 was such).
+ * came meanwhile was not missed (seen on oversubscribed hosts: more ranks
+ * and proxies than CPUs).
  */
 static int proxySleep(struct loomProxy *p)
 {
