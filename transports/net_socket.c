@@ -520,27 +520,49 @@ static loomResult_t linkFailed(struct sockConn *sc, struct sockLink *l)
     return loomRemoteError;
 }
 
+/*
+ * Socket 0 of a receive connection ended where a message header was due: the
+ * peer closed after its last message. Each socket is a stream of its own, so
+ * that end can be read before the rest of the last message, still waiting on
+ * the other sockets; the connection goes on until those parts are in.
+ */
+static int endedBetweenMessages(const struct sockLink *l)
+{
+    uint32_t head = atomic_load_explicit(&l->qHead, memory_order_acquire);
+    return !l->conn->nc->isSend && l->index == 0 &&
+           atomic_load_explicit(&l->err, memory_order_acquire) == SOCK_ERR_EOF &&
+           head != atomic_load_explicit(&l->qTail, memory_order_acquire) &&
+           l->q[head % SOCK_QUEUE].done == 0;
+}
+
 static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
 {
     struct sockState *st = state;
     struct sockConn *sc = c->priv;
-    struct sockLink *failed = NULL;
+    struct sockLink *failed = NULL, *ended = NULL;
+    int partsDue = 0;
     if (c->isSend)
         postSends(st, sc);
     else
         postRecvs(sc);
     if (sc->noticeDone < sc->noticeLen)
         noticeFlush(sc);
-    for (int i = 0; i < sc->nsocks && failed == NULL; i++) {
+    for (int i = 0; i < sc->nsocks; i++) {
         struct sockLink *l = &sc->links[i];
         if (l->helper < 0)
             linkAdvance(st, l);
-        if (atomic_load_explicit(&l->err, memory_order_acquire))
+        if (!atomic_load_explicit(&l->err, memory_order_acquire))
+            partsDue |= linkPending(l);
+        else if (endedBetweenMessages(l))
+            ended = l;
+        else if (failed == NULL)
             failed = l;
     }
     /* What arrived before the connection ended is still delivered. */
     if (retire(sc))
         *moved = 1;
+    if (failed == NULL && !partsDue)
+        failed = ended;
     return failed ? linkFailed(sc, failed) : loomSuccess;
 }
 

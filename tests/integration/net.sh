@@ -13,7 +13,8 @@
 #    (2 x 2, 2 channels, small FIFOs), through the double binary tree
 #    (LOOM_ALGO=tree, 3 x 2: a tree over hosts, a chain in each), over TCP
 #    only (3 ranks), and with large messages cut over 4 sockets moved by 2
-#    helper threads.
+#    helper threads; the last message of a sender that leaves at once, over
+#    2 and 4 sockets, arrives whole.
 # 3. Errors say what to do: LOOM_SOCKET_IFNAME matching nothing lists the
 #    interfaces; LOOM_NET=ib without a device names the rank; a rank killed
 #    mid-run is reported by its peers as a closed connection, not a hang.
@@ -58,6 +59,20 @@ log=$TEST_TMPDIR/split.log
 LOOM_SOCKET_NSOCKS=4 LOOM_SOCKET_NTHREADS=2 LOOM_BUFFSIZE=4M run_logged "$log" "$LOOMRUN" -n 3 \
     --timeout 240 "$FAKE" 1 "$LOOM_PERF" -c 1 -n 2 -w 1 -C all -d float -b 1M -e 4M -f 4
 perf_check "$log" $? "3 fake hosts, 4 sockets and 2 helper threads, 1-4 MiB"
+
+# What a sender sent before it left arrives, however many sockets carry it: rank 1 is
+# stopped while rank 0 sends 256 KiB and exits, so rank 1 then finds each socket's end
+# behind its data at once, the end of socket 0 before the rest of the message on the others.
+for split in "2 0" "4 2"; do
+    set -- $split
+    log=$TEST_TMPDIR/lastsend$1.log
+    LOOM_SHM_DISABLE=1 LOOM_SOCKET_NSOCKS=$1 LOOM_SOCKET_NTHREADS=$2 run_logged "$log" "$LOOMRUN" \
+        -n 2 "$top_builddir/tests/integration/lastsend" 262144
+    if [ $? -ne 0 ] || ! grep -q "rank 1: all 262144 bytes arrived" "$log"; then
+        record_failure "a message over $1 sockets lost its end when the sender left ($2 helper threads)"
+        show_log "$log"
+    fi
+done
 
 # 3. Errors.
 log=$TEST_TMPDIR/ifname.log
