@@ -61,7 +61,8 @@ static void noDelay(int fd)
 
 static int serve(const char *port)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *ai;
     if (getaddrinfo(NULL, port, &hints, &ai) != 0) {
@@ -143,12 +144,24 @@ int main(int argc, char **argv)
     uint32_t bytes = 8;
     while ((opt = getopt(argc, argv, "sc:p:b:n:w:h")) != -1) {
         switch (opt) {
-        case 's': server = 1; break;
-        case 'c': host = optarg; break;
-        case 'p': port = optarg; break;
-        case 'b': bytes = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'n': iters = atoi(optarg); break;
-        case 'w': warmup = atoi(optarg); break;
+        case 's':
+            server = 1;
+            break;
+        case 'c':
+            host = optarg;
+            break;
+        case 'p':
+            port = optarg;
+            break;
+        case 'b':
+            bytes = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'n':
+            iters = atoi(optarg);
+            break;
+        case 'w':
+            warmup = atoi(optarg);
+            break;
         default:
             fprintf(stderr, "usage: tcp-pingpong -s [-p PORT] | -c HOST [-p PORT] [-b BYTES] "
                             "[-n ITERS] [-w WARMUP]\n");
