@@ -200,17 +200,14 @@ char *cmaStage(const struct loomComm *comm)
 /*
  * Finding out whether every rank passes loomMemAlloc buffers costs an
  * exchange of descriptors, a barrier, in every call that may qualify, and
- * most calls do not. With a core for each rank that is a few microseconds
- * (2 ranks, 512 KiB AllReduce on malloc'd buffers, medians of 9 interleaved
- * runs: 65.8 us with it, 64.6 without). Where ranks share cores it costs
- * far more, since it stops the ranks' calls from overlapping: 1 MiB at 4
- * ranks 290 against 270 us, 2 MiB at 8 ranks 2.69 against 2.25 ms. So the
- * ranks ask only where each has a core of its own (the most crowded host,
- * agreed at init); elsewhere LOOM_ALGO naming cma turns single copies on,
- * and with loomMemAlloc buffers they then go through the mappings too.
+ * most calls do not. With a core for each rank that costs a few
+ * microseconds; where ranks share cores it costs far more, since it stops
+ * the ranks' calls from overlapping (docs/performance.md has the figures).
+ * So the ranks ask only where each has a core of its own (the most crowded
+ * host, agreed at init); elsewhere LOOM_ALGO naming cma turns single copies
+ * on, and with loomMemAlloc buffers they then go through the mappings too.
  * And only from CMA_ASK_MIN_BYTES: below it the exchange cost more than the
- * mappings saved for ordinary buffers (2 ranks, Broadcast of 256 KiB: 18 us
- * a call without asking, 32 us asking; docs/performance.md, 2026-12-03).
+ * mappings saved for ordinary buffers (measured on Broadcast, ibid.).
  */
 #define CMA_ASK_MIN_BYTES (512 * 1024)
 

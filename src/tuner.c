@@ -751,10 +751,9 @@ static int cmaWeighed(loomColl_t coll)
 
 /*
  * What LOOM_ALGO allows for coll. AllGather's and AllReduce's single copies
- * are weighed unless LOOM_ALGO rules them out: on ordinary buffers
- * AllGather's beat the ring from 1 MiB on 2 ranks with a core each and
- * match it where ranks share cores; AllReduce's beat the FIFOs 1.2-3x from
- * 128 KiB to 16 MiB on 2 ranks (docs/performance.md, 2026-12-03). A call on
+ * are weighed unless LOOM_ALGO rules them out, since on ordinary buffers
+ * they beat the FIFOs from the sizes the cost model gives them where ranks
+ * have a core each (the measurements are in docs/performance.md). A call on
  * loomMemAlloc buffers everywhere takes them unweighed (tunerChooseMapped).
  */
 uint32_t tunerDefaultAllowed(loomColl_t coll)
