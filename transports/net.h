@@ -58,7 +58,7 @@ struct netConn {
 struct loomProxy;
 
 /* What a backend publishes of this rank in the transport's init info. */
-#define NET_PUBLIC_BYTES 112
+#define NET_PUBLIC_BYTES 120
 
 struct netBackend {
     const char *name; /* "socket", "ib" */

@@ -27,9 +27,17 @@
  * carries nothing else, so the notice never waits behind data; the sender's
  * proxy reads it when it goes idle (sockPollNotice).
  *
- * Connection: every rank listens on the interface LOOM_SOCKET_IFNAME picks
- * and publishes its address, a random nonce and its nsocks in its init
- * info (net.c; the core gathers them). A pair is connected when the core
+ * Rails: when LOOM_SOCKET_IFNAME lists several interfaces that are up,
+ * each is a rail (socketFindRails: sorted by name, so rail r is the same
+ * network on every host). A connection uses the rails both ends have and at
+ * least one socket a rail; socket s runs over rail s % nrails, connected
+ * from this rank's address on that rail to the peer's, so a large message's
+ * parts cross all the rails side by side.
+ *
+ * Connection: every rank listens on each of its rails (one interface
+ * unless LOOM_SOCKET_IFNAME lists several) and publishes the addresses, a
+ * random nonce and its nsocks in its init info (net.c; the core gathers
+ * them). A pair is connected when the core
  * connects it (src/connect.c, at init or on first use): in connectStart
  * each end connects its send connections to the other's listening socket
  * and presents the receiver's nonce, its rank, the channel and the
@@ -64,7 +72,8 @@
 #include "wire.h"
 
 #define SOCK_MAX 16
-#define SOCK_QUEUE 16 /* transfers a socket holds: > LOOM_STEPS, a power of two */
+#define SOCK_RAILS_MAX 4 /* interfaces a rank stripes over (what its public info holds) */
+#define SOCK_QUEUE 16    /* transfers a socket holds: > LOOM_STEPS, a power of two */
 #define SOCK_NONCE_BYTES BOOTSTRAP_SECRET_BYTES
 #define SOCK_HELLO_BYTES (4 + SOCK_NONCE_BYTES + 12)
 #define SOCK_HELLO_SEC 5
@@ -113,6 +122,7 @@ struct sockMsg {
 struct sockConn {
     struct netConn *nc;
     int nsocks;
+    int nrails; /* socket s runs over rail s % nrails on both ends */
     int connected;
     /* A failure notice on socket 0, against the data: out on a recv connection, in on a send one.
      */
@@ -137,9 +147,10 @@ struct sockHelper {
 
 /* What each rank publishes. */
 struct sockPublic {
-    struct bootstrapAddr addr;
     uint8_t nonce[SOCK_NONCE_BYTES];
     int32_t nsocks;
+    int32_t nrails;
+    struct bootstrapAddr addr[SOCK_RAILS_MAX]; /* one listening address a rail */
 };
 
 /* A connection accepted before this rank started to connect its peer (kept for connectStart). */
@@ -149,7 +160,8 @@ struct sockEarly {
 
 struct sockState {
     struct loomComm *comm;
-    int listenFd;
+    int listenFd[SOCK_RAILS_MAX];
+    struct socketRail rails[SOCK_RAILS_MAX]; /* this rank's interfaces, port 0 */
     struct sockPublic me;
     struct sockConn **conns; /* [cap]: the connections started so far */
     int nconns, cap;
@@ -691,11 +703,14 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
     uint8_t hello[SOCK_HELLO_BYTES];
     snprintf(who, sizeof(who), "NET/socket: rank %d connecting to rank %d (%s) for channel %d",
              comm->rank, sc->nc->peer, comm->peers[sc->nc->peer].hostname, sc->nc->channel);
-    if (socketAddrFromBootstrap(&peer->addr, &addr) != loomSuccess)
-        return loomSetError(loomInternalError, "%s: its published address is malformed", who);
     for (int s = 0; s < sc->nsocks; s++) {
-        /* The peer listens from its init on: a refusal means it has left. */
-        LOOMCHECK(socketConnectListener(&addr, deadline, &comm->abortFlag, who, &sc->links[s].fd));
+        int rail = s % sc->nrails;
+        if (socketAddrFromBootstrap(&peer->addr[rail], &addr) != loomSuccess)
+            return loomSetError(loomInternalError, "%s: its published address is malformed", who);
+        /* The peer listens from its init on: a refusal means it has left. From this rank's
+         * address on the same rail, so that the socket leaves by that interface. */
+        LOOMCHECK(socketConnectListenerFrom(sc->nrails > 1 ? &st->rails[rail].addr : NULL, &addr,
+                                            deadline, &comm->abortFlag, who, &sc->links[s].fd));
         helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
         LOOMCHECK(
             socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));
@@ -767,14 +782,32 @@ drop:
 
 static loomResult_t acceptPending(struct sockState *st)
 {
-    for (;;) {
-        int fd;
-        if (socketTryAccept(st->listenFd, &fd, NULL) != loomSuccess)
-            return loomSetError(loomSystemError, "NET/socket: accept: %s", strerror(errno));
-        if (fd < 0)
-            return loomSuccess;
-        acceptOne(st, fd);
+    for (int r = 0; r < st->me.nrails; r++) {
+        for (;;) {
+            int fd;
+            if (socketTryAccept(st->listenFd[r], &fd, NULL) != loomSuccess)
+                return loomSetError(loomSystemError, "NET/socket: accept: %s", strerror(errno));
+            if (fd < 0)
+                break;
+            acceptOne(st, fd);
+        }
     }
+    return loomSuccess;
+}
+
+/* Waits until a connection is pending on a listening socket, the deadline or an abort. */
+static loomResult_t acceptWait(struct sockState *st, uint64_t deadline, const char *who)
+{
+    struct pollfd p[SOCK_RAILS_MAX];
+    for (int r = 0; r < st->me.nrails; r++)
+        p[r] = (struct pollfd){.fd = st->listenFd[r], .events = POLLIN};
+    if (socketAborted(&st->comm->abortFlag))
+        return loomSetError(loomRemoteError, "%s: aborted while waiting for a connection", who);
+    int ms = socketPollMs(deadline);
+    if (ms == 0)
+        return loomSetError(loomTimeout, "%s: no connection before the deadline", who);
+    poll(p, (nfds_t)st->me.nrails, ms);
+    return loomSuccess;
 }
 
 /* The sockets of recv connection sc that arrived before it was started. */
@@ -797,28 +830,41 @@ static void earlyAdopt(struct sockState *st, struct sockConn *sc)
 
 static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
 {
-    union socketAddress local, bound;
-    char ifname[64], name[SOCKET_ADDR_STRLEN];
+    union socketAddress bound;
+    char names[SOCK_RAILS_MAX * (SOCKET_ADDR_STRLEN + 40)], name[SOCKET_ADDR_STRLEN];
+    size_t used = 0;
     struct sockState *st = calloc(1, sizeof(*st));
     *state = st;
     if (st == NULL)
         return loomSetError(loomSystemError, "NET/socket: out of memory");
     st->comm = comm;
-    st->listenFd = -1;
+    for (int r = 0; r < SOCK_RAILS_MAX; r++)
+        st->listenFd[r] = -1;
     st->cap = 2 * comm->nranks * comm->nChannels;
     st->conns = calloc((size_t)st->cap + 1, sizeof(*st->conns));
     st->recvIndex = calloc((size_t)comm->nranks * comm->nChannels, sizeof(*st->recvIndex));
     if (st->conns == NULL || st->recvIndex == NULL)
         return loomSetError(loomSystemError, "NET/socket: out of memory");
-    LOOMCHECK(socketFindInterface(&local, ifname, sizeof(ifname)));
-    LOOMCHECK(socketListen(&local, &st->listenFd, &bound));
+    /* A list in LOOM_SOCKET_IFNAME that matches several interfaces makes each a rail. */
+    st->me.nrails = socketFindRails(paramStr(LOOM_PARAM_SOCKET_IFNAME), st->rails, SOCK_RAILS_MAX);
+    if (st->me.nrails <= 1) {
+        st->me.nrails = 1;
+        LOOMCHECK(socketFindInterface(&st->rails[0].addr, st->rails[0].ifname,
+                                      sizeof(st->rails[0].ifname)));
+    }
+    for (int r = 0; r < st->me.nrails; r++) {
+        LOOMCHECK(socketListen(&st->rails[r].addr, &st->listenFd[r], &bound));
+        socketAddrToBootstrap(&bound, &st->me.addr[r]);
+        socketAddrFormat(&bound, name, sizeof(name));
+        int n = snprintf(names + used, sizeof(names) - used, "%s%s (%s)", r ? ", " : "",
+                         st->rails[r].ifname, name);
+        used += n > 0 && (size_t)n < sizeof(names) - used ? (size_t)n : 0;
+    }
     if (getrandom(st->me.nonce, sizeof(st->me.nonce), 0) != (ssize_t)sizeof(st->me.nonce))
         return loomSetError(loomSystemError, "NET/socket: getrandom: %s", strerror(errno));
-    socketAddrToBootstrap(&bound, &st->me.addr);
     st->me.nsocks = (int32_t)paramInt(LOOM_PARAM_SOCKET_NSOCKS);
-    socketAddrFormat(&bound, name, sizeof(name));
-    INFO(LOOM_NET, "NET/socket: listening on %s (%s), %d socket(s) per connection", ifname, name,
-         (int)st->me.nsocks);
+    INFO(LOOM_NET, "NET/socket: listening on %s, %d socket(s) per connection%s", names,
+         (int)st->me.nsocks, st->me.nrails > 1 ? ", striped over these rails" : "");
     memcpy(pub, &st->me, sizeof(st->me));
     return loomSuccess;
 }
@@ -845,6 +891,12 @@ static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n,
         sc->nsocks = peer.nsocks < st->me.nsocks ? peer.nsocks : st->me.nsocks;
         if (sc->nsocks < 1 || sc->nsocks > SOCK_MAX)
             sc->nsocks = 1;
+        /* Rails both ends have; at least a socket on each. */
+        sc->nrails = peer.nrails < st->me.nrails ? peer.nrails : st->me.nrails;
+        if (sc->nrails < 1 || sc->nrails > SOCK_RAILS_MAX)
+            sc->nrails = 1;
+        if (sc->nsocks < sc->nrails)
+            sc->nsocks = sc->nrails;
         for (int s = 0; s < SOCK_MAX; s++)
             sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
         if (!nc->isSend) {
@@ -885,12 +937,11 @@ static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n
     int missing;
     LOOMCHECK(acceptPending(st));
     while ((missing = sockMissing(conns, n)) > 0) {
-        int fd;
         snprintf(who, sizeof(who),
                  "NET/socket: rank %d waiting for %d connection(s) from rank %d (%s)", comm->rank,
                  missing, conns[0]->peer, comm->peers[conns[0]->peer].hostname);
-        LOOMCHECK(socketAccept(st->listenFd, deadline, &comm->abortFlag, who, &fd, NULL));
-        acceptOne(st, fd);
+        LOOMCHECK(acceptWait(st, deadline, who));
+        LOOMCHECK(acceptPending(st));
     }
     /* Helpers take the connections of the first batch the core connects (init's) once all of
      * it is in; later ones stay with the proxy. */
@@ -918,7 +969,8 @@ static void sockTeardown(void *state)
     }
     for (int i = 0; i < st->nearly; i++)
         socketClose(st->early[i].fd);
-    socketClose(st->listenFd);
+    for (int r = 0; r < SOCK_RAILS_MAX; r++)
+        socketClose(st->listenFd[r]);
     free(st->early);
     free(st->conns);
     free(st->recvIndex);

@@ -89,8 +89,9 @@ static const struct paramRow paramTable[] = {
                         "device is usable, else socket"},
     [LOOM_PARAM_SOCKET_IFNAME] = {"LOOM_SOCKET_IFNAME", PARAM_STR, "", 0, 0, NULL, NULL,
                                   "interfaces for TCP and the bootstrap, NCCL syntax (eth,ib; "
-                                  "^docker,lo excludes; =eth0 exact); unset: the first one up "
-                                  "that is not loopback"},
+                                  "^docker,lo excludes; =eth0 exact; several matches: TCP "
+                                  "stripes over them all); unset: the first one up that is not "
+                                  "loopback"},
     [LOOM_PARAM_IB_HCA] = {"LOOM_IB_HCA", PARAM_STR, "", 0, 0, NULL, NULL,
                            "InfiniBand devices and ports, NCCL syntax (mlx5_0:1,mlx5_1; ^ "
                            "excludes; = exact); unset: all, the first active port is used"},

@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -270,6 +271,60 @@ loomResult_t socketFindInterfaceSpec(const char *spec, union socketAddress *addr
     return loomSuccess;
 }
 
+/* Sorts rails by interface name, so that rail r is the same network on every host. */
+static int railCompare(const void *a, const void *b)
+{
+    return strcmp(((const struct socketRail *)a)->ifname, ((const struct socketRail *)b)->ifname);
+}
+
+int socketFindRails(const char *spec, struct socketRail *rails, int max)
+{
+    struct ifaddrs *list;
+    int n = 0, bestKind = 3;
+
+    if (spec == NULL || spec[0] == '\0' || getifaddrs(&list) != 0)
+        return 0;
+    /* Only interfaces of the best kind (interfaceRank without the family): "^docker" on a host
+     * with eth0, eth1 and lo gives two rails, not three. */
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next)
+        if (interfaceUsable(ifa, spec) && interfaceRank(ifa) / 2 < bestKind)
+            bestKind = interfaceRank(ifa) / 2;
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (!interfaceUsable(ifa, spec) || interfaceRank(ifa) / 2 != bestKind)
+            continue;
+        int have = -1;
+        for (int i = 0; i < n && have < 0; i++)
+            have = strcmp(rails[i].ifname, ifa->ifa_name) == 0 ? i : -1;
+        if (have < 0 && n == max)
+            continue;
+        if (have >= 0 && interfaceRank(ifa) >= rails[have].rank)
+            continue; /* one address an interface: IPv4 before IPv6 */
+        struct socketRail *r = &rails[have >= 0 ? have : n++];
+        memset(&r->addr, 0, sizeof(r->addr));
+        memcpy(&r->addr, ifa->ifa_addr,
+               ifa->ifa_addr->sa_family == AF_INET ? sizeof(r->addr.sin) : sizeof(r->addr.sin6));
+        snprintf(r->ifname, sizeof(r->ifname), "%s", ifa->ifa_name);
+        r->rank = interfaceRank(ifa);
+    }
+    freeifaddrs(list);
+    qsort(rails, (size_t)n, sizeof(*rails), railCompare);
+    return n;
+}
+
+int socketInterfaceUp(const char *ifname)
+{
+    struct ifaddrs *list;
+    int up = 0;
+
+    if (getifaddrs(&list) != 0)
+        return 1; /* cannot tell: assume it is */
+    for (struct ifaddrs *ifa = list; ifa != NULL && !up; ifa = ifa->ifa_next)
+        up = strcmp(ifa->ifa_name, ifname) == 0 && (ifa->ifa_flags & IFF_UP) &&
+             (ifa->ifa_flags & IFF_RUNNING);
+    freeifaddrs(list);
+    return up;
+}
+
 loomResult_t socketFindInterface(union socketAddress *addr, char *ifname, size_t ifnameLen)
 {
     return socketFindInterfaceSpec(paramStr(LOOM_PARAM_SOCKET_IFNAME), addr, ifname, ifnameLen);
@@ -336,13 +391,18 @@ static int selfConnected(int fd)
 
 /* One connection attempt. Returns 0 with *fd set, or the errno-style reason it failed
  * (ECANCELED: aborted, ETIMEDOUT: deadline). */
-static int connectOnce(const union socketAddress *addr, uint64_t deadlineNs, atomic_int *abortFlag,
-                       int *fd)
+static int connectOnce(const union socketAddress *from, const union socketAddress *addr,
+                       uint64_t deadlineNs, atomic_int *abortFlag, int *fd)
 {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s < 0)
         return errno;
     int err = 0;
+    if (from != NULL && bind(s, &from->sa, addrLen(from)) != 0) {
+        err = errno;
+        close(s);
+        return err;
+    }
     if (connect(s, &addr->sa, addrLen(addr)) != 0) {
         err = errno;
         while (err == EINPROGRESS || err == EALREADY || err == EINTR) {
@@ -383,7 +443,7 @@ static int connectOnce(const union socketAddress *addr, uint64_t deadlineNs, ato
 int socketConnectOnce(const union socketAddress *addr, uint64_t deadlineNs, atomic_int *abortFlag,
                       int *fd)
 {
-    return connectOnce(addr, deadlineNs, abortFlag, fd);
+    return connectOnce(NULL, addr, deadlineNs, abortFlag, fd);
 }
 
 static loomResult_t connectFailed(const union socketAddress *addr, int err, int lastErr,
@@ -411,8 +471,9 @@ static loomResult_t connectFailed(const union socketAddress *addr, int err, int 
  * succeeds, the deadline passes, an abort, or an error retrying cannot fix.
  * refusedFinal makes a refusal such an error.
  */
-static int connectRetrying(const union socketAddress *addr, uint64_t deadlineNs,
-                           atomic_int *abortFlag, int refusedFinal, int *lastErr, int *fd)
+static int connectRetrying(const union socketAddress *from, const union socketAddress *addr,
+                           uint64_t deadlineNs, atomic_int *abortFlag, int refusedFinal,
+                           int *lastErr, int *fd)
 {
     int backoffMs = CONNECT_BACKOFF_MIN_MS;
 
@@ -422,7 +483,7 @@ static int connectRetrying(const union socketAddress *addr, uint64_t deadlineNs,
             return ECANCELED;
         if (socketClockNs() >= deadlineNs)
             return ETIMEDOUT;
-        int err = connectOnce(addr, deadlineNs, abortFlag, fd);
+        int err = connectOnce(from, addr, deadlineNs, abortFlag, fd);
         if (err == 0 || err == ECANCELED || !connectRetryable(err) ||
             (refusedFinal && err == ECONNREFUSED))
             return err;
@@ -438,7 +499,7 @@ loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
                            atomic_int *abortFlag, const char *who, int *fd)
 {
     int lastErr;
-    int err = connectRetrying(addr, deadlineNs, abortFlag, 0, &lastErr, fd);
+    int err = connectRetrying(NULL, addr, deadlineNs, abortFlag, 0, &lastErr, fd);
 
     return err == 0 ? loomSuccess : connectFailed(addr, err, lastErr, who);
 }
@@ -446,9 +507,16 @@ loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
 loomResult_t socketConnectListener(const union socketAddress *addr, uint64_t deadlineNs,
                                    atomic_int *abortFlag, const char *who, int *fd)
 {
+    return socketConnectListenerFrom(NULL, addr, deadlineNs, abortFlag, who, fd);
+}
+
+loomResult_t socketConnectListenerFrom(const union socketAddress *from,
+                                       const union socketAddress *addr, uint64_t deadlineNs,
+                                       atomic_int *abortFlag, const char *who, int *fd)
+{
     char name[SOCKET_ADDR_STRLEN];
     int lastErr;
-    int err = connectRetrying(addr, deadlineNs, abortFlag, 1, &lastErr, fd);
+    int err = connectRetrying(from, addr, deadlineNs, abortFlag, 1, &lastErr, fd);
 
     if (err != ECONNREFUSED)
         return err == 0 ? loomSuccess : connectFailed(addr, err, lastErr, who);

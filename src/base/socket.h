@@ -97,6 +97,24 @@ loomResult_t socketFindInterfaceSpec(const char *spec, union socketAddress *addr
                                      size_t ifnameLen);
 
 /*
+ * Rails: every interface LOOM_SOCKET_IFNAME-style `spec` matches, for
+ * striping over several links. Fills rails[0..max-1] with one address each
+ * (port 0; IPv4 before IPv6), sorted by interface name so that rail r is the
+ * same network on every host, and returns how many (0 when spec is NULL or
+ * empty: no list was given, so the single socketFindInterface choice holds).
+ * Only interfaces of the best kind count (real, then docker*, then loopback),
+ * as socketFindInterface ranks them.
+ */
+struct socketRail {
+    union socketAddress addr;
+    char ifname[32];
+    int rank; /* internal: how good the address is */
+};
+int socketFindRails(const char *spec, struct socketRail *rails, int max);
+/* 1 if the interface is up and running (has carrier), or if that cannot be told. */
+int socketInterfaceUp(const char *ifname);
+
+/*
  * Opens a listening socket bound to addr (port 0: an ephemeral port), with
  * SO_REUSEADDR. Stores the socket in *fd and the address actually bound in
  * *bound. On failure nothing is left open.
@@ -119,6 +137,10 @@ loomResult_t socketConnect(const union socketAddress *addr, uint64_t deadlineNs,
  */
 loomResult_t socketConnectListener(const union socketAddress *addr, uint64_t deadlineNs,
                                    atomic_int *abortFlag, const char *who, int *fd);
+/* As socketConnectListener, from the local address `from` (port 0; NULL: the kernel's choice). */
+loomResult_t socketConnectListenerFrom(const union socketAddress *from,
+                                       const union socketAddress *addr, uint64_t deadlineNs,
+                                       atomic_int *abortFlag, const char *who, int *fd);
 /*
  * One attempt of socketConnect: 0 with *fd set, or the errno value that
  * ended it (ECONNREFUSED: nothing listens there; ETIMEDOUT at the deadline;

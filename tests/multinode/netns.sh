@@ -21,6 +21,9 @@
 #   mn_require           skip (one line) unless root, ip netns, veth, bridges, unshare work
 #   mn_hosts K           create hosts h1..hK
 #   mn_addr HOST         its eth0 address
+#   mn_rail2 K           a second rail: eth1 = 10.232.0.I/24 in hosts h1..hK, on a bridge br1
+#                        of its own (in PREFIX-sw, ports q1..qK), so eth0 and eth1 are two
+#                        networks, as two NICs on two switches
 #   mn_cleanup           remove everything (idempotent)
 # Commands (scripts written by mn_hosts, so that run/timeout can start them):
 #   $MN_EXEC HOST CMD...       run CMD in HOST with hostname HOST
@@ -28,6 +31,7 @@
 
 MN_PREFIX="loom$$"
 MN_NET=10.231.0
+MN_NET2=10.232.0
 MN_HOSTS=""
 MN_AGENT=$TEST_TMPDIR/rsh-agent
 MN_EXEC=$TEST_TMPDIR/mn-exec
@@ -111,6 +115,21 @@ exec "$MN_EXEC" h1 mpirun --allow-run-as-root --hostfile "\$hostfile" -np \$((k 
     --mca btl tcp,self --mca btl_tcp_if_include eth0 "\$@"
 EOS
     chmod +x "$MN_AGENT" "$MN_EXEC" "$MN_MPIRUN"
+}
+
+mn_rail2() {
+    _sw=$MN_PREFIX-sw
+    ip -n "$_sw" link add br1 type bridge && ip -n "$_sw" link set br1 up ||
+        fail "cannot create the second bridge in $_sw"
+    _i=1
+    while [ "$_i" -le "$1" ]; do
+        _ns=$MN_PREFIX-h$_i
+        ip link add eth1 netns "$_ns" type veth peer name "q$_i" netns "$_sw" &&
+            ip -n "$_sw" link set "q$_i" master br1 && ip -n "$_sw" link set "q$_i" up &&
+            ip -n "$_ns" addr add "$MN_NET2.$_i/24" dev eth1 && ip -n "$_ns" link set eth1 up ||
+            fail "cannot wire host h$_i's second rail"
+        _i=$((_i + 1))
+    done
 }
 
 mn_addr() {

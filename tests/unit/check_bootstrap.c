@@ -414,6 +414,20 @@ START_TEST(test_interface_choice)
         ck_assert_str_ne(name, "lo");
     else
         ck_assert_str_eq(name, "lo");
+    /* Rails: every match, one address each (IPv4 first), sorted by name; none without a list. */
+    struct socketRail rails[4];
+    ck_assert_int_eq(socketFindRails("lo", rails, 4), 1);
+    ck_assert_str_eq(rails[0].ifname, "lo");
+    socketAddrFormat(&rails[0].addr, text, sizeof(text));
+    ck_assert_str_eq(text, "127.0.0.1:0");
+    ck_assert_int_eq(socketFindRails("", rails, 4), 0);
+    ck_assert_int_eq(socketFindRails(NULL, rails, 4), 0);
+    ck_assert_int_eq(socketFindRails("nosuchif9", rails, 4), 0);
+    int n = socketFindRails("^nosuchif9", rails, 4);
+    for (int i = 1; i < n; i++)
+        ck_assert_int_lt(strcmp(rails[i - 1].ifname, rails[i].ifname), 0);
+    ck_assert_int_eq(socketInterfaceUp("lo"), 1);
+    ck_assert_int_eq(socketInterfaceUp("nosuchif9"), 0);
 }
 END_TEST
 
