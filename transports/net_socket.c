@@ -69,6 +69,7 @@
 #include "param.h"
 #include "proxy.h"
 #include "socket.h"
+#include "tls.h"
 #include "wire.h"
 
 #define SOCK_MAX 16
@@ -190,8 +191,7 @@ static int opSend(struct sockLink *l, struct sockOp *op, int *err)
         size_t dataDone = op->done > hdrLen ? op->done - hdrLen : 0;
         if (op->len > dataDone)
             iov[n++] = (struct iovec){op->data + dataDone, op->len - dataDone};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t s = sendmsg(l->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t s = tlsSendv(l->fd, iov, n);
         if (s > 0) {
             op->done += (size_t)s;
             continue;
@@ -209,7 +209,7 @@ static int opSend(struct sockLink *l, struct sockOp *op, int *err)
 static int recvSome(int fd, char *buf, size_t want, size_t *got, int *err)
 {
     while (want > 0) {
-        ssize_t r = recv(fd, buf, want, MSG_DONTWAIT);
+        ssize_t r = tlsRecv(fd, buf, want);
         if (r > 0) {
             *got += (size_t)r;
             buf += r;
@@ -525,7 +525,7 @@ static loomResult_t linkFailed(struct sockConn *sc, struct sockLink *l)
     const char *what = err == SOCK_ERR_EOF     ? "closed by the peer"
                        : err == SOCK_ERR_FRAME ? "a malformed message header (the peers disagree "
                                                  "about the protocol)"
-                                               : strerror(err);
+                                               : socketErrText(err);
     snprintf(sc->nc->why, sizeof(sc->nc->why), "NET/socket: %s rank %d (channel %d, socket %d): %s",
              sc->nc->isSend ? "sending to" : "receiving from", sc->nc->peer, sc->nc->channel,
              l->index, what);
@@ -583,8 +583,8 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
 static void noticeFlush(struct sockConn *sc)
 {
     while (sc->noticeDone < sc->noticeLen) {
-        ssize_t s = send(sc->links[0].fd, sc->notice + sc->noticeDone,
-                         sc->noticeLen - sc->noticeDone, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t s =
+            tlsSend(sc->links[0].fd, sc->notice + sc->noticeDone, sc->noticeLen - sc->noticeDone);
         if (s > 0)
             sc->noticeDone += (size_t)s;
         else if (s < 0 && errno == EINTR)
@@ -628,8 +628,7 @@ static void sockPollNotice(void *state, struct netConn *c)
             sc->noticeOver = 1;
             return;
         }
-        ssize_t r =
-            recv(sc->links[0].fd, sc->notice + sc->noticeDone, (size_t)missing, MSG_DONTWAIT);
+        ssize_t r = tlsRecv(sc->links[0].fd, sc->notice + sc->noticeDone, (size_t)missing);
         if (r > 0)
             sc->noticeDone += (size_t)r;
         else if (r < 0 && errno == EINTR)
@@ -711,6 +710,7 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
          * address on the same rail, so that the socket leaves by that interface. */
         LOOMCHECK(socketConnectListenerFrom(sc->nrails > 1 ? &st->rails[rail].addr : NULL, &addr,
                                             deadline, &comm->abortFlag, who, &sc->links[s].fd));
+        LOOMCHECK(tlsWrap(sc->links[s].fd, 0, bootstrapSecret(comm->bootstrap)));
         helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
         LOOMCHECK(
             socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));
@@ -743,9 +743,13 @@ static void acceptOne(struct sockState *st, int fd)
     uint8_t h[SOCK_HELLO_BYTES];
     char peer[SOCKET_ADDR_STRLEN];
     const char *why = NULL;
+    if (tlsWrap(fd, 1, bootstrapSecret(comm->bootstrap)) != loomSuccess) {
+        why = debugLastError(NULL);
+        goto drop;
+    }
     if (socketRecvAll(fd, h, sizeof(h), socketDeadline(SOCK_HELLO_SEC), &comm->abortFlag, NULL) !=
         loomSuccess) {
-        why = "no whole hello";
+        why = errno == EKEYREJECTED ? socketErrText(errno) : "no whole hello";
         goto drop;
     }
     int rank = (int)wireGet32(h + 4 + SOCK_NONCE_BYTES),
@@ -926,6 +930,38 @@ static int sockMissing(struct netConn **conns, int n)
     return missing;
 }
 
+/*
+ * Waits until the TLS handshakes of conns' sockets are done and their hellos are out (tls.h):
+ * from then on only the thread that moves a socket touches its session, and it waits on the
+ * socket alone. Without LOOM_NET_TLS every socket is ready at once.
+ */
+static loomResult_t tlsSettle(struct sockState *st, struct netConn **conns, int n,
+                              uint64_t deadline)
+{
+    struct loomComm *comm = st->comm;
+    for (int i = 0; i < n; i++) {
+        struct sockConn *sc = conns[i]->priv;
+        for (int s = 0; s < sc->nsocks; s++) {
+            int r;
+            while ((r = tlsReady(sc->links[s].fd)) == 0) {
+                if (socketAborted(&comm->abortFlag) || socketPollMs(deadline) == 0)
+                    return loomSetError(socketAborted(&comm->abortFlag) ? loomRemoteError
+                                                                        : loomTimeout,
+                                        "NET/socket: rank %d: no TLS handshake with rank %d (%s) "
+                                        "within %d s",
+                                        comm->rank, conns[i]->peer,
+                                        comm->peers[conns[i]->peer].hostname, comm->timeoutSec);
+                poll(NULL, 0, 1);
+            }
+            if (r < 0)
+                return loomSetError(loomRemoteError, "NET/socket: rank %d with rank %d (%s): %s",
+                                    comm->rank, conns[i]->peer,
+                                    comm->peers[conns[i]->peer].hostname, socketErrText(errno));
+        }
+    }
+    return loomSuccess;
+}
+
 static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n,
                                       const void *record)
 {
@@ -943,6 +979,7 @@ static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n
         LOOMCHECK(acceptWait(st, deadline, who));
         LOOMCHECK(acceptPending(st));
     }
+    LOOMCHECK(tlsSettle(st, conns, n, deadline));
     /* Helpers take the connections of the first batch the core connects (init's) once all of
      * it is in; later ones stay with the proxy. */
     int complete = 1;

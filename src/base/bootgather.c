@@ -63,7 +63,7 @@ static void gatherRead(struct helloGather *g, struct helloConn *c)
 {
     /* Read no further than the hello: whatever follows it belongs to the taker. */
     if (socketTryRecv(c->fd, c->buf, sizeof(c->buf), &c->got) != loomSuccess) {
-        gatherDrop(g, c, errno == 0 ? "closed before a whole hello" : strerror(errno));
+        gatherDrop(g, c, errno == 0 ? "closed before a whole hello" : socketErrText(errno));
         return;
     }
     if (c->got == sizeof(c->buf))
@@ -109,6 +109,11 @@ static int gatherAccept(struct helloGather *g)
         }
         if (fd < 0)
             return 0;
+        if (tlsWrap(fd, 1, g->secret) != loomSuccess) {
+            INFO(LOOM_BOOTSTRAP, "bootstrap %s: %s", g->owner, debugLastError(NULL));
+            socketClose(fd);
+            continue;
+        }
         if (g->nconns == MAX_PENDING) {
             gatherDrop(g, &g->conns[0], "too many connections without a hello; oldest dropped");
             gatherCompact(g);

@@ -13,6 +13,7 @@
 #include "bootstrap.h"
 #include "bootwire.h"
 #include "socket.h"
+#include "tls.h"
 
 /* A connection gets this long to deliver its whole hello; strangers cost no more. */
 #define HELLO_TIMEOUT_SEC 5

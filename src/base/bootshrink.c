@@ -246,8 +246,13 @@ static loomResult_t shrinkConnect(struct loomBootstrap *b, const struct bootstra
     socketAddrFromBootstrap(&b->peers[meet], &addr);
     for (;;) {
         uint64_t step = socketDeadline(0.5);
-        if (socketConnect(&addr, step < deadline ? step : deadline, NULL, NULL, fd) == loomSuccess)
-            return loomSuccess;
+        if (socketConnect(&addr, step < deadline ? step : deadline, NULL, NULL, fd) ==
+            loomSuccess) {
+            loomResult_t res = tlsWrap(*fd, 0, b->secret);
+            if (res != loomSuccess)
+                socketClose(*fd);
+            return res;
+        }
         if (s->gone && s->gone(s->goneCtx, meet))
             return loomSetError(loomRemoteError,
                                 "loomCommShrink: rank %d: %s, where the ranks kept meet (the "

@@ -92,15 +92,16 @@ static loomResult_t tableRecv(struct loomBootstrap *b, int fd, void *buf, size_t
         return loomSetError(loomSystemError,
                             "bootstrap: rank %d of %d: the root at %s closed the connection%s",
                             b->rank, b->nranks, rootName, trouble);
-    if (err == 0)
+    if (err == 0 || err == ECONNRESET)
         return loomSetError(loomRemoteError,
                             "bootstrap: rank %d of %d: the root at %s closed the connection: it "
                             "refused the hello (the id is from another job, nranks differs "
-                            "between ranks, or rank %d joined twice) or gave up waiting",
-                            b->rank, b->nranks, rootName, b->rank);
+                            "between ranks, rank %d joined twice, or LOOM_NET_TLS differs: it is "
+                            "%d here) or gave up waiting",
+                            b->rank, b->nranks, rootName, b->rank, tlsWanted());
     return loomSetError(trouble[0] ? loomSystemError : loomRemoteError,
                         "bootstrap: rank %d: connection to the root at %s failed: %s%s", b->rank,
-                        rootName, strerror(err), trouble);
+                        rootName, socketErrText(err), trouble);
 }
 
 static loomResult_t tableRead(struct loomBootstrap *b, int fd, uint64_t deadline,
@@ -159,7 +160,9 @@ static loomResult_t joinRoot(struct loomBootstrap *b, const struct bootstrapId *
         snprintf(line, sizeof(line), "%s", debugLastError(NULL));
         return trouble[0] ? loomSetError(loomSystemError, "%s%s", line, trouble) : res;
     }
-    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    res = tlsWrap(fd, 0, b->secret);
+    if (res == loomSuccess)
+        res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = tableRead(b, fd, deadline, rootName);
     socketClose(fd);
@@ -236,6 +239,7 @@ static loomResult_t ringConnect(struct loomBootstrap *b, uint64_t deadline)
     LOOMCHECK(helloMake(b, hello));
     /* Every rank listened before it said hello to the root, so the successor is listening. */
     LOOMCHECK(socketConnect(&nextAddr, deadline, b->abortFlag, who, &b->nextFd));
+    LOOMCHECK(tlsWrap(b->nextFd, 0, b->secret));
     LOOMCHECK(socketSendAll(b->nextFd, hello, sizeof(hello), deadline, b->abortFlag, who));
     LOOMCHECK(ringAcceptPrev(b, deadline));
     INFO(LOOM_BOOTSTRAP, "bootstrap: rank %d of %d: ring up, next %s, prev %s", b->rank, b->nranks,
@@ -343,7 +347,7 @@ static loomResult_t ringLost(const struct loomBootstrap *b, int sending, int err
                             dir, label, b->rank, step + 1, b->nranks - 1);
     return loomSetError(loomRemoteError,
                         "bootstrap: connection %s %s failed during allgather: %s (rank %d)", dir,
-                        label, strerror(err), b->rank);
+                        label, socketErrText(err), b->rank);
 }
 
 static loomResult_t ringStalled(const struct loomBootstrap *b, int sending, size_t done,
@@ -446,6 +450,11 @@ loomResult_t bootstrapBarrier(struct loomBootstrap *b)
     loomResult_t res = bootstrapAllGather(b, tokens, 1);
     free(tokens);
     return res;
+}
+
+const uint8_t *bootstrapSecret(const struct loomBootstrap *b)
+{
+    return b->secret;
 }
 
 void bootstrapClose(struct loomBootstrap *b)
@@ -576,7 +585,9 @@ loomResult_t bootstrapSend(struct loomBootstrap *b, int peer, uint32_t tag, cons
         int ms = socketPollMs(deadline);
         poll(NULL, 0, ms < backoffMs ? ms : backoffMs);
     }
-    res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
+    res = tlsWrap(fd, 0, b->secret);
+    if (res == loomSuccess)
+        res = socketSendAll(fd, hello, sizeof(hello), deadline, b->abortFlag, who);
     if (res == loomSuccess)
         res = socketSendAll(fd, hdr, sizeof(hdr), deadline, b->abortFlag, who);
     if (res == loomSuccess && bytes > 0)

@@ -146,6 +146,8 @@ loomResult_t bootstrapDecodeTable(const uint8_t *buf, size_t len, int nranks,
 #define BOOTSTRAP_FRAME_BYTES 16
 size_t bootstrapEncodeFrame(uint32_t seq, uint64_t bytes, uint8_t *buf, size_t len);
 loomResult_t bootstrapDecodeFrame(const uint8_t *buf, size_t len, uint32_t *seq, uint64_t *bytes);
+/* The job's secret (from the unique id) that b presents: the root of the TLS key (tls.h). */
+const uint8_t *bootstrapSecret(const struct loomBootstrap *b);
 /* Constant-time comparison of two secrets: 1 if equal. */
 int bootstrapSecretEqual(const uint8_t *a, const uint8_t *b);
 

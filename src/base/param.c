@@ -120,6 +120,15 @@ static const struct paramRow paramTable[] = {
                                     NULL,
                                     "helper threads per communicator that move the parts of "
                                     "large TCP messages; 0: the proxy thread moves all, 0..16"},
+    [LOOM_PARAM_NET_TLS] = {"LOOM_NET_TLS", PARAM_INT, "0", 0, 1, "a switch", NULL,
+#ifdef HAVE_OPENSSL
+                            "1: TLS 1.3 with a key derived from the unique id on every TCP "
+                            "connection (bootstrap and NET/socket); set it on every rank "
+                            "(this build has TLS)"},
+#else
+                            "1: TLS 1.3 on every TCP connection; this build has no TLS "
+                            "(configure found no OpenSSL 3), so 1 is refused"},
+#endif
     [LOOM_PARAM_ROOT_ADDR] = {"LOOM_ROOT_ADDR", PARAM_STR, "", 0, 0, NULL, NULL,
                               "host:port where rank 0 listens for the others when "
                               "loomCommInitFromEnv runs without loomrun (mpirun, srun)"},

@@ -31,6 +31,7 @@ typedef enum {
     LOOM_PARAM_IB_GID_INDEX,    /* int */
     LOOM_PARAM_SOCKET_NSOCKS,   /* int: TCP sockets per connection */
     LOOM_PARAM_SOCKET_NTHREADS, /* int: helper threads moving large TCP messages */
+    LOOM_PARAM_NET_TLS,         /* int 0/1: TLS 1.3 on every TCP connection */
     LOOM_PARAM_ROOT_ADDR,       /* string: host:port of the rendezvous (loomCommInitFromEnv) */
     LOOM_PARAM_CMA_DISABLE,     /* int 0/1: no single-copy collectives (process_vm_readv) */
     LOOM_PARAM_CMA_MIN_BYTES,   /* int: smallest collective that runs single-copy */

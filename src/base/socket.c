@@ -28,6 +28,7 @@
 
 #include "debug.h"
 #include "param.h"
+#include "tls.h"
 
 #define NS_PER_SEC 1000000000ull
 #define NS_PER_MS 1000000ull
@@ -601,7 +602,7 @@ loomResult_t socketAccept(int listenFd, uint64_t deadlineNs, atomic_int *abortFl
 loomResult_t socketTrySend(int fd, const void *buf, size_t len, size_t *done)
 {
     while (*done < len) {
-        ssize_t n = send(fd, (const char *)buf + *done, len - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = tlsSend(fd, (const char *)buf + *done, len - *done);
         if (n > 0) {
             *done += (size_t)n;
             continue;
@@ -620,7 +621,7 @@ loomResult_t socketTrySend(int fd, const void *buf, size_t len, size_t *done)
 loomResult_t socketTryRecv(int fd, void *buf, size_t len, size_t *done)
 {
     while (*done < len) {
-        ssize_t n = recv(fd, (char *)buf + *done, len - *done, MSG_DONTWAIT);
+        ssize_t n = tlsRecv(fd, (char *)buf + *done, len - *done);
         if (n > 0) {
             *done += (size_t)n;
             continue;
@@ -659,7 +660,7 @@ static loomResult_t transferFailed(int fd, int cause, int sending, size_t done, 
     if (cause == 0)
         return loomSetError(res, "%s: connection closed by the peer %s with %zu of %zu bytes %s",
                             who, peer, done, len, verb);
-    return loomSetError(res, "%s: %s (peer %s) with %zu of %zu bytes %s", who, strerror(cause),
+    return loomSetError(res, "%s: %s (peer %s) with %zu of %zu bytes %s", who, socketErrText(cause),
                         peer, done, len, verb);
 }
 
@@ -702,7 +703,15 @@ void socketClose(int fd)
 {
     if (fd >= 0) {
         int saved = errno;
-        close(fd);
+        if (!tlsClose(fd)) /* else TLS's thread closes it once its last bytes are out */
+            close(fd);
         errno = saved;
     }
+}
+
+const char *socketErrText(int err)
+{
+    if ((err == EKEYREJECTED || err == EPROTO) && tlsFailure()[0] != '\0')
+        return tlsFailure();
+    return debugErrnoText(err);
 }

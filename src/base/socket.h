@@ -180,7 +180,10 @@ loomResult_t socketRecvAll(int fd, void *buf, size_t len, uint64_t deadlineNs,
 loomResult_t socketTrySend(int fd, const void *buf, size_t len, size_t *done);
 loomResult_t socketTryRecv(int fd, void *buf, size_t len, size_t *done);
 
-/* Closes fd if it is >= 0 (keeping errno). */
+/* Closes fd if it is >= 0 (keeping errno), ending its TLS session (tls.h) if it has one. */
 void socketClose(int fd);
+/* The text of an errno value from these functions: a TLS failure's own line (tls.h), else
+ * debugErrnoText. */
+const char *socketErrText(int err);
 
 #endif /* LOOM_SOCKET_H_ */
