@@ -614,6 +614,20 @@ static ssize_t earlyKeep(struct tlsSession *s, const void *buf, size_t len)
     return (ssize_t)len;
 }
 
+/* SSL_read or SSL_write on a settled session (s locked), with send/recv's results. */
+static ssize_t sslMove(struct tlsSession *s, void *buf, size_t len, int reading)
+{
+    struct pipeGuard g; /* a read too may write: an alert in answer */
+    int cap = len > INT32_MAX ? INT32_MAX : (int)len;
+    pipeBlock(&g);
+    ERR_clear_error();
+    errno = 0;
+    int n = reading ? SSL_read(s->ssl, buf, cap) : SSL_write(s->ssl, buf, cap);
+    ssize_t r = n > 0 ? n : ownerResult(s, n, reading);
+    pipeRestore(&g);
+    return r;
+}
+
 ssize_t tlsSend(int fd, const void *buf, size_t len)
 {
     struct tlsSession *s = sessionOf(fd);
@@ -626,12 +640,7 @@ ssize_t tlsSend(int fd, const void *buf, size_t len)
     } else if (!s->done || s->outDone < s->outLen) {
         r = earlyKeep(s, buf, len); /* the pump has s on its list until these are out */
     } else {
-        struct pipeGuard g;
-        pipeBlock(&g);
-        ERR_clear_error();
-        int n = SSL_write(s->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-        r = n > 0 ? n : ownerResult(s, n, 0);
-        pipeRestore(&g);
+        r = sslMove(s, (void *)buf, len, 0);
     }
     pthread_mutex_unlock(&s->lock);
     return r;
@@ -680,13 +689,7 @@ ssize_t tlsRecv(int fd, void *buf, size_t len)
         errno = EAGAIN; /* the pump is still shaking hands */
         r = -1;
     } else {
-        struct pipeGuard g; /* a read may answer with an alert */
-        pipeBlock(&g);
-        ERR_clear_error();
-        errno = 0;
-        int n = SSL_read(s->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-        r = n > 0 ? n : ownerResult(s, n, 1);
-        pipeRestore(&g);
+        r = sslMove(s, buf, len, 1);
     }
     pthread_mutex_unlock(&s->lock);
     return r;
