@@ -98,11 +98,6 @@ int tlsClose(int fd)
     return 0;
 }
 
-const char *tlsKernelOffload(void)
-{
-    return "not built";
-}
-
 #else /* HAVE_OPENSSL */
 
 #include <openssl/err.h>
@@ -154,11 +149,6 @@ static char offload[64] = "not tried";
 int tlsBuiltIn(void)
 {
     return 1;
-}
-
-const char *tlsKernelOffload(void)
-{
-    return offload;
 }
 
 /* ---- the descriptor table ---- */

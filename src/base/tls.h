@@ -27,8 +27,8 @@
  * that hand sockets to threads that wait edge-triggered.
  *
  * Kernel TLS: the context asks OpenSSL for it (SSL_OP_ENABLE_KTLS); where
- * the kernel has the "tls" ULP, records are then sealed by the kernel;
- * tlsKernelOffload says what the first handshake got.
+ * the kernel has the "tls" ULP, records are then sealed by the kernel; the
+ * first handshake says at INFO (NET) whether it did.
  */
 #ifndef LOOM_TLS_H_
 #define LOOM_TLS_H_
@@ -66,7 +66,5 @@ int tlsReady(int fd);
 int tlsClose(int fd);
 /* The calling thread's last TLS failure, one line ("" if none). */
 const char *tlsFailure(void);
-/* "send yes, receive no" after the first handshake; "not tried" before. */
-const char *tlsKernelOffload(void);
 
 #endif /* LOOM_TLS_H_ */
