@@ -50,7 +50,7 @@ loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            loomStream_t stream)
 {
     struct loomOp o = {
-        LOOM_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, NULL};
+        LOOM_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, NULL, 0};
     return opIssue(&o);
 }
 
@@ -66,7 +66,8 @@ loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                        root,
                        comm,
                        stream,
-                       NULL};
+                       NULL,
+                       0};
     return opIssue(&o);
 }
 
@@ -74,7 +75,7 @@ loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count, loom
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream)
 {
     struct loomOp o = {LOOM_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm,
-                       stream,           NULL};
+                       stream,           NULL,     0};
     return opIssue(&o);
 }
 
@@ -90,7 +91,8 @@ loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                        0,
                        comm,
                        stream,
-                       NULL};
+                       NULL,
+                       0};
     return opIssue(&o);
 }
 
@@ -107,7 +109,8 @@ loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                        0,
                        comm,
                        stream,
-                       NULL};
+                       NULL,
+                       0};
     return opIssue(&o);
 }
 
@@ -115,7 +118,7 @@ loomResult_t loomAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
 {
     struct loomOp o = {
-        LOOM_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, loomSum, 0, comm, stream, NULL};
+        LOOM_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, loomSum, 0, comm, stream, NULL, 0};
     return opIssue(&o);
 }
 
@@ -147,23 +150,23 @@ loomResult_t loomAlltoAllv(const void *sendbuff, const size_t sendcounts[], cons
     memcpy(v + 2 * n, recvcounts, n * sizeof(*v));
     memcpy(v + 3 * n, rdispls, n * sizeof(*v));
     struct loomOp o = {
-        LOOM_COLL_ALLTOALLV, sendbuff, recvbuff, 0, datatype, loomSum, 0, comm, stream, v};
+        LOOM_COLL_ALLTOALLV, sendbuff, recvbuff, 0, datatype, loomSum, 0, comm, stream, v, 0};
     return opIssue(&o);
 }
 
 loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_SEND, sendbuff, NULL, count,  datatype,
-                       loomSum,        peer,     comm, stream, NULL};
+    struct loomOp o = {LOOM_COLL_SEND, sendbuff, NULL,   count, datatype, loomSum,
+                       peer,           comm,     stream, NULL,  0};
     return opIssue(&o);
 }
 
 loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
                       loomComm_t comm, loomStream_t stream)
 {
-    struct loomOp o = {LOOM_COLL_RECV, NULL, recvbuff, count,  datatype,
-                       loomSum,        peer, comm,     stream, NULL};
+    struct loomOp o = {LOOM_COLL_RECV, NULL, recvbuff, count, datatype, loomSum,
+                       peer,           comm, stream,   NULL,  0};
     return opIssue(&o);
 }
 

@@ -27,7 +27,8 @@ struct loomOp {
     int root; /* Broadcast/Reduce root; Send/Recv peer */
     struct loomComm *comm;
     struct loomStream *stream;
-    size_t *v; /* AlltoAllv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned */
+    size_t *v;       /* AlltoAllv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned */
+    uint64_t recPos; /* its flight recorder entry + 1 while it runs (src/recorder.c), else 0 */
 };
 
 /* Frees what an op owns. */

@@ -28,6 +28,7 @@
 #include "connect.h"
 #include "debug.h"
 #include "exec.h"
+#include "recorder.h"
 
 /*
  * A peer found dead with no notice is reported only after this: a rank that
@@ -117,6 +118,30 @@ static int laneDeadPeer(const struct loomLane *l)
             return p;
     }
     return -1;
+}
+
+/*
+ * The peer lane l's step waits for, for the flight recorder: a receive with
+ * nothing in its FIFO, else a send with no free slot (the first of each),
+ * else its first peer (an offer, a GPU still busy); -1 for a step with none.
+ */
+static int laneBlockedOn(const struct loomLane *l)
+{
+    const struct loomStep *s = &l->step;
+    const struct loomChannel *ch = &l->comm->channels[l->channel];
+    for (int j = 0; ch->recv && j < s->nrecv; j++) {
+        const struct loomConnector *rc = &ch->recv[s->recvPeers[j]];
+        if (rc->fifo && atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+            return s->recvPeers[j];
+    }
+    uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
+    for (int j = 0; ch->send && j < s->nsend; j++) {
+        const struct loomConnector *sc = &ch->send[s->sendPeers[j]];
+        if (sc->fifo &&
+            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos)
+            return s->sendPeers[j];
+    }
+    return s->nrecv ? s->recvPeers[0] : s->nsend ? s->sendPeers[0] : -1;
 }
 
 /* The first lane not done, to name who we wait for. */
@@ -246,6 +271,8 @@ loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, s
             w->deadSince = 0; /* none in sight now: one seen later gets its own grace */
     }
     const struct loomLane *b = firstBlocked(lanes, nlanes);
+    if (b->more)
+        recorderWaiting(b->comm, laneBlockedOn(b), (int64_t)b->cur);
     if (now - w->idleSince >= (uint64_t)b->comm->timeoutSec * 1000000000ULL) {
         if (!b->more)
             return loomSetError(loomTimeout,
@@ -312,6 +339,10 @@ void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t res, int po
         int first = 1;
         for (int j = 0; j < i; j++)
             first &= lanes[j].comm != comm;
+        /* A rank that timed out itself tells the job's status (before its peers hear of it and
+         * leave the calls they wait in); one told of it does not. */
+        if (first)
+            recorderFailed(comm, res, post && res == loomTimeout);
         if (post && first)
             execPostFailure(comm, res, reason);
     }

@@ -38,6 +38,7 @@
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
+#include "recorder.h"
 #include "topo.h"
 #include "transport.h"
 #include "tuner.h"
@@ -514,6 +515,7 @@ static void commFree(struct loomComm *comm)
         comm->channels[c].send = comm->channels[c].recv = NULL;
     }
     plannerFree(comm);
+    recorderFree(comm);
     free(comm->peers);
     topoFree(comm->topo);
     free(comm->linkTransport);
@@ -558,6 +560,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(bootstrapInit(id, comm->rank, comm->nranks, comm->timeoutSec, &comm->abortFlag,
                             &comm->bootstrap));
     LOOMCHECK(commExchangePeers(comm));
+    recorderInit(comm, id, sizeof(*id));
     commSizes(comm);
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));

@@ -26,6 +26,7 @@
 #include "interp.h"
 #include "kexec.h"
 #include "plan.h"
+#include "recorder.h"
 #include "reduce.h"
 #include "topo.h"
 #include "tuner.h"
@@ -57,7 +58,7 @@ struct loomPlanner {
      */
     struct {
         int valid;
-        int coll, dt, op, root, nlanes, proto;
+        int coll, dt, op, root, nlanes, proto, algo;
         size_t count;
         const void *send;
         void *recv;
@@ -276,6 +277,7 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
         p->stageBytes = alignUp(opBytes(op));
     p->scratchOff = pl->scratchTaken;
     pl->scratchTaken += p->stageBytes;
+    recorderChose(op, (int)p->tune.algo, p->proto);
 }
 
 /* Grows each communicator's scratch to what the plan's ops took (before any pointer is handed out).
@@ -418,6 +420,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, int built)
     pl->memo.send = op->sendbuff, pl->memo.recv = op->recvbuff;
     pl->memo.nlanes = p->lanes;
     pl->memo.proto = p->proto;
+    pl->memo.algo = (int)p->tune.algo;
     memcpy(pl->memo.sched, p->sched, (size_t)p->lanes * sizeof(p->sched[0]));
     pl->memo.gen = pl->gen;
     pl->memo.valid = 1;
@@ -442,6 +445,7 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
                                        .proto = pl->memo.proto};
     }
     *nlanes = pl->memo.nlanes;
+    recorderChose(op, pl->memo.algo, pl->memo.proto);
     return loomSuccess;
 }
 
@@ -461,7 +465,7 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     return res;
 }
 
-loomResult_t planExecute(struct loomOp *ops, int nops)
+static loomResult_t planRun(struct loomOp *ops, int nops)
 {
     int nlanes = 0;
     struct cudaExec *dev;
@@ -492,5 +496,15 @@ loomResult_t planExecute(struct loomOp *ops, int nops)
         res = execRun(tlLanes, nlanes, dev);
     }
     cudaPlanEnd(dev, res);
+    return res;
+}
+
+loomResult_t planExecute(struct loomOp *ops, int nops)
+{
+    for (int i = 0; i < nops; i++)
+        recorderBegin(&ops[i]);
+    loomResult_t res = planRun(ops, nops);
+    for (int i = 0; i < nops; i++)
+        recorderEnd(&ops[i], res);
     return res;
 }

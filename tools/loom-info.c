@@ -25,11 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <hwloc.h>
 
 #include "loom.h"
+#include "recstatus.h"
 #include "toolcomm.h"
 
 #define EXIT_USAGE 2
@@ -40,7 +42,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-H HOSTS] [-k COLL]] [-h]\n"
+    fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-H HOSTS] [-k COLL]]\n"
+                 "                 [--status PID|DIR] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
@@ -57,6 +60,10 @@ static void usage(FILE *out)
                  "                 collective for --tuning: allreduce, broadcast, reduce,\n"
                  "                 allgather, reducescatter, alltoall, sendrecv or all\n"
                  "                 (default: allreduce, broadcast and reduce)\n"
+                 "  -s, --status PID|DIR\n"
+                 "                 what every rank of a job is doing, from the flight recorders:\n"
+                 "                 PID is any rank of the job on this host; DIR holds the files\n"
+                 "                 LOOM_DUMP_DIR made failing ranks write\n"
                  "  -h, --help     print this help\n");
 }
 
@@ -513,23 +520,64 @@ out:
     return rc;
 }
 
+static void emitLine(void *ctx, const char *line)
+{
+    fprintf((FILE *)ctx, "%s\n", line);
+}
+
+/*
+ * --status: the flight recorders (src/recstatus.c) of the job that process
+ * `target` is a rank of, or of the files in directory `target`.
+ */
+static int printStatus(const char *target)
+{
+    struct recJob *jobs = NULL;
+    int njobs = 0, rc;
+    char err[512], *end;
+    struct stat st;
+    long pid = strtol(target, &end, 10);
+    if (stat(target, &st) == 0 && S_ISDIR(st.st_mode)) {
+        rc = recJobsFromDir(target, &jobs, &njobs, err, sizeof(err));
+    } else if (*target && *end == '\0' && pid > 0 && pid <= INT_MAX) {
+        rc = recJobsFromPid((pid_t)pid, &jobs, &njobs, err, sizeof(err));
+    } else if (strchr(target, ':')) {
+        fprintf(stderr,
+                "loom-info: --status %s: HOST:PORT is not supported yet; run loom-info --status "
+                "PID on a host of the job\n",
+                target);
+        return EXIT_USAGE;
+    } else {
+        fprintf(stderr, "loom-info: --status wants the pid of a rank or a directory, not '%s'\n",
+                target);
+        return EXIT_USAGE;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "loom-info: --status %s: %s\n", target, err);
+        return EXIT_FAILURE;
+    }
+    for (int j = 0; j < njobs; j++) {
+        if (j)
+            printf("\n");
+        recJobPrint(&jobs[j], emitLine, stdout);
+    }
+    recJobsFree(jobs, njobs);
+    return EXIT_SUCCESS;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longOptions[] = {
-        {"config", no_argument, NULL, 'c'},
-        {"comm", no_argument, NULL, 'C'},
-        {"tuning", no_argument, NULL, 't'},
-        {"collective", required_argument, NULL, 'k'},
-        {"hosts", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"config", no_argument, NULL, 'c'},      {"comm", no_argument, NULL, 'C'},
+        {"tuning", no_argument, NULL, 't'},      {"collective", required_argument, NULL, 'k'},
+        {"hosts", required_argument, NULL, 'H'}, {"status", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     int config = 0, comm = 0, tuning = 0, nranks = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int nhosts = 0;
-    const char *coll = NULL;
+    const char *coll = NULL, *status = NULL;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "cCtn:H:k:h", longOptions, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "cCtn:H:k:s:h", longOptions, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config = 1;
@@ -555,6 +603,9 @@ int main(int argc, char **argv)
         case 'k':
             coll = optarg;
             break;
+        case 's':
+            status = optarg;
+            break;
         case 'h':
             usage(stdout);
             return EXIT_SUCCESS;
@@ -569,6 +620,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
+    if (status)
+        return printStatus(status);
     if (config)
         return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
     if (tuning) {

@@ -154,9 +154,10 @@ struct loomComm {
     int cmaOk;
     size_t cmaMinBytes; /* LOOM_CMA_MIN_BYTES, the largest any rank set (cmaSetup) */
     struct cmaState *cma;
-    struct memViews *memViews;   /* views of peers' loomMemAlloc blocks (mem.c) */
-    struct kexecComm *kexec;     /* the kernel executor's view of the connectors (kexec.c) */
-    struct devexecComm *devexec; /* the launched kernel's view of them (src/cuda/devexec.c) */
+    struct memViews *memViews;     /* views of peers' loomMemAlloc blocks (mem.c) */
+    struct kexecComm *kexec;       /* the kernel executor's view of the connectors (kexec.c) */
+    struct devexecComm *devexec;   /* the launched kernel's view of them (src/cuda/devexec.c) */
+    struct loomRecorder *recorder; /* the flight recorder (src/recorder.c); NULL: none */
 
     pthread_mutex_t errLock;
     char lastError[512];

@@ -292,6 +292,17 @@ out:
     errno = savedErrno;
 }
 
+void loomLogReport(const char *fmt, ...)
+{
+    int savedErrno = errno;
+    debugInit();
+    va_list ap;
+    va_start(ap, fmt);
+    debugEmit(debugFd, LOOM_LOG_WARN, LOOM_ALL, __FILE__, __LINE__, fmt, ap);
+    va_end(ap);
+    errno = savedErrno;
+}
+
 loomResult_t loomSetError(loomResult_t res, const char *fmt, ...)
 {
     int savedErrno = errno;

@@ -39,6 +39,12 @@ void debugSetRank(int rank);
 void loomLog(loomLogLevel_t level, uint32_t subsys, const char *file, int line, const char *fmt,
              ...) __attribute__((format(printf, 5, 6)));
 
+/*
+ * A WARN line printed whatever LOOM_DEBUG says: for what a failing rank must
+ * always tell (the status table of a timeout, src/recorder.c).
+ */
+void loomLogReport(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define WARN(...) loomLog(LOOM_LOG_WARN, LOOM_ALL, __FILE__, __LINE__, __VA_ARGS__)
 #define INFO(sub, ...)                                                                             \
     do {                                                                                           \

@@ -183,6 +183,9 @@ static const struct paramRow paramTable[] = {
                                           "InfiniBand queue pairs per connection; a message of "
                                           "64 KiB or more is cut over them (fabrics that route "
                                           "flows apart), 1..8, the same on every rank"},
+    [LOOM_PARAM_DUMP_DIR] = {"LOOM_DUMP_DIR", PARAM_STR, "", 0, 0, NULL, NULL,
+                             "directory where a rank whose call fails writes its flight recorder "
+                             "(JSON, one file a rank); loom-info --status DIR reads them"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,
