@@ -54,7 +54,7 @@ struct recEntry {
     _Atomic uint64_t pos; /* k + 1 for the k-th operation of the comm; 0 while written */
     uint64_t seq;         /* collectives: their number (0, 1, ...); Send/Recv: theirs */
     uint64_t count;
-    uint64_t startNs; /* CLOCK_REALTIME */
+    uint64_t startNs; /* CLOCK_REALTIME_COARSE (to a tick: 1-4 ms) */
     _Atomic uint64_t endNs;
     _Atomic uint64_t waitNs; /* when the wait below was last seen */
     _Atomic int64_t waitStep;

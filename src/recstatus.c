@@ -792,8 +792,9 @@ static void statusBehind(const struct recJob *job, char *buf, size_t len)
         return;
     char *in = calloc((size_t)job->nranks, 1), *out = calloc((size_t)job->nranks, 1);
     char *gone = calloc((size_t)job->nranks, 1), *waited = calloc((size_t)job->nranks, 1);
-    if (in && out && gone && waited) {
-        int nOut = 0, nGone = 0, nWaited = 0;
+    char *past = calloc((size_t)job->nranks, 1);
+    if (in && out && gone && waited && past) {
+        int nOut = 0, nGone = 0, nWaited = 0, nPast = 0, nIn = 0;
         for (int p = 0; p < job->nranks; p++) {
             const struct recRank *r = &job->ranks[p];
             const struct recEntry *e = statusLastColl(r);
@@ -805,6 +806,8 @@ static void statusBehind(const struct recJob *job, char *buf, size_t len)
                 const struct recEntry *we = w >= 0 ? statusLast(&job->ranks[w]) : NULL;
                 if (w >= 0 && job->ranks[w].have && (we == NULL || we->state == REC_DONE))
                     waited[w] = 1;
+            } else if (r->have && e && e->seq >= lead->seq) {
+                past[p] = 1; /* it ended that call: whoever is still in it is the odd one */
             } else if (r->have) {
                 out[p] = 1;
             } else if (!r->remote && r->exited) {
@@ -813,9 +816,12 @@ static void statusBehind(const struct recJob *job, char *buf, size_t len)
         }
         for (int p = 0; p < job->nranks; p++) {
             out[p] &= !waited[p];
-            nOut += out[p], nGone += gone[p], nWaited += waited[p];
+            nOut += out[p], nGone += gone[p], nWaited += waited[p], nPast += past[p];
+            nIn += in[p];
         }
-        const char *state = lead->state == REC_RUNNING ? "wait in" : "failed in";
+        const char *state = lead->state != REC_RUNNING ? "failed in"
+                            : nIn > 1                  ? "wait in"
+                                                       : "waits in";
         if (nWaited) {
             statusRankList(job, waited, buf, len);
             statusAppend(buf, len,
@@ -840,6 +846,14 @@ static void statusBehind(const struct recJob *job, char *buf, size_t len)
             statusAppend(buf, len, " %s %s #%llu", state, statusCollName(job, lead),
                          (unsigned long long)lead->seq);
         }
+        if (nPast && !nWaited) {
+            statusAppend(buf, len, "%s", buf[0] ? "; " : "");
+            statusRankList(job, in, buf, len);
+            statusAppend(buf, len, " %s %s #%llu, which ", state, statusCollName(job, lead),
+                         (unsigned long long)lead->seq);
+            statusRankList(job, past, buf, len);
+            statusAppend(buf, len, " ended");
+        }
         if (nGone) {
             statusAppend(buf, len, "%s", buf[0] ? "; " : "");
             statusRankList(job, gone, buf, len);
@@ -854,6 +868,25 @@ static void statusBehind(const struct recJob *job, char *buf, size_t len)
     free(out);
     free(gone);
     free(waited);
+    free(past);
+}
+
+/* Ranks read here that wait for a rank of another host, which only that host can tell about. */
+static void statusRemoteWaits(const struct recJob *job, char *buf, size_t len)
+{
+    for (int p = 0; p < job->nranks; p++) {
+        const struct recEntry *e = statusLast(&job->ranks[p]);
+        int w = e && e->state != REC_DONE ? e->waitPeer : -1;
+        if (w < 0 || w >= job->nranks || !job->ranks[w].remote)
+            continue;
+        statusAppend(buf, len,
+                     "%srank %d %s rank %d at step %lld of %s #%llu; rank %d is on %s, "
+                     "another host: run loom-info --status there",
+                     buf[0] ? "; " : "", p, e->state == REC_RUNNING ? "waits for" : "waited for", w,
+                     (long long)e->waitStep, statusCollName(job, e), (unsigned long long)e->seq, w,
+                     job->ranks[w].host);
+        return;
+    }
 }
 
 void recJobDiagnose(const struct recJob *job, char *buf, size_t len)
@@ -864,6 +897,8 @@ void recJobDiagnose(const struct recJob *job, char *buf, size_t len)
     if (statusMismatch(job, buf, len))
         return; /* the calls themselves disagree: that is the cause */
     statusBehind(job, buf, len);
+    if (buf[0] == '\0')
+        statusRemoteWaits(job, buf, len);
 }
 
 void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *line), void *ctx)
@@ -887,7 +922,15 @@ void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *l
         emit(ctx, line);
     }
     recJobDiagnose(job, what, sizeof(what));
-    snprintf(line, sizeof(line), "%s%s", what[0] ? "wrong: " : "nothing looks wrong",
-             what[0] ? what : "");
+    int remote = 0;
+    for (int p = 0; p < job->nranks; p++)
+        remote += job->ranks[p].remote;
+    if (what[0])
+        snprintf(line, sizeof(line), "wrong: %s", what);
+    else if (remote)
+        snprintf(line, sizeof(line), "nothing looks wrong among the %d ranks read here",
+                 job->nranks - remote);
+    else
+        snprintf(line, sizeof(line), "nothing looks wrong");
     emit(ctx, line);
 }

@@ -14,8 +14,11 @@
  * as every rank of a job (under loomrun, mpirun or srun), it joins the
  * job's communicator and rank 0 prints its hosts, its ring and its two
  * trees, with the transport of every link as the rank at its start sees it.
+ * With --status PID|DIR it prints what every rank of a job is doing, from
+ * the ranks' flight recorders (src/recstatus.c, compiled in: it reads the
+ * recorders' memory or files, not the library).
  *
- * It reads the library only through include/loom.h; the topology is hwloc's
+ * Otherwise it reads the library only through include/loom.h; the topology is hwloc's
  * own view, printed directly, so a report from this tool shows what Loom's
  * topology code starts from.
  */
