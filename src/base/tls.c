@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -179,6 +178,47 @@ static struct tlsSession *sessionOf(int fd)
     return slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
 }
 
+/* ---- the socket BIO, with MSG_NOSIGNAL ----
+ *
+ * OpenSSL's socket BIO writes with write(), which raises SIGPIPE on a
+ * connection the peer has reset, and that kills a process that has not
+ * ignored it (Loom's own sends use MSG_NOSIGNAL). So sessions write through
+ * a copy of the socket BIO whose write is send(MSG_NOSIGNAL); everything
+ * else, kernel TLS included, is the socket BIO's own. A record kTLS must
+ * send as a control message goes through the original write, which knows
+ * how (OpenSSL marks the BIO for it with BIO_FLAGS_KTLS_TX_CTRL_MSG, an
+ * internal flag: 0x1000 in OpenSSL 3).
+ */
+#define TLS_BIO_KTLS_TX_CTRL_MSG 0x1000
+
+static BIO_METHOD *bioMethod;
+static int (*bioWriteOrig)(BIO *, const char *, int);
+
+static int bioWrite(BIO *b, const char *buf, int len)
+{
+    if (BIO_test_flags(b, TLS_BIO_KTLS_TX_CTRL_MSG))
+        return bioWriteOrig(b, buf, len);
+    errno = 0;
+    int n = (int)send((int)BIO_get_fd(b, NULL), buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n <= 0 && BIO_sock_should_retry(n))
+        BIO_set_retry_write(b);
+    return n;
+}
+
+static int bioMake(void)
+{
+    const BIO_METHOD *base = BIO_s_socket();
+    bioMethod = BIO_meth_new(BIO_TYPE_SOCKET, "loom socket");
+    bioWriteOrig = BIO_meth_get_write(base);
+    return bioMethod != NULL && bioWriteOrig != NULL && BIO_meth_set_write(bioMethod, bioWrite) &&
+           BIO_meth_set_read(bioMethod, BIO_meth_get_read(base)) &&
+           BIO_meth_set_puts(bioMethod, BIO_meth_get_puts(base)) &&
+           BIO_meth_set_ctrl(bioMethod, BIO_meth_get_ctrl(base)) &&
+           BIO_meth_set_create(bioMethod, BIO_meth_get_create(base)) &&
+           BIO_meth_set_destroy(bioMethod, BIO_meth_get_destroy(base));
+}
+
 /* ---- the context and the key ---- */
 
 static SSL_SESSION *pskSession(SSL *ssl, const uint8_t *key)
@@ -224,7 +264,7 @@ static void ctxMake(void)
     if (ctx == NULL || !SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
         !SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) ||
         !SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256") ||
-        !SSL_CTX_set_num_tickets(ctx, 0)) {
+        !SSL_CTX_set_num_tickets(ctx, 0) || !bioMake()) {
         snprintf(ctxWhy, sizeof(ctxWhy), "%s",
                  ERR_reason_error_string(ERR_peek_last_error()) ?: "unknown error");
         SSL_CTX_free(ctx);
@@ -244,41 +284,6 @@ static int keyDerive(const uint8_t *secret, uint8_t *key)
     memcpy(in, tlsKeyLabel, sizeof(tlsKeyLabel));
     memcpy(in + sizeof(tlsKeyLabel), secret, BOOTSTRAP_SECRET_BYTES);
     return EVP_Digest(in, sizeof(in), key, &len, EVP_sha256(), NULL) && len == TLS_KEY_BYTES;
-}
-
-/* ---- SIGPIPE ----
- *
- * OpenSSL writes with write(), which raises SIGPIPE on a connection the peer
- * has reset, and that kills a process that has not ignored it (Loom's own
- * sends use MSG_NOSIGNAL). So SIGPIPE is blocked in the calling thread around
- * every OpenSSL call that may write, and one it raised is taken back. Loom's
- * own threads block every signal anyway: for them this costs one call.
- */
-struct pipeGuard {
-    int blocked; /* 1: this guard blocked SIGPIPE and must restore the mask */
-    sigset_t old;
-};
-
-static void pipeBlock(struct pipeGuard *g)
-{
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
-    g->blocked = !sigismember(&g->old, SIGPIPE);
-}
-
-static void pipeRestore(struct pipeGuard *g)
-{
-    sigset_t pending, pipe;
-    const struct timespec now = {0, 0};
-    if (!g->blocked)
-        return;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
-        sigtimedwait(&pipe, NULL, &now);
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
 /* ---- failures ---- */
@@ -401,12 +406,9 @@ static short pumpStep(struct tlsSession *s)
 static void sessionFree(struct tlsSession *s)
 {
     if (s->done && !s->failed) {
-        struct pipeGuard g;
-        pipeBlock(&g);
         ERR_clear_error();
         SSL_shutdown(s->ssl); /* close_notify, best effort: the peer reads an orderly end */
         ERR_clear_error();
-        pipeRestore(&g);
     }
     SSL_free(s->ssl);
     pthread_mutex_destroy(&s->lock);
@@ -543,13 +545,16 @@ loomResult_t tlsWrap(int fd, int server, const uint8_t *secret)
     socketPeerFormat(fd, s->peer, sizeof(s->peer));
     pthread_mutex_init(&s->lock, NULL);
     s->ssl = SSL_new(ctx);
-    if (s->ssl == NULL || !keyDerive(secret, s->key) || !SSL_set_fd(s->ssl, fd)) {
-        if (s->ssl)
-            SSL_free(s->ssl);
+    BIO *bio = BIO_new(bioMethod);
+    if (s->ssl == NULL || bio == NULL || !keyDerive(secret, s->key)) {
+        SSL_free(s->ssl);
+        BIO_free(bio);
         free(s);
         return loomSetError(loomSystemError, "TLS: OpenSSL cannot start a session on socket %d",
                             fd);
     }
+    BIO_set_fd(bio, fd, BIO_NOCLOSE);
+    SSL_set_bio(s->ssl, bio, bio);
     SSL_set_app_data(s->ssl, s);
     if (server)
         SSL_set_accept_state(s->ssl);
@@ -607,15 +612,11 @@ static ssize_t earlyKeep(struct tlsSession *s, const void *buf, size_t len)
 /* SSL_read or SSL_write on a settled session (s locked), with send/recv's results. */
 static ssize_t sslMove(struct tlsSession *s, void *buf, size_t len, int reading)
 {
-    struct pipeGuard g; /* a read too may write: an alert in answer */
     int cap = len > INT32_MAX ? INT32_MAX : (int)len;
-    pipeBlock(&g);
     ERR_clear_error();
     errno = 0;
     int n = reading ? SSL_read(s->ssl, buf, cap) : SSL_write(s->ssl, buf, cap);
-    ssize_t r = n > 0 ? n : ownerResult(s, n, reading);
-    pipeRestore(&g);
-    return r;
+    return n > 0 ? n : ownerResult(s, n, reading);
 }
 
 ssize_t tlsSend(int fd, const void *buf, size_t len)

@@ -13,6 +13,8 @@
 #               at LOOM_TIMEOUT (5 s), as for any stranger
 #   no setting  rank 1 without LOOM_NET_TLS: refused with a line naming
 #               LOOM_NET_TLS
+#   sigpipe     check_bootstrap's allgather_size_mismatch under TLS: a rank
+#               whose peer left reports it and is not killed by SIGPIPE
 # Skipped, in one line, unless root with network namespaces, tcpdump
 # (apt-get install tcpdump) and a build with TLS (configure's tls=yes).
 set -u
@@ -104,4 +106,11 @@ run_pair nosetting "LOOM_NET_TLS=1" ""
 [ "$nosetting_rc1" -ne 0 ] || record_failure "rank 1 without LOOM_NET_TLS joined a job with it"
 grep -q "canary: cannot join: .*LOOM_NET_TLS differs: it is 0 here" "$TEST_TMPDIR/nosetting.1" ||
     record_failure "rank 1 without LOOM_NET_TLS was not refused with a line naming the setting"
+
+# A peer that leaves in the middle of an allgather, under TLS: the survivor's write to the
+# reset socket is an error it reports, not a SIGPIPE that kills it (OpenSSL writes with
+# write(); tls.c sends with MSG_NOSIGNAL).
+LOOM_NET_TLS=1 CK_RUN_CASE=allgather_size_mismatch "$top_builddir/tests/unit/check_bootstrap" \
+    >"$TEST_TMPDIR/sigpipe.log" 2>&1 ||
+    record_failure "a peer leaving under TLS: $(grep -v '^rank' "$TEST_TMPDIR/sigpipe.log" | tail -1)"
 finish
