@@ -934,3 +934,38 @@ void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *l
         snprintf(line, sizeof(line), "nothing looks wrong");
     emit(ctx, line);
 }
+
+/* A name from one of the header's tables, "-" when out of range or empty. */
+static const char *statusName(const char (*names)[REC_NAME_BYTES], int n, int i)
+{
+    return i >= 0 && i < n && names[i][0] ? names[i] : "-";
+}
+
+void recJobPrintOps(const struct recJob *job, int n, void (*emit)(void *ctx, const char *line),
+                    void *ctx)
+{
+    char line[STATUS_LINE], seq[32], root[16], when[96];
+    for (int p = 0; p < job->nranks; p++) {
+        const struct recRank *r = &job->ranks[p];
+        for (int i = r->have && r->n > n ? r->n - n : 0; r->have && i < r->n; i++) {
+            const struct recEntry *e = &r->entries[i];
+            statusSeqText(e, seq, sizeof(seq));
+            snprintf(root, sizeof(root), "%d", e->root);
+            if (e->state == REC_RUNNING)
+                snprintf(when, sizeof(when), "running for %.3f s",
+                         statusSeconds(job->nowNs, e->startNs));
+            else if (e->state == REC_DONE)
+                snprintf(when, sizeof(when), "done in %.3f s", statusSeconds(e->endNs, e->startNs));
+            else
+                snprintf(when, sizeof(when), "failed (%s) after %.3f s",
+                         statusResultName(e->result), statusSeconds(e->endNs, e->startNs));
+            snprintf(line, sizeof(line),
+                     "rank %-4d %-8s %-18s count %-10llu %-9s root %-4s %s/%s  %s", p, seq,
+                     statusCollName(job, e), (unsigned long long)e->count,
+                     statusName(job->names.typeNames, REC_TYPES, e->dt), e->root >= 0 ? root : "-",
+                     statusName(job->names.algoNames, REC_ALGOS, e->algo),
+                     statusName(job->names.protoNames, REC_PROTOS, e->proto), when);
+            emit(ctx, line);
+        }
+    }
+}

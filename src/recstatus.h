@@ -51,6 +51,9 @@ void recJobsFree(struct recJob *jobs, int njobs);
 
 /* Prints the table, then the diagnosis: each line through emit(ctx, line). */
 void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *line), void *ctx);
+/* Each rank's last n operations (as read), a line each, through emit. */
+void recJobPrintOps(const struct recJob *job, int n, void (*emit)(void *ctx, const char *line),
+                    void *ctx);
 /* The one-line diagnosis into buf ("" when nothing looks wrong). */
 void recJobDiagnose(const struct recJob *job, char *buf, size_t len);
 

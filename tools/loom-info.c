@@ -46,7 +46,7 @@
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-H HOSTS] [-k COLL]]\n"
-                 "                 [--status PID|DIR] [-h]\n"
+                 "                 [--status PID|DIR [--ops N]] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
@@ -67,6 +67,7 @@ static void usage(FILE *out)
                  "                 what every rank of a job is doing, from the flight recorders:\n"
                  "                 PID is any rank of the job on this host; DIR holds the files\n"
                  "                 LOOM_DUMP_DIR made failing ranks write\n"
+                 "  -o, --ops N    with --status, also each rank's last N operations (1..256)\n"
                  "  -h, --help     print this help\n");
 }
 
@@ -532,7 +533,7 @@ static void emitLine(void *ctx, const char *line)
  * --status: the flight recorders (src/recstatus.c) of the job that process
  * `target` is a rank of, or of the files in directory `target`.
  */
-static int printStatus(const char *target)
+static int printStatus(const char *target, int ops)
 {
     struct recJob *jobs = NULL;
     int njobs = 0, rc;
@@ -562,6 +563,10 @@ static int printStatus(const char *target)
         if (j)
             printf("\n");
         recJobPrint(&jobs[j], emitLine, stdout);
+        if (ops > 0) {
+            printf("last %d operations of each rank (times to the clock's tick, a few ms):\n", ops);
+            recJobPrintOps(&jobs[j], ops, emitLine, stdout);
+        }
     }
     recJobsFree(jobs, njobs);
     return EXIT_SUCCESS;
@@ -570,17 +575,23 @@ static int printStatus(const char *target)
 int main(int argc, char **argv)
 {
     static const struct option longOptions[] = {
-        {"config", no_argument, NULL, 'c'},      {"comm", no_argument, NULL, 'C'},
-        {"tuning", no_argument, NULL, 't'},      {"collective", required_argument, NULL, 'k'},
-        {"hosts", required_argument, NULL, 'H'}, {"status", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"config", no_argument, NULL, 'c'},
+        {"comm", no_argument, NULL, 'C'},
+        {"tuning", no_argument, NULL, 't'},
+        {"collective", required_argument, NULL, 'k'},
+        {"hosts", required_argument, NULL, 'H'},
+        {"status", required_argument, NULL, 's'},
+        {"ops", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int config = 0, comm = 0, tuning = 0, nranks = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int nhosts = 0;
     const char *coll = NULL, *status = NULL;
+    int ops = 0;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "cCtn:H:k:s:h", longOptions, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "cCtn:H:k:s:o:h", longOptions, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config = 1;
@@ -609,6 +620,12 @@ int main(int argc, char **argv)
         case 's':
             status = optarg;
             break;
+        case 'o':
+            if (parseRanks(optarg, &ops) != 0 || ops > 256) {
+                fprintf(stderr, "loom-info: --ops wants a count 1..256, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case 'h':
             usage(stdout);
             return EXIT_SUCCESS;
@@ -623,8 +640,12 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
+    if (ops && !status) {
+        fprintf(stderr, "loom-info: --ops goes with --status\n");
+        return EXIT_USAGE;
+    }
     if (status)
-        return printStatus(status);
+        return printStatus(status, ops);
     if (config)
         return printParams() == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
     if (tuning) {

@@ -87,6 +87,11 @@ if status_until "$dir/status0" "$pid0" '^wrong: .*rank 1 is waited for'; then
         '^2 .* #5 +loomAllReduce +in loomAllReduce #5 since [0-9.]+ s' \
         'waiting for rank [0-9] at step [0-9]+' \
         "^wrong: rank 1 is waited for and not in a call: ranks 0, 2 wait in loomAllReduce #5; rank 1's last call was loomAllReduce #4"
+    # the recorder's entries: the sixth running, the fifth done, with what the plan chose
+    "$LOOM_INFO" --status "$pid0" --ops 2 >"$dir/ops0" 2>&1
+    expect "$dir/ops0" "sleep (--ops)" \
+        '^rank 0 +#5 +loomAllReduce +count 1024 +float32 +root - +[a-z]+/(Simple|LL) +running for' \
+        '^rank 1 +#4 +loomAllReduce +count 1024 +float32 +root - +[a-z]+/(Simple|LL) +done in'
     # the same job seen from another rank
     "$LOOM_INFO" --status "$pid2" >"$dir/status2" 2>&1
     expect "$dir/status2" "sleep (from rank 2)" '^wrong: rank 1 is waited for'
@@ -160,6 +165,10 @@ sed 's/^/    /' "$dir/dump.out"
 expect "$dir/dump.out" kill '^0 .* failed in loomAllReduce #[0-9]+ \(loomRemoteError\)' \
     '^2 .* failed in loomAllReduce #[0-9]+ \(loomRemoteError\)' '^1 .* exited' \
     '^wrong: .*rank 1 exited while ranks 0, 2 failed in loomAllReduce'
+"$LOOM_INFO" --status "$dir/dump" --ops 3 >"$dir/ops.out" 2>&1
+expect "$dir/ops.out" "kill (--ops)" \
+    '^rank 2 +#[0-9]+ +loomAllReduce +count 1048576 +float32 +root - +[a-z]+/(Simple|LL) +done in' \
+    '^rank 2 +#[0-9]+ +loomAllReduce +count 1048576 .* failed \(loomRemoteError\) after'
 
 # bad targets: one line, exit 1 or 2, no crash
 "$LOOM_INFO" --status 999999999 >"$TEST_TMPDIR/bad" 2>&1
