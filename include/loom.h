@@ -193,6 +193,23 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
  */
 loomResult_t loomCommShrink(loomComm_t comm, const int *excludeRanks, int excludeCount,
                             loomComm_t *newcomm, loomConfig_t *config, int flags);
+/* Flags of loomCommRevoke. */
+#define LOOM_REVOKE_DEFAULT 0x00
+/*
+ * Stops every operation in flight on comm, on any thread, and those queued
+ * on streams (a blocked call returns loomRemoteError saying so), as NCCL's
+ * ncclCommRevoke. Local: peers are not told, each
+ * rank revokes its own. loomCommGetAsyncError then gives loomInProgress
+ * until nothing of comm runs any more, and loomSuccess after. A blocking
+ * communicator returns loomSuccess once that is so; a non-blocking one
+ * returns loomInProgress at once (or loomSuccess when nothing ran). After
+ * it comm serves only loomCommDestroy, loomCommAbort, loomCommSplit,
+ * loomCommShrink, loomCommGrow and loomCommGetUniqueId (and the queries);
+ * every other call returns loomInvalidUsage with a line saying it was
+ * revoked. Calling it again is harmless. loomInvalidArgument for flags other
+ * than LOOM_REVOKE_DEFAULT; loomInvalidUsage while a non-blocking init runs.
+ */
+loomResult_t loomCommRevoke(loomComm_t comm, int revokeFlags);
 /*
  * Stores in ranks[0 .. *count-1], ascending, the ranks of comm that this
  * rank knows to have failed: exited or killed, lost their connection, or

@@ -204,8 +204,9 @@ loomResult_t execHeardFailure(struct loomLane *lanes, int nlanes)
     for (int i = 0; i < nlanes; i++) {
         struct loomComm *comm = lanes[i].comm;
         if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
-            return loomSetError(loomRemoteError,
-                                "rank %d's communicator was aborted (loomCommAbort)", comm->rank);
+            return loomSetError(loomRemoteError, "rank %d's communicator was %s", comm->rank,
+                                atomic_load(&comm->revoked) ? "revoked (loomCommRevoke)"
+                                                            : "aborted (loomCommAbort)");
         loomResult_t res = execPeerFailure(comm);
         if (res != loomSuccess)
             return res;

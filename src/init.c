@@ -123,6 +123,11 @@ loomResult_t commCheckReady(struct loomComm *comm, const char *fn)
                             "%s: the communicator is still being created (non-blocking mode); "
                             "poll loomCommGetAsyncError until it gives loomSuccess",
                             fn);
+    if (atomic_load_explicit(&comm->revoked, memory_order_acquire))
+        return loomSetError(loomInvalidUsage,
+                            "%s: the communicator was revoked (loomCommRevoke); it can only be "
+                            "destroyed, aborted, split, shrunk or grown now",
+                            fn);
     int broken = atomic_load_explicit(&comm->broken, memory_order_acquire);
     if (broken)
         return loomSetError((loomResult_t)broken,
@@ -239,6 +244,11 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
         return loomSetError(loomInvalidArgument, "loomCommGetAsyncError: asyncError is NULL");
     if (atomic_load_explicit(&comm->initializing, memory_order_acquire)) {
         *asyncError = loomInProgress;
+        return loomSuccess;
+    }
+    /* A revoked comm's own errors are what the revoke caused: only its progress counts. */
+    if (atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
+        *asyncError = commRevokeSettle(comm, 0) ? loomSuccess : loomInProgress;
         return loomSuccess;
     }
     int e = atomic_load(&comm->asyncError);
@@ -922,7 +932,11 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
 {
     const char *fn = "loomCommSplit";
     LOOMCHECK(commCheck(comm, fn));
-    LOOMCHECK(commCheckReady(comm, fn));
+    /* A revoked comm may split, once its stopped operations are out of the way. */
+    if (atomic_load(&comm->revoked))
+        commRevokeSettle(comm, 1);
+    else
+        LOOMCHECK(commCheckReady(comm, fn));
     if (newcomm == NULL)
         return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
@@ -963,6 +977,10 @@ static void waitQuiet(struct loomComm *comm)
 loomResult_t loomCommFinalize(loomComm_t comm)
 {
     LOOMCHECK(commCheck(comm, "loomCommFinalize"));
+    if (atomic_load(&comm->revoked))
+        return loomSetError(loomInvalidUsage,
+                            "loomCommFinalize: the communicator was revoked (loomCommRevoke); "
+                            "its operations were stopped, not finished: destroy it");
     if (!comm->blocking && (atomic_load(&comm->initializing) || atomic_load(&comm->pending) > 0))
         return loomInProgress;
     while (atomic_load(&comm->pending) > 0) {

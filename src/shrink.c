@@ -147,6 +147,7 @@ loomResult_t loomCommShrink(loomComm_t comm, const int *excludeRanks, int exclud
                             fn, (unsigned)flags);
     LOOMCHECK(commCheckInitArgs(newcomm, comm->nranks, 0, config, fn));
     LOOMCHECK(shrinkList(comm, excludeRanks, excludeCount, &list, &nex));
+    commRevokeSettle(comm, 1);
     shrinkQuiesce(comm, flags == LOOM_SHRINK_ABORT);
     loomResult_t res = shrinkRun(comm, list, nex, newcomm, config);
     free(list);

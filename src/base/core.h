@@ -113,6 +113,7 @@ struct loomComm {
     atomic_int asyncError;  /* first error of an operation run on a stream */
     atomic_int activeCalls; /* API calls inside the comm right now */
     atomic_int pending;     /* operations queued on streams, not finished */
+    atomic_int revoked;     /* REVOKE_*: loomCommRevoke (revoke.c) */
 
     /* Non-blocking mode (config.blocking = 0): see init.c. */
     int blocking;
@@ -184,6 +185,17 @@ void commSetBroken(struct loomComm *comm, loomResult_t res, const char *reason);
  * while a non-blocking init is still in progress, or the error that broke it.
  */
 loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
+
+/* States of comm->revoked: not revoked, operations still stopping, quiescent. */
+#define REVOKE_NONE 0
+#define REVOKE_STOPPING 1
+#define REVOKE_DONE 2
+/*
+ * For a revoked comm: 1 once nothing of it runs any more (then the abort
+ * flag is down again, for the bootstrap ring of loomCommSplit), else 0;
+ * with `wait`, waits for that. 1 at once for a comm not revoked.
+ */
+int commRevokeSettle(struct loomComm *comm, int wait);
 
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int commCpuCount(void);
