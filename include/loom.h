@@ -211,6 +211,37 @@ loomResult_t loomCommShrink(loomComm_t comm, const int *excludeRanks, int exclud
  */
 loomResult_t loomCommRevoke(loomComm_t comm, int revokeFlags);
 /*
+ * Makes an id for loomCommGrow (NCCL 2.29's ncclCommGetUniqueId). Called by
+ * one rank of comm, the coordinator, which hands the id to the new ranks by
+ * any means and passes it to its own loomCommGrow. The rank opens a port for
+ * the grow's meeting, served from its loomCommGrow; a new rank may come
+ * before (it waits). An id serves one grow: loomCommGrow spends it,
+ * succeeded or not, and a second call here withdraws an id not yet used.
+ * Not collective. Works on a revoked comm.
+ */
+loomResult_t loomCommGetUniqueId(loomComm_t comm, loomUniqueId *uniqueId);
+/*
+ * Makes *newcomm of the ranks of comm and nranks - (comm's size) new ranks
+ * (NCCL 2.29's ncclCommGrow). Ranks of comm keep their numbers and pass
+ * comm and rank -1; the coordinator (the rank that made the id with
+ * loomCommGetUniqueId) passes the id, the others NULL. New ranks pass comm
+ * NULL, the id and their rank, each a number of its own from comm's size to
+ * nranks - 1. Collective over all of them. Waits for comm's operations to
+ * end first (none should be in flight). config NULL: comm's configuration
+ * (ranks of comm), the defaults (new ranks). comm is left as it was, for
+ * loomCommDestroy. Returns loomInvalidArgument for arguments wrong on their
+ * own (rank not -1 with comm, nranks not above comm's size, id NULL without
+ * comm); loomInvalidUsage, on every rank that came, for ranks that pass
+ * different nranks, a new rank whose number is taken (by a rank of comm or
+ * another new rank), no id or two among the ranks of comm, or an id used
+ * already (a new rank holding a spent id is told that no meeting listens
+ * any more); loomRemoteError naming a rank that failed or left meanwhile;
+ * loomTimeout naming the ranks that did not come within LOOM_TIMEOUT. On
+ * failure *newcomm is untouched. See loom(7) for the recovery pattern.
+ */
+loomResult_t loomCommGrow(loomComm_t comm, int nranks, const loomUniqueId *uniqueId, int rank,
+                          loomComm_t *newcomm, loomConfig_t *config);
+/*
  * Stores in ranks[0 .. *count-1], ascending, the ranks of comm that this
  * rank knows to have failed: exited or killed, lost their connection, or
  * (on this host) stopped past LOOM_TIMEOUT. ranks must have room for

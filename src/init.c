@@ -518,6 +518,8 @@ static void commFree(struct loomComm *comm)
         loomTransports[t]->teardown(comm);
     bootstrapClose(comm->bootstrap);
     comm->bootstrap = NULL;
+    bootstrapGrowClose(comm->grow);
+    comm->grow = NULL;
     connectFree(comm);
     for (int c = 0; c < LOOM_MAX_CHANNELS; c++) {
         free(comm->channels[c].send);

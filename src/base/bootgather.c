@@ -170,11 +170,17 @@ void gatherCloseAll(struct helloGather *g)
 struct helloGather *gatherOpen(const struct loomBootstrap *b, const char *owner, helloTakeFn take,
                                void *ctx)
 {
+    return gatherOpenAt(b->listenFd, b->secret, owner, take, ctx);
+}
+
+struct helloGather *gatherOpenAt(int listenFd, const uint8_t *secret, const char *owner,
+                                 helloTakeFn take, void *ctx)
+{
     struct helloGather *g = calloc(1, sizeof(*g));
     if (g == NULL)
         return NULL;
-    g->listenFd = b->listenFd;
-    g->secret = b->secret;
+    g->listenFd = listenFd;
+    g->secret = secret;
     g->owner = owner;
     g->take = take;
     g->ctx = ctx;

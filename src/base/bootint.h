@@ -91,6 +91,9 @@ struct helloGather {
 /* A gather at the root's or a rank's listening socket (ctx is take's); NULL when out of memory. */
 struct helloGather *gatherOpen(const struct loomBootstrap *b, const char *owner, helloTakeFn take,
                                void *ctx);
+/* The same at another listening socket, with its own secret (the grow meeting's). */
+struct helloGather *gatherOpenAt(int listenFd, const uint8_t *secret, const char *owner,
+                                 helloTakeFn take, void *ctx);
 /* Accepts, reads and judges hellos for at most maxMs. */
 void gatherRound(struct helloGather *g, int maxMs);
 /* Closes every connection still saying hello. */

@@ -100,6 +100,40 @@ struct bootstrapShrink {
 loomResult_t bootstrapShrink(struct loomBootstrap *b, const struct bootstrapShrink *s,
                              loomUniqueId *newId);
 /*
+ * The meeting of loomCommGrow (bootgrow.c). bootstrapGrowOpen, for
+ * loomCommGetUniqueId, listens on a port of its own with a fresh secret and
+ * writes a grow id holding both; nothing serves the port until the
+ * coordinator (the rank that made the id) calls bootstrapGrowHost, where the
+ * other nranks - 1 ranks (of the parent and new) come with
+ * bootstrapGrowJoin. The coordinator checks that they all ask for the same
+ * nranks and that each new rank has a number of its own in oldRanks ..
+ * nranks - 1, and hands each a fresh unique id for the new communicator
+ * (its own process runs the id's root thread); on a misuse
+ * (loomInvalidUsage), a rank that fails or leaves (loomRemoteError) or one
+ * that does not come within timeoutSec (loomTimeout), every rank that came
+ * gets the same error line. The host call closes the port whatever the
+ * outcome: a rank that comes later is refused at connect, and told why.
+ */
+struct bootstrapGrow; /* the coordinator's listening socket and secret */
+struct bootstrapGrowReq {
+    int oldRanks; /* the parent's size (the coordinator's; others may pass 0) */
+    int nranks;   /* the new communicator's */
+    int rank;     /* the caller's rank in it */
+    int existing; /* 1 for a rank of the parent, 0 for a new rank */
+    int timeoutSec;
+    int (*gone)(void *ctx, int rank); /* the coordinator: parent ranks known to have failed */
+    void *goneCtx;
+};
+loomResult_t bootstrapGrowOpen(struct bootstrapGrow **out, loomUniqueId *id);
+/* 1 if id is the one g wrote. */
+int bootstrapGrowOwns(const struct bootstrapGrow *g, const loomUniqueId *id);
+loomResult_t bootstrapGrowHost(struct bootstrapGrow *g, const struct bootstrapGrowReq *req,
+                               loomUniqueId *newId);
+loomResult_t bootstrapGrowJoin(const loomUniqueId *growId, const struct bootstrapGrowReq *req,
+                               loomUniqueId *newId);
+/* Closes g's port and frees it (NULL is a no-op). */
+void bootstrapGrowClose(struct bootstrapGrow *g);
+/*
  * Point-to-point messages, for what one rank tells one peer after init (the
  * connection records of src/connect.c). bootstrapSend hands `bytes` (at most
  * BOOTSTRAP_MSG_MAX_BYTES) to `peer` under `tag` and returns without waiting

@@ -8,12 +8,14 @@
  *
  *   address (20 bytes): family(1: 4|6) 0(1) port(2) ip(16; IPv4 in ip[0..3], rest 0)
  *
- *   unique id (128):    "LMID"(4) version(2) 0(2) secret(32) root address(20)
+ *   unique id (128):    "LMID"(4) version(2) kind(2) secret(32) root address(20)
  *                       FNV-1a-32 of bytes 0..59 (4) zeros(64)
  *   hello (64):         "LMH" version(1) secret(32) rank(4) nranks(4) listen address(20)
  *   table (root->rank): "LMT" version(1) nranks(4) then nranks addresses
  *   ring frame:         "LMAG"(4) collective number(4) length(8) then `length` bytes
  *
+ * The kind of an id is 0 for loomGetUniqueId's (a communicator's root), 1
+ * for loomCommGetUniqueId's (the meeting of a loomCommGrow, bootgrow.c).
  * The checksum in the id is not security (the secret is): it catches an id
  * cut short or mangled on its way through an environment variable or a file.
  * The collective number in each ring frame catches ranks that called
@@ -98,7 +100,7 @@ void bootwireAddrFormat(const struct bootstrapAddr *a, char *buf, size_t len)
         snprintf(buf, len, "?");
 }
 
-size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
+static size_t idEncode(const struct bootstrapId *id, int kind, loomUniqueId *out)
 {
     uint8_t buf[LOOM_UNIQUE_ID_BYTES];
 
@@ -107,6 +109,7 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
     memset(buf, 0, sizeof(buf));
     wirePut32(buf, ID_MAGIC);
     wirePut16(buf + 4, ID_VERSION);
+    wirePut16(buf + 6, (uint16_t)kind);
     memcpy(buf + 8, id->secret, BOOTSTRAP_SECRET_BYTES);
     addrEncode(&id->root, buf + 40);
     wirePut32(buf + ID_CHECKED_BYTES, fnv1a(buf, ID_CHECKED_BYTES));
@@ -114,8 +117,17 @@ size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
     return LOOM_UNIQUE_ID_BYTES;
 }
 
-/* Returns NULL, or why `in` is not a unique id this library made. */
-const char *bootwireIdDecode(const loomUniqueId *in, struct bootstrapId *id)
+size_t bootstrapEncodeId(const struct bootstrapId *id, loomUniqueId *out)
+{
+    return idEncode(id, BOOTWIRE_ID_INIT, out);
+}
+
+size_t bootwireIdEncodeKind(const struct bootstrapId *id, int kind, loomUniqueId *out)
+{
+    return idEncode(id, kind, out);
+}
+
+const char *bootwireIdDecodeKind(const loomUniqueId *in, int *kind, struct bootstrapId *id)
 {
     const uint8_t *p = (const uint8_t *)in->internal;
     struct bootstrapId tmp;
@@ -124,7 +136,8 @@ const char *bootwireIdDecode(const loomUniqueId *in, struct bootstrapId *id)
         return "not a Loom unique id (bad magic)";
     if (wireGet16(p + 4) != ID_VERSION)
         return "made by an incompatible Loom version";
-    if (wireGet16(p + 6) != 0 || !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
+    if (wireGet16(p + 6) > BOOTWIRE_ID_GROW ||
+        !allZero(p + ID_USED_BYTES, LOOM_UNIQUE_ID_BYTES - ID_USED_BYTES))
         return "corrupt (reserved bytes are set)";
     if (wireGet32(p + ID_CHECKED_BYTES) != fnv1a(p, ID_CHECKED_BYTES))
         return "corrupt or truncated (checksum mismatch)";
@@ -132,6 +145,22 @@ const char *bootwireIdDecode(const loomUniqueId *in, struct bootstrapId *id)
     if (why != NULL)
         return why;
     memcpy(tmp.secret, p + 8, BOOTSTRAP_SECRET_BYTES);
+    *kind = wireGet16(p + 6);
+    *id = tmp;
+    return NULL;
+}
+
+/* Returns NULL, or why `in` is not a unique id this library made for a communicator's init. */
+const char *bootwireIdDecode(const loomUniqueId *in, struct bootstrapId *id)
+{
+    int kind;
+    struct bootstrapId tmp;
+    const char *why = bootwireIdDecodeKind(in, &kind, &tmp);
+    if (why != NULL)
+        return why;
+    if (kind != BOOTWIRE_ID_INIT)
+        return "it is a grow id from loomCommGetUniqueId, for loomCommGrow (a new communicator "
+               "takes an id from loomGetUniqueId)";
     *id = tmp;
     return NULL;
 }

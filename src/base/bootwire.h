@@ -17,6 +17,13 @@
 int bootwireAddrSame(const struct bootstrapAddr *a, const struct bootstrapAddr *b);
 /* "ip:port" (or "[v6]:port") of a, into buf. */
 void bootwireAddrFormat(const struct bootstrapAddr *a, char *buf, size_t len);
+/* Kinds of unique id: loomGetUniqueId's, loomCommGetUniqueId's. */
+#define BOOTWIRE_ID_INIT 0
+#define BOOTWIRE_ID_GROW 1
+/* bootstrapEncodeId for an id of either kind. */
+size_t bootwireIdEncodeKind(const struct bootstrapId *id, int kind, loomUniqueId *out);
+/* NULL, or why `in` is not a unique id this library made, of either kind (*kind, *id on NULL). */
+const char *bootwireIdDecodeKind(const loomUniqueId *in, int *kind, struct bootstrapId *id);
 /* NULL, or why `in` is not a unique id this library made (*id is set only on NULL). */
 const char *bootwireIdDecode(const loomUniqueId *in, struct bootstrapId *id);
 /* NULL, or why buf is not the table of nranks addresses (the bad rank, or -1, in *bad). */

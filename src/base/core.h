@@ -133,6 +133,7 @@ struct loomComm {
     int connectLockReady;
     atomic_int *lost; /* [nranks]: a transport saw the link to that peer end */
     struct loomBootstrap *bootstrap;
+    struct bootstrapGrow *grow; /* the grow meeting loomCommGetUniqueId opened, until used */
     struct loomChannel channels[LOOM_MAX_CHANNELS];
     struct loomDoorbell *bell; /* this process's doorbell for this comm */
     struct loomDoorbell localBell;
