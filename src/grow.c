@@ -31,11 +31,7 @@
 loomResult_t loomCommGetUniqueId(loomComm_t comm, loomUniqueId *uniqueId)
 {
     const char *fn = "loomCommGetUniqueId";
-    LOOMCHECK(commCheck(comm, fn));
-    if (atomic_load(&comm->revoked))
-        commRevokeSettle(comm, 1);
-    else
-        LOOMCHECK(commCheckReady(comm, fn));
+    LOOMCHECK(commCheckParent(comm, fn));
     if (uniqueId == NULL)
         return loomSetError(loomInvalidArgument, "%s: uniqueId is NULL", fn);
     /* An id made before and not used is withdrawn: one grow meeting at a time. */
@@ -131,11 +127,7 @@ static loomResult_t growCheckExisting(struct loomComm *comm, int nranks, int ran
                                       loomComm_t *newcomm, loomConfig_t *config)
 {
     const char *fn = "loomCommGrow";
-    LOOMCHECK(commCheck(comm, fn));
-    if (atomic_load(&comm->revoked))
-        commRevokeSettle(comm, 1);
-    else
-        LOOMCHECK(commCheckReady(comm, fn));
+    LOOMCHECK(commCheckParent(comm, fn));
     if (comm->bootstrap == NULL)
         return loomSetError(loomInvalidUsage, "%s: the communicator failed to be created", fn);
     if (rank != -1)

@@ -933,12 +933,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newc
                            loomConfig_t *config)
 {
     const char *fn = "loomCommSplit";
-    LOOMCHECK(commCheck(comm, fn));
-    /* A revoked comm may split, once its stopped operations are out of the way. */
-    if (atomic_load(&comm->revoked))
-        commRevokeSettle(comm, 1);
-    else
-        LOOMCHECK(commCheckReady(comm, fn));
+    LOOMCHECK(commCheckParent(comm, fn));
     if (newcomm == NULL)
         return loomSetError(loomInvalidArgument, "%s: newcomm is NULL", fn);
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR)

@@ -41,6 +41,15 @@ int commRevokeSettle(struct loomComm *comm, int wait)
     }
 }
 
+loomResult_t commCheckParent(struct loomComm *comm, const char *fn)
+{
+    LOOMCHECK(commCheck(comm, fn));
+    if (!atomic_load(&comm->revoked))
+        return commCheckReady(comm, fn);
+    commRevokeSettle(comm, 1);
+    return loomSuccess;
+}
+
 loomResult_t loomCommRevoke(loomComm_t comm, int revokeFlags)
 {
     const char *fn = "loomCommRevoke";

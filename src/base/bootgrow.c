@@ -37,8 +37,6 @@
 #define GROW_REQ_MAGIC 0x4c4d4752u     /* "LMGR" */
 #define GROW_VERDICT_MAGIC 0x4c4d4756u /* "LMGV" */
 #define GROW_REQ_BYTES 8
-#define GROW_TEXT_BYTES 320
-#define GROW_VERDICT_BYTES (8 + LOOM_UNIQUE_ID_BYTES + GROW_TEXT_BYTES)
 /* How often a wait looks at who has failed. */
 #define GROW_POLL_MS 50
 /* A rank waits for the verdict this much longer than the coordinator waits for the others. */
@@ -110,15 +108,16 @@ struct growMeet {
     const struct bootstrapGrowReq *req;
     struct growConn *conns; /* those that arrived: at most nranks - 1 + GROW_EXTRA */
     int nconns, cap;
-    char mismatch[GROW_TEXT_BYTES];
+    char mismatch[BOOT_VERDICT_TEXT_BYTES];
 };
 
-static struct growConn *growFind(struct growMeet *m, int rank)
+/* 1 if a rank asking for `rank` came; with parent, only the rank of the parent counts. */
+static int growCame(const struct growMeet *m, int rank, int parent)
 {
     for (int i = 0; i < m->nconns; i++)
-        if (m->conns[i].rank == rank)
-            return &m->conns[i];
-    return NULL;
+        if (m->conns[i].rank == rank && (!parent || m->conns[i].existing))
+            return 1;
+    return 0;
 }
 
 /* The first misuse seen, in words, for every rank that came. */
@@ -168,7 +167,7 @@ static const char *growTake(void *ctx, const struct bootstrapHello *h, int fd,
     int existing = (int)wireGet32(tail + 4);
     if (h->nranks != m->req->nranks || (!existing && h->rank < m->req->oldRanks) ||
         (existing && h->rank >= m->req->oldRanks) || h->rank == m->req->rank ||
-        growFind(m, h->rank) != NULL)
+        growCame(m, h->rank, 0))
         growMisuse(m, h->rank, existing, h->nranks);
     m->conns[m->nconns++] = (struct growConn){fd, h->rank, existing};
     return NULL;
@@ -187,7 +186,7 @@ static void growMissing(struct growMeet *m, char *buf, size_t len)
     size_t used = (size_t)snprintf(buf, len, "{");
     int listed = 0;
     for (int r = 0; r < m->req->nranks && used + 16 < len; r++)
-        if (r != m->req->rank && growFind(m, r) == NULL)
+        if (r != m->req->rank && !growCame(m, r, 0))
             used += (size_t)snprintf(buf + used, len - used, "%s%d", listed++ ? ", " : "", r);
     snprintf(buf + used, len - used, "%s}", used + 16 >= len ? "..." : "");
 }
@@ -201,7 +200,7 @@ static loomResult_t growAwait(struct growMeet *m, struct helloGather *g, char *w
         /* On a misuse the ranks of the parent, which are on their way, still come to hear it. */
         int parentHere = 1;
         for (int p = 0; p < r->oldRanks; p++)
-            parentHere &= p == r->rank || growFind(m, p) != NULL;
+            parentHere &= p == r->rank || growCame(m, p, 1);
         if (m->mismatch[0] && parentHere) {
             snprintf(why, len, "%s", m->mismatch);
             return loomInvalidUsage;
@@ -216,7 +215,7 @@ static loomResult_t growAwait(struct growMeet *m, struct helloGather *g, char *w
             }
         }
         for (int p = 0; r->gone && p < r->oldRanks; p++) {
-            if (p != r->rank && growFind(m, p) == NULL && r->gone(r->goneCtx, p)) {
+            if (p != r->rank && !growCame(m, p, 1) && r->gone(r->goneCtx, p)) {
                 snprintf(why, len,
                          "rank %d of the communicator failed before it came to loomCommGrow; "
                          "shrink without it first",
@@ -243,24 +242,11 @@ static loomResult_t growAwait(struct growMeet *m, struct helloGather *g, char *w
     }
 }
 
-static void growSendVerdict(int fd, loomResult_t res, const loomUniqueId *id, const char *text)
-{
-    uint8_t buf[GROW_VERDICT_BYTES];
-    memset(buf, 0, sizeof(buf));
-    wirePut32(buf, GROW_VERDICT_MAGIC);
-    wirePut32(buf + 4, (uint32_t)res);
-    if (res == loomSuccess)
-        memcpy(buf + 8, id->internal, LOOM_UNIQUE_ID_BYTES);
-    snprintf((char *)buf + 8 + LOOM_UNIQUE_ID_BYTES, GROW_TEXT_BYTES, "%s", text);
-    /* A rank that went away misses its verdict; the others still get theirs. */
-    socketSendAll(fd, buf, sizeof(buf), socketDeadline(HELLO_TIMEOUT_SEC), NULL, NULL);
-}
-
 loomResult_t bootstrapGrowHost(struct bootstrapGrow *grow, const struct bootstrapGrowReq *req,
                                loomUniqueId *newId)
 {
     struct growMeet m = {.req = req, .cap = req->nranks - 1 + GROW_EXTRA};
-    char why[GROW_TEXT_BYTES] = "";
+    char why[BOOT_VERDICT_TEXT_BYTES] = "";
     char owner[48];
     loomResult_t res;
 
@@ -278,7 +264,7 @@ loomResult_t bootstrapGrowHost(struct bootstrapGrow *grow, const struct bootstra
         snprintf(why, sizeof(why), "%s", debugLastError(NULL));
     }
     for (int i = 0; i < m.nconns; i++) {
-        growSendVerdict(m.conns[i].fd, res, newId, why);
+        verdictSend(m.conns[i].fd, GROW_VERDICT_MAGIC, res, newId, why);
         socketClose(m.conns[i].fd);
     }
     gatherCloseAll(g);
@@ -342,14 +328,14 @@ static loomResult_t growAwaitVerdict(const struct bootstrapGrowReq *req, int fd,
                                      uint8_t *buf)
 {
     size_t done = 0;
-    while (done < GROW_VERDICT_BYTES) {
-        if (socketTryRecv(fd, buf, GROW_VERDICT_BYTES, &done) != loomSuccess)
+    while (done < BOOT_VERDICT_BYTES) {
+        if (socketTryRecv(fd, buf, BOOT_VERDICT_BYTES, &done) != loomSuccess)
             return loomSetError(loomRemoteError,
                                 "loomCommGrow: rank %d: the coordinator closed the connection "
                                 "before its verdict (it died, gave up, or the grow failed on "
                                 "the ranks of the communicator)",
                                 req->rank);
-        if (done == GROW_VERDICT_BYTES)
+        if (done == BOOT_VERDICT_BYTES)
             break;
         if (socketClockNs() >= deadline)
             return loomSetError(loomTimeout,
@@ -369,7 +355,7 @@ loomResult_t bootstrapGrowJoin(const loomUniqueId *growId, const struct bootstra
     struct bootstrapId bid;
     union socketAddress at;
     char atName[SOCKET_ADDR_STRLEN];
-    uint8_t verdict[GROW_VERDICT_BYTES];
+    uint8_t verdict[BOOT_VERDICT_BYTES];
     int kind, fd = -1;
 
     const char *why = bootwireIdDecodeKind(growId, &kind, &bid);
@@ -387,16 +373,13 @@ loomResult_t bootstrapGrowJoin(const loomUniqueId *growId, const struct bootstra
         res = growAwaitVerdict(req, fd, deadline, verdict);
     socketClose(fd);
     LOOMCHECK(res);
-    res = (loomResult_t)wireGet32(verdict + 4);
-    verdict[GROW_VERDICT_BYTES - 1] = '\0';
-    if (wireGet32(verdict) != GROW_VERDICT_MAGIC || res >= loomNumResults)
+    const char *text = verdictRead(verdict, GROW_VERDICT_MAGIC, &res, newId);
+    if (text == NULL)
         return loomSetError(loomInternalError,
                             "loomCommGrow: rank %d: malformed verdict from the coordinator at %s",
                             req->rank, atName);
     if (res != loomSuccess)
         return loomSetError(res, "loomCommGrow: %srank %d: %s (told by the coordinator at %s)",
-                            req->existing ? "" : "new ", req->rank,
-                            (const char *)verdict + 8 + LOOM_UNIQUE_ID_BYTES, atName);
-    memcpy(newId->internal, verdict + 8, LOOM_UNIQUE_ID_BYTES);
+                            req->existing ? "" : "new ", req->rank, text, atName);
     return loomSuccess;
 }

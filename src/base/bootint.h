@@ -109,6 +109,17 @@ void rootTroubleQuote(const char *rootName, char *buf, size_t len);
 
 /* ---- shared by joining, the ring, messages and the shrink (bootstrap.c) ---- */
 
+/*
+ * The verdict a meeting (shrink, grow) sends every rank that came:
+ * magic(4) result(4) unique id(128; zeros unless loomSuccess) text(320, NUL-padded).
+ */
+#define BOOT_VERDICT_TEXT_BYTES 320
+#define BOOT_VERDICT_BYTES (8 + LOOM_UNIQUE_ID_BYTES + BOOT_VERDICT_TEXT_BYTES)
+/* Sends it; a rank that went away misses its verdict, the others still get theirs. */
+void verdictSend(int fd, uint32_t magic, loomResult_t res, const loomUniqueId *id,
+                 const char *text);
+/* The text of a verdict received whole (*res, and *id on loomSuccess), or NULL if malformed. */
+const char *verdictRead(uint8_t *buf, uint32_t magic, loomResult_t *res, loomUniqueId *id);
 /* "rank r (address)", for messages. */
 void peerLabel(const struct loomBootstrap *b, int r, char *buf, size_t len);
 /* This rank's hello (secret, rank, nranks, listen address), encoded into buf. */

@@ -35,8 +35,6 @@
 #define SHRINK_REQ_MAGIC 0x4c4d534bu     /* "LMSK" */
 #define SHRINK_VERDICT_MAGIC 0x4c4d5356u /* "LMSV" */
 #define SHRINK_REQ_HEADER 12
-#define SHRINK_TEXT_BYTES 320
-#define SHRINK_VERDICT_BYTES (8 + LOOM_UNIQUE_ID_BYTES + SHRINK_TEXT_BYTES)
 /* How often a wait looks at who has failed. */
 #define SHRINK_POLL_MS 50
 /* A rank waits for the verdict this much longer than the meeting rank waits for the others. */
@@ -47,7 +45,7 @@ struct shrinkMeet {
     const struct bootstrapShrink *s;
     uint32_t attempt;
     int *fds; /* [nranks]: the connection of each rank that arrived, else -1 */
-    char mismatch[SHRINK_TEXT_BYTES];
+    char mismatch[BOOT_VERDICT_TEXT_BYTES];
 };
 
 static int shrinkExcluded(const struct bootstrapShrink *s, int r)
@@ -184,24 +182,11 @@ static loomResult_t shrinkAwait(struct shrinkMeet *m, struct helloGather *g, cha
     }
 }
 
-static void shrinkSendVerdict(int fd, loomResult_t res, const loomUniqueId *id, const char *text)
-{
-    uint8_t buf[SHRINK_VERDICT_BYTES];
-    memset(buf, 0, sizeof(buf));
-    wirePut32(buf, SHRINK_VERDICT_MAGIC);
-    wirePut32(buf + 4, (uint32_t)res);
-    if (res == loomSuccess)
-        memcpy(buf + 8, id->internal, LOOM_UNIQUE_ID_BYTES);
-    snprintf((char *)buf + 8 + LOOM_UNIQUE_ID_BYTES, SHRINK_TEXT_BYTES, "%s", text);
-    /* A rank that went away misses its verdict; the others still get theirs. */
-    socketSendAll(fd, buf, sizeof(buf), socketDeadline(HELLO_TIMEOUT_SEC), NULL, NULL);
-}
-
 static loomResult_t shrinkHost(struct loomBootstrap *b, const struct bootstrapShrink *s,
                                uint32_t attempt, loomUniqueId *newId)
 {
     struct shrinkMeet m = {.b = b, .s = s, .attempt = attempt};
-    char owner[48], why[SHRINK_TEXT_BYTES] = "";
+    char owner[48], why[BOOT_VERDICT_TEXT_BYTES] = "";
     loomResult_t res;
 
     snprintf(owner, sizeof(owner), "rank %d (shrink)", b->rank);
@@ -225,7 +210,7 @@ static loomResult_t shrinkHost(struct loomBootstrap *b, const struct bootstrapSh
     }
     for (int r = 0; r < b->nranks; r++) {
         if (m.fds[r] >= 0)
-            shrinkSendVerdict(m.fds[r], res, newId, why);
+            verdictSend(m.fds[r], SHRINK_VERDICT_MAGIC, res, newId, why);
         socketClose(m.fds[r]);
     }
     gatherCloseAll(g);
@@ -273,10 +258,10 @@ static loomResult_t shrinkAwaitVerdict(struct loomBootstrap *b, const struct boo
 {
     size_t done = 0;
     const char *lost = NULL;
-    while (done < SHRINK_VERDICT_BYTES) {
-        if (socketTryRecv(fd, buf, SHRINK_VERDICT_BYTES, &done) != loomSuccess)
+    while (done < BOOT_VERDICT_BYTES) {
+        if (socketTryRecv(fd, buf, BOOT_VERDICT_BYTES, &done) != loomSuccess)
             lost = "closed the connection before its verdict (it died or gave up)";
-        else if (done < SHRINK_VERDICT_BYTES && s->gone && s->gone(s->goneCtx, meet))
+        else if (done < BOOT_VERDICT_BYTES && s->gone && s->gone(s->goneCtx, meet))
             lost = "failed before its verdict";
         if (lost != NULL)
             return loomSetError(loomRemoteError,
@@ -289,7 +274,7 @@ static loomResult_t shrinkAwaitVerdict(struct loomBootstrap *b, const struct boo
                                 "ranks kept meet, within %d s",
                                 b->rank, meet, b->timeoutSec + SHRINK_GRACE_SEC);
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (done < SHRINK_VERDICT_BYTES)
+        if (done < BOOT_VERDICT_BYTES)
             poll(&p, 1, SHRINK_POLL_MS);
     }
     return loomSuccess;
@@ -300,7 +285,7 @@ static loomResult_t shrinkJoin(struct loomBootstrap *b, const struct bootstrapSh
 {
     uint64_t deadline = socketDeadline(b->timeoutSec + SHRINK_GRACE_SEC);
     size_t len = BOOTSTRAP_HELLO_BYTES + SHRINK_REQ_HEADER + (size_t)s->nexclude * 4;
-    uint8_t verdict[SHRINK_VERDICT_BYTES];
+    uint8_t verdict[BOOT_VERDICT_BYTES];
     int fd = -1;
 
     uint8_t *req = malloc(len);
@@ -325,9 +310,8 @@ static loomResult_t shrinkJoin(struct loomBootstrap *b, const struct bootstrapSh
         res = shrinkAwaitVerdict(b, s, meet, fd, deadline, verdict);
     socketClose(fd);
     LOOMCHECK(res);
-    res = (loomResult_t)wireGet32(verdict + 4);
-    verdict[SHRINK_VERDICT_BYTES - 1] = '\0';
-    if (wireGet32(verdict) != SHRINK_VERDICT_MAGIC || res >= loomNumResults)
+    const char *text = verdictRead(verdict, SHRINK_VERDICT_MAGIC, &res, newId);
+    if (text == NULL)
         return loomSetError(loomInternalError,
                             "loomCommShrink: rank %d: malformed verdict from rank %d", b->rank,
                             meet);
@@ -335,8 +319,7 @@ static loomResult_t shrinkJoin(struct loomBootstrap *b, const struct bootstrapSh
         return loomSetError(res,
                             "loomCommShrink: rank %d: %s (told by rank %d, where the ranks "
                             "kept meet)",
-                            b->rank, (const char *)verdict + 8 + LOOM_UNIQUE_ID_BYTES, meet);
-    memcpy(newId->internal, verdict + 8, LOOM_UNIQUE_ID_BYTES);
+                            b->rank, text, meet);
     return loomSuccess;
 }
 

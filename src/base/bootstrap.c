@@ -37,6 +37,29 @@ void peerLabel(const struct loomBootstrap *b, int r, char *buf, size_t len)
     snprintf(buf, len, "rank %d (%s)", r, addr);
 }
 
+void verdictSend(int fd, uint32_t magic, loomResult_t res, const loomUniqueId *id, const char *text)
+{
+    uint8_t buf[BOOT_VERDICT_BYTES];
+    memset(buf, 0, sizeof(buf));
+    wirePut32(buf, magic);
+    wirePut32(buf + 4, (uint32_t)res);
+    if (res == loomSuccess)
+        memcpy(buf + 8, id->internal, LOOM_UNIQUE_ID_BYTES);
+    snprintf((char *)buf + 8 + LOOM_UNIQUE_ID_BYTES, BOOT_VERDICT_TEXT_BYTES, "%s", text);
+    socketSendAll(fd, buf, sizeof(buf), socketDeadline(HELLO_TIMEOUT_SEC), NULL, NULL);
+}
+
+const char *verdictRead(uint8_t *buf, uint32_t magic, loomResult_t *res, loomUniqueId *id)
+{
+    *res = (loomResult_t)wireGet32(buf + 4);
+    buf[BOOT_VERDICT_BYTES - 1] = '\0';
+    if (wireGet32(buf) != magic || *res >= loomNumResults)
+        return NULL;
+    if (*res == loomSuccess)
+        memcpy(id->internal, buf + 8, LOOM_UNIQUE_ID_BYTES);
+    return (const char *)buf + 8 + LOOM_UNIQUE_ID_BYTES;
+}
+
 loomResult_t helloMake(const struct loomBootstrap *b, uint8_t *buf)
 {
     struct bootstrapHello h;

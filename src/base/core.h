@@ -197,6 +197,12 @@ loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
  * with `wait`, waits for that. 1 at once for a comm not revoked.
  */
 int commRevokeSettle(struct loomComm *comm, int wait);
+/*
+ * The entry checks of a call that makes a new communicator of comm (split,
+ * grow): commCheck, then commCheckReady, except that a revoked comm passes
+ * once its stopped operations are out of the way.
+ */
+loomResult_t commCheckParent(struct loomComm *comm, const char *fn);
 
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int commCpuCount(void);

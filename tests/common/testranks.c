@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,4 +101,62 @@ void testSleepMs(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+loomResult_t testSettle(loomComm_t comm, loomResult_t res, int timeoutSec)
+{
+    for (int ms = 0; res == loomInProgress && ms < timeoutSec * 1000; ms++) {
+        if (loomCommGetAsyncError(comm, &res) != loomSuccess)
+            return loomInternalError;
+        if (res == loomInProgress)
+            testSleepMs(1);
+    }
+    return res;
+}
+
+int testExactAllReduces(loomComm_t comm, int iters, double *firstAt)
+{
+    int r = 0, n = 0, good = 0;
+    loomCommUserRank(comm, &r);
+    loomCommCount(comm, &n);
+    float *buf = malloc((1001 + (size_t)iters * 37) * sizeof(*buf));
+    for (int it = 0; buf && it < iters; it++) {
+        size_t count = 1001 + (size_t)it * 37;
+        for (size_t j = 0; j < count; j++)
+            buf[j] = (float)((r + 1) * (it + 1) + (int)(j % 5));
+        loomResult_t res = loomAllReduce(buf, buf, count, loomFloat32, loomSum, comm, NULL);
+        if (testSettle(comm, res, 60) != loomSuccess)
+            break;
+        if (it == 0 && firstAt != NULL)
+            *firstAt = testNowSec();
+        int ok = 1;
+        for (size_t j = 0; j < count; j++)
+            ok &= buf[j] == (float)((it + 1) * n * (n + 1) / 2 + n * (int)(j % 5));
+        good += ok;
+    }
+    free(buf);
+    return good;
+}
+
+int testRunCases(const char *name, const TTest *test, int ncases, int timeoutSec)
+{
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeoutSec);
+    tcase_add_loop_test(tc, test, 0, ncases);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+void testRanksReap(const struct testRanks *t)
+{
+    for (int r = 0; r < t->nranks; r++) {
+        int st;
+        ck_assert_int_eq(waitpid(t->pids[r], &st, 0), t->pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with status %d", r, st);
+    }
 }

@@ -17,6 +17,7 @@
 #ifndef LOOM_TEST_RANKS_H_
 #define LOOM_TEST_RANKS_H_
 
+#include <check.h>
 #include <sys/types.h>
 
 #include "loom.h"
@@ -49,5 +50,23 @@ int testRankFail(int rank, int code, const char *fmt, ...) __attribute__((format
 double testNowSec(void);
 /* Sleeps ms milliseconds, signals or not. */
 void testSleepMs(int ms);
+
+/*
+ * loomInProgress (a non-blocking comm's) waited out, up to timeoutSec, by
+ * polling loomCommGetAsyncError; any other res is returned as it is.
+ */
+loomResult_t testSettle(loomComm_t comm, loomResult_t res, int timeoutSec);
+/*
+ * The exact AllReduces of the recovery tests on the communicator they made
+ * (shrunk, grown, split): `iters` float sums of odd, growing counts, element
+ * j of rank r being (r + 1) * (it + 1) + j % 5, each result checked to the
+ * bit; non-blocking comms are waited out. Returns how many were right, and
+ * the time the first one ended in *firstAt (may be NULL).
+ */
+int testExactAllReduces(loomComm_t comm, int iters, double *firstAt);
+/* Waits for every rank; each must have exited with status 0 (a Check failure if not). */
+void testRanksReap(const struct testRanks *t);
+/* Runs `test` (START_TEST) as the loop cases 0 .. ncases-1 of one suite; the exit status. */
+int testRunCases(const char *name, const TTest *test, int ncases, int timeoutSec);
 
 #endif /* LOOM_TEST_RANKS_H_ */

@@ -69,34 +69,11 @@ struct job {
 
 /* ---- a rank ---- */
 
-/* 20 AllReduces of odd, growing counts: element j of rank r is (r + 1) * (it + 1) + j % 5. */
-static int checkedAllReduces(loomComm_t comm, struct report *rep)
-{
-    int n = rep->newSize, r = rep->newRank;
-    float *buf = malloc((1001 + AFTER_ALLREDUCES * 37) * sizeof(*buf));
-    int good = 0;
-    for (int it = 0; buf && it < AFTER_ALLREDUCES; it++) {
-        size_t count = 1001 + (size_t)it * 37;
-        for (size_t j = 0; j < count; j++)
-            buf[j] = (float)((r + 1) * (it + 1) + (int)(j % 5));
-        if (loomAllReduce(buf, buf, count, loomFloat32, loomSum, comm, NULL) != loomSuccess)
-            break;
-        if (it == 0)
-            rep->firstAt = testNowSec();
-        int ok = 1;
-        for (size_t j = 0; j < count; j++)
-            ok &= buf[j] == (float)((it + 1) * n * (n + 1) / 2 + n * (int)(j % 5));
-        good += ok;
-    }
-    free(buf);
-    return good;
-}
-
 static void grown(loomComm_t newcomm, struct report *rep)
 {
     loomCommCount(newcomm, &rep->newSize);
     loomCommUserRank(newcomm, &rep->newRank);
-    rep->correct = checkedAllReduces(newcomm, rep);
+    rep->correct = testExactAllReduces(newcomm, AFTER_ALLREDUCES, &rep->firstAt);
     loomCommDestroy(newcomm);
 }
 
@@ -228,11 +205,7 @@ static void runCase(enum kase k)
         fflush(stdout);
         reportCheck(k, &rep);
     }
-    for (int r = 0; r < OLD + 1; r++) {
-        int st;
-        ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with status %d", r, st);
-    }
+    testRanksReap(&t);
 }
 
 START_TEST(test_grow)
@@ -246,14 +219,5 @@ int main(void)
     setenv("LOOM_SOCKET_IFNAME", "lo", 0);
     printf("%-7s %-4s %-18s %-7s %-8s %s\n", "case", "rank", "result", "grown_s", "first_s",
            "line (grow: of the id used again)");
-    Suite *s = suite_create("grow");
-    TCase *tc = tcase_create("grow");
-    tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, test_grow, 0, NCASES);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return testRunCases("grow", test_grow, NCASES, 150);
 }

@@ -13,9 +13,11 @@
  *                revoked communicator and run 20 exact AllReduces on the new
  *                one.
  *   non-blocking config.blocking = 0: the AllReduce is queued (loomInProgress);
- *                the revoke returns loomInProgress, loomCommGetAsyncError
- *                gives loomInProgress until the queued AllReduce has stopped,
- *                then loomSuccess. Ranks 0 and 1 shrink without rank 2
+ *                the revoke returns loomInProgress (or loomSuccess if the
+ *                AllReduce stopped before it looked), loomCommGetAsyncError
+ *                loomInProgress until the queued AllReduce has stopped (the
+ *                window can be microseconds: whether it was seen is printed),
+ *                then loomSuccess and nothing else. Ranks 0 and 1 shrink without rank 2
  *                (LOOM_SHRINK_DEFAULT) and run 20 exact AllReduces; rank 2
  *                waits until they are done.
  *
@@ -25,9 +27,10 @@
  *
  * Printed, never asserted (the machine is shared): the seconds from the
  * revoke to the end of the stopped AllReduce, and to the new communicator's
- * first AllReduce:
+ * first AllReduce, and whether loomCommGetAsyncError was seen giving
+ * loomInProgress:
  *
- *   case          rank op-result          stop_s  first_s
+ *   case          rank op-result          stop_s  first_s  seen
  *
  * Every rank runs under an alarm() watchdog, and the parent stops waiting
  * for reports after a bound, so a hang is a failure.
@@ -78,47 +81,6 @@ struct job {
 };
 
 /* ---- a rank ---- */
-
-/* Waits for a non-blocking comm's pending work; returns its outcome. */
-static loomResult_t settle(loomComm_t comm)
-{
-    loomResult_t e = loomInProgress;
-    for (int ms = 0; ms < TIMEOUT_SEC * 1000 && e == loomInProgress; ms++) {
-        if (loomCommGetAsyncError(comm, &e) != loomSuccess)
-            return loomInternalError;
-        if (e == loomInProgress)
-            testSleepMs(1);
-    }
-    return e;
-}
-
-static loomResult_t waitCall(loomComm_t comm, loomResult_t res)
-{
-    return res == loomInProgress ? settle(comm) : res;
-}
-
-/* 20 AllReduces of odd, growing counts: element j of rank r is (r + 1) * (it + 1) + j % 5. */
-static int checkedAllReduces(loomComm_t comm, int r, int n, struct report *rep)
-{
-    float *buf = malloc((COUNT + AFTER_ALLREDUCES * 37) * sizeof(*buf));
-    int good = 0;
-    for (int it = 0; buf && it < AFTER_ALLREDUCES; it++) {
-        size_t count = 1001 + (size_t)it * 37;
-        for (size_t j = 0; j < count; j++)
-            buf[j] = (float)((r + 1) * (it + 1) + (int)(j % 5));
-        if (waitCall(comm, loomAllReduce(buf, buf, count, loomFloat32, loomSum, comm, NULL)) !=
-            loomSuccess)
-            break;
-        if (it == 0)
-            rep->firstAt = testNowSec();
-        int ok = 1;
-        for (size_t j = 0; j < count; j++)
-            ok &= buf[j] == (float)((it + 1) * n * (n + 1) / 2 + n * (int)(j % 5));
-        good += ok;
-    }
-    free(buf);
-    return good;
-}
 
 struct blocked {
     loomComm_t comm;
@@ -186,13 +148,13 @@ static void makeNew(const struct job *job, loomComm_t comm, int rank, struct rep
     else
         res = loomCommShrink(comm, absent, 1, &newcomm, NULL, LOOM_SHRINK_DEFAULT);
     if (res == loomInProgress)
-        res = settle(newcomm);
+        res = testSettle(newcomm, res, TIMEOUT_SEC);
     rep->newResult = res;
     snprintf(rep->newLine, sizeof(rep->newLine), "%s", loomGetLastError(comm));
     if (res != loomSuccess)
         return;
     loomCommCount(newcomm, &rep->newSize);
-    rep->correct = checkedAllReduces(newcomm, rank, rep->newSize, rep);
+    rep->correct = testExactAllReduces(newcomm, AFTER_ALLREDUCES, &rep->firstAt);
     loomCommDestroy(newcomm);
 }
 
@@ -210,7 +172,7 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
     config.blocking = job->kase == CASE_BLOCKING;
     loomResult_t res = loomCommInitRankConfig(&comm, nranks, *id, rank, &config);
     if (res == loomInProgress)
-        res = settle(comm);
+        res = testSettle(comm, res, TIMEOUT_SEC);
     if (res != loomSuccess)
         return testRankFail(rank, 10, "loomCommInitRankConfig failed: %s", loomGetLastError(NULL));
     if (rank != ABSENT) {
@@ -251,12 +213,11 @@ static void reportCheck(enum kase k, const struct report *rep)
             ck_assert_msg(rep->opResult == loomInProgress,
                           "rank %d: the queued AllReduce returned %s", r,
                           loomGetErrorString((loomResult_t)rep->opResult));
-            ck_assert_msg(rep->revokeResult == loomInProgress && rep->sawInProgress,
-                          "rank %d: a non-blocking revoke of a queued AllReduce gave %s%s", r,
-                          loomGetErrorString((loomResult_t)rep->revokeResult),
-                          rep->sawInProgress ? ""
-                                             : ", and never loomInProgress from "
-                                               "loomCommGetAsyncError");
+            /* loomSuccess when the stopped AllReduce was out of the way before the revoke
+             * looked: quiescence can come within microseconds. */
+            ck_assert_msg(rep->revokeResult == loomInProgress || rep->revokeResult == loomSuccess,
+                          "rank %d: a non-blocking revoke of a queued AllReduce gave %s", r,
+                          loomGetErrorString((loomResult_t)rep->revokeResult));
         }
         ck_assert_msg(rep->asyncAfter == loomSuccess,
                       "rank %d: loomCommGetAsyncError after the revoke: %s", r,
@@ -303,17 +264,13 @@ static void runCase(enum kase k)
         rep.opLine[sizeof(rep.opLine) - 1] = rep.afterLine[sizeof(rep.afterLine) - 1] = '\0';
         rep.newLine[sizeof(rep.newLine) - 1] = '\0';
         if (rep.rank != ABSENT)
-            printf("%-13s %-4d %-18s %-7.3f %-7.3f %s\n", caseName[k], rep.rank,
+            printf("%-13s %-4d %-18s %-7.3f %-8.3f %-4s %s\n", caseName[k], rep.rank,
                    loomGetErrorString((loomResult_t)rep.opResult), rep.stoppedAt - rep.revokeAt,
-                   rep.firstAt - rep.revokeAt, rep.opLine);
+                   rep.firstAt - rep.revokeAt, rep.sawInProgress ? "yes" : "no", rep.opLine);
         fflush(stdout);
         reportCheck(k, &rep);
     }
-    for (int r = 0; r < NRANKS; r++) {
-        int st;
-        ck_assert_int_eq(waitpid(t.pids[r], &st, 0), t.pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended with status %d", r, st);
-    }
+    testRanksReap(&t);
 }
 
 START_TEST(test_revoke)
@@ -325,16 +282,7 @@ END_TEST
 int main(void)
 {
     setenv("LOOM_SOCKET_IFNAME", "lo", 0);
-    printf("%-13s %-4s %-18s %-7s %-7s %s\n", "case", "rank", "op-result", "stop_s", "first_s",
-           "line of the stopped AllReduce");
-    Suite *s = suite_create("revoke");
-    TCase *tc = tcase_create("revoke");
-    tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, test_revoke, 0, NCASES);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    printf("%-13s %-4s %-18s %-7s %-8s %-4s %s\n", "case", "rank", "op-result", "stop_s", "first_s",
+           "seen", "line of the stopped AllReduce");
+    return testRunCases("revoke", test_revoke, NCASES, 150);
 }

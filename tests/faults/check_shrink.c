@@ -87,29 +87,6 @@ static void failedRanks(loomComm_t comm, int want, struct report *rep)
     }
 }
 
-/* 20 AllReduces of odd, growing counts: element j of rank r is (r + 1) * (it + 1) + j % 5. */
-static int checkedAllReduces(loomComm_t comm, struct report *rep)
-{
-    int n = rep->newSize, r = rep->newRank;
-    float *buf = malloc((COUNT + AFTER_ALLREDUCES) * sizeof(*buf));
-    int good = 0;
-    for (int it = 0; buf && it < AFTER_ALLREDUCES; it++) {
-        size_t count = 1001 + (size_t)it * 37;
-        for (size_t j = 0; j < count; j++)
-            buf[j] = (float)((r + 1) * (it + 1) + (int)(j % 5));
-        if (loomAllReduce(buf, buf, count, loomFloat32, loomSum, comm, NULL) != loomSuccess)
-            break;
-        if (it == 0)
-            rep->firstAt = testNowSec();
-        int ok = 1;
-        for (size_t j = 0; j < count; j++)
-            ok &= buf[j] == (float)((it + 1) * n * (n + 1) / 2 + n * (int)(j % 5));
-        good += ok;
-    }
-    free(buf);
-    return good;
-}
-
 static loomResult_t shrinkOnce(loomComm_t comm, const int *ex, int nex, loomComm_t *newcomm,
                                struct report *rep)
 {
@@ -140,7 +117,7 @@ static void afterFailure(const struct job *job, loomComm_t comm, int rank, struc
     if (res == loomSuccess) {
         loomCommCount(newcomm, &rep->newSize);
         loomCommUserRank(newcomm, &rep->newRank);
-        rep->correct = checkedAllReduces(newcomm, rep);
+        rep->correct = testExactAllReduces(newcomm, AFTER_ALLREDUCES, &rep->firstAt);
         loomCommDestroy(newcomm);
     }
 }
@@ -289,14 +266,5 @@ int main(void)
     setenv("LOOM_SOCKET_IFNAME", "lo", 0);
     printf("%-13s %-4s %-18s %-7s %-8s %-8s %s\n", "case", "rank", "shrink", "error_s", "shrunk_s",
            "first_s", "error");
-    Suite *s = suite_create("shrink");
-    TCase *tc = tcase_create("shrink");
-    tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, test_shrink, 0, NCASES);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return testRunCases("shrink", test_shrink, NCASES, 150);
 }
