@@ -32,6 +32,7 @@
 
 #include "bootint.h"
 #include "debug.h"
+#include "tls.h"
 #include "wire.h"
 
 #define GROW_REQ_MAGIC 0x4c4d4752u     /* "LMGR" */
@@ -367,6 +368,9 @@ loomResult_t bootstrapGrowJoin(const loomUniqueId *growId, const struct bootstra
     socketAddrFormat(&at, atName, sizeof(atName));
     uint64_t deadline = socketDeadline(req->timeoutSec + GROW_GRACE_SEC);
     loomResult_t res = growConnect(req, &at, atName, deadline, &fd);
+    if (res == loomSuccess)
+        res = tlsWrap(fd, 0,
+                      bid.secret); /* the meeting's port wraps what it accepts (bootgather.c) */
     if (res == loomSuccess)
         res = growRequest(&bid, req, fd, deadline);
     if (res == loomSuccess)

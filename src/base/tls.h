@@ -2,7 +2,7 @@
  * tls.h — TLS 1.3 on Loom's TCP connections, opt-in with LOOM_NET_TLS=1.
  *
  * With the setting on, every TCP connection Loom makes (the bootstrap's:
- * root, ring, point-to-point, shrink; NET/socket's data sockets) is wrapped
+ * root, ring, point-to-point, shrink, grow; NET/socket's data sockets) is wrapped
  * right after connect() or accept() with tlsWrap, and every byte then goes
  * through tlsSend/tlsSendv/tlsRecv, which behave like non-blocking
  * send/sendmsg/recv on the socket. Without the setting, tlsWrap does
