@@ -213,6 +213,20 @@ static loomResult_t ddpRegroup(void *self)
     return loomSuccess;
 }
 
+static loomResult_t ddpAdopt(void *self)
+{
+    struct ddp *d = self;
+    struct trainer *t = d->t;
+    if (d->saved == NULL)
+        ddpSave(self); /* a replacement: a buffer of the right size, overwritten below */
+    if (d->saved == NULL)
+        return trainFail(t, loomSystemError, "elastic: out of memory for the state");
+    LOOMCHECK(trainComm(
+        t, "loomBroadcast",
+        loomBroadcast(d->saved, d->saved, d->savedBytes, loomUint8, 0, t->comm, NULL), nowNs()));
+    return ddpRegroup(self);
+}
+
 static void ddpDestroy(void *self)
 {
     struct ddp *d = self;
@@ -264,6 +278,7 @@ loomResult_t ddpCreate(struct trainer *t, struct strategy *s)
                            .destroy = ddpDestroy,
                            .regroup = ddpRegroup,
                            .save = ddpSave,
+                           .adopt = ddpAdopt,
                            .psi = d->lay.params,
                            .formula = "16 Psi",
                            .formulaBytes = 16.0 * (double)d->lay.params};

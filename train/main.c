@@ -26,6 +26,11 @@
  * reference, which at the failed step holds the weights the survivors hold.
  * ZeRO and MoE keep a rank's shard of the state only on that rank: there a
  * lost rank ends the run with a line saying what was lost.
+ *
+ * --grow-file PATH (with --elastic, DDP): after a shrink by one rank, rank 0 writes a grow id
+ * to PATH and the survivors wait in loomCommGrow for a replacement, started as loom-train
+ * --join PATH with the job's options, which takes the last rank and gets the saved state of
+ * the step to redo from rank 0 (the strategy's adopt); then all redo it at the first width.
  */
 #include <getopt.h>
 #include <limits.h>
@@ -33,7 +38,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "data.h"
@@ -76,6 +83,8 @@ static void usage(FILE *f)
             "  --log-every K          print every K-th step (1)\n"
             "  --verify-every K       compare parameter hashes across ranks every K steps (10)\n"
             "  --elastic              go on without a rank that dies (ddp; see loom-train(1))\n"
+            "  --grow-file PATH       with --elastic: after a loss, grow back through PATH\n"
+            "  --join PATH            a replacement: join the job that writes PATH\n"
             "  --test-kill R:S        for tests: rank R SIGKILLs itself in step S\n"
             "  -h, --help\n");
 }
@@ -139,6 +148,8 @@ enum {
     OPT_LOG,
     OPT_VERIFY,
     OPT_ELASTIC,
+    OPT_GROW_FILE,
+    OPT_JOIN,
     OPT_TEST_KILL
 };
 
@@ -173,6 +184,8 @@ static const struct option longOptions[] = {{"mode", required_argument, 0, OPT_M
                                             {"log-every", required_argument, 0, OPT_LOG},
                                             {"verify-every", required_argument, 0, OPT_VERIFY},
                                             {"elastic", no_argument, 0, OPT_ELASTIC},
+                                            {"grow-file", required_argument, 0, OPT_GROW_FILE},
+                                            {"join", required_argument, 0, OPT_JOIN},
                                             {"test-kill", required_argument, 0, OPT_TEST_KILL},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
@@ -345,6 +358,13 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         case OPT_ELASTIC:
             o->elastic = 1;
             break;
+        case OPT_GROW_FILE:
+            o->growFile = optarg;
+            break;
+        case OPT_JOIN:
+            o->joinFile = optarg;
+            o->elastic = 1;
+            break;
         case OPT_TEST_KILL:
             if (parseKill(optarg, o) != 0)
                 return usageError("--test-kill wants RANK:STEP (step from 1), not", optarg);
@@ -379,6 +399,8 @@ static int parseOptions(int argc, char **argv, struct trainOptions *o)
         return usageError(why, NULL);
     if (o->checkpoint > 0 && o->mode == MODE_MOE)
         return usageError("--checkpoint is for the dense model (not --mode moe)", NULL);
+    if ((o->growFile || o->joinFile) && (!o->elastic || o->mode != MODE_DDP))
+        return usageError("--grow-file and --join are for --elastic --mode ddp", NULL);
     if (o->heads > 0 && (o->mode == MODE_MOE || o->elastic))
         return usageError("--heads: attention is in the dense blocks of ddp and zero1-3, "
                           "without --elastic",
@@ -495,6 +517,7 @@ struct run {
     int rank0, nranks0; /* before any failure */
     int replicas;       /* data-parallel replicas: nranks0 / (tp x pp); each has its batch */
     long failedStep;    /* --elastic: the first step redone after a failure, -1 if none */
+    long startStep;     /* --join: the step the replacement starts at */
 };
 
 /* Collective: do all ranks hold the same hash? */
@@ -672,10 +695,67 @@ static loomResult_t runCheck(struct run *r, int *ok)
     return loomSuccess;
 }
 
+/*
+ * --grow-file/--join: what rank 0 of the survivors writes for the replacement (to PATH.tmp,
+ * then renamed to PATH, so the replacement never reads half of it).
+ */
+#define GROW_NOTE_MAGIC "LOOMGRW1"
+struct growNote {
+    char magic[8];
+    int32_t nranks, rank; /* of the grown communicator, and the replacement's */
+    int64_t step;         /* the step everyone redoes (from 0) */
+    loomUniqueId id;      /* loomCommGetUniqueId's */
+};
+
+static int growNoteWrite(const char *path, const struct growNote *note)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f != NULL && fwrite(note, sizeof(*note), 1, f) == 1;
+    if (f != NULL)
+        ok &= fclose(f) == 0;
+    return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/* The replacement: waits for the note (up to 120 s), joins with loomCommGrow. */
+static loomResult_t joinGrow(struct run *r)
+{
+    struct trainer *t = &r->t;
+    struct growNote note;
+    uint64_t start = nowNs();
+    for (int waited = 0;; waited += 50) {
+        FILE *f = fopen(r->o.joinFile, "rb");
+        int got = f != NULL && fread(&note, sizeof(note), 1, f) == 1;
+        if (f != NULL)
+            fclose(f);
+        if (got && memcmp(note.magic, GROW_NOTE_MAGIC, 8) == 0)
+            break;
+        if (waited >= 120000)
+            return trainFail(t, loomTimeout, "--join: no grow note in %s within 120 s",
+                             r->o.joinFile);
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    unlink(r->o.joinFile); /* the note serves one replacement, as its id serves one grow */
+    t->rank = note.rank;
+    loomResult_t res = loomCommGrow(NULL, note.nranks, &note.id, note.rank, &t->comm, NULL);
+    if (res != loomSuccess)
+        return trainFail(t, res, "--join: loomCommGrow: %s", loomGetLastError(NULL));
+    r->startStep = note.step;
+    printf("elastic: rank %d joined a job of %d ranks through %s at step %lld; %.3f s from "
+           "reading the note to the grown communicator\n",
+           note.rank, note.nranks, r->o.joinFile, (long long)note.step + 1,
+           (double)(nowNs() - start) / 1e9);
+    return loomSuccess;
+}
+
 static loomResult_t runCreate(struct run *r)
 {
     struct trainer *t = &r->t;
-    loomResult_t res = loomCommInitFromEnv(&t->comm);
+    loomResult_t res = r->o.joinFile ? joinGrow(r) : loomCommInitFromEnv(&t->comm);
+    if (res != loomSuccess && r->o.joinFile)
+        return res;
     if (res != loomSuccess) {
         fprintf(stderr, "loom-train: loomCommInitFromEnv: %s: %s (start it with loomrun)\n",
                 loomGetErrorString(res), loomGetLastError(NULL));
@@ -711,7 +791,8 @@ static loomResult_t runCreate(struct run *r)
         return parCreate(t, &r->s);
     switch (r->o.mode) {
     case MODE_DDP:
-        return ddpCreate(t, &r->s);
+        LOOMCHECK(ddpCreate(t, &r->s));
+        return r->o.joinFile ? r->s.adopt(r->s.self) : loomSuccess;
     case MODE_MOE:
         return moeCreate(t, &r->s);
     default:
@@ -802,6 +883,63 @@ static loomResult_t elasticShrink(struct run *r, long step, loomComm_t *newcomm,
     return res;
 }
 
+/* This rank's share of the global batch on t->comm. */
+static loomResult_t elasticRows(struct run *r)
+{
+    struct trainer *t = &r->t;
+    t->rowLo = t->globalRows * t->rank / t->nranks;
+    t->rows = (int)(t->globalRows * (t->rank + 1) / t->nranks - t->rowLo);
+    float *x = realloc(r->x, (size_t)t->rows * r->o.hidden * sizeof(float));
+    int *labels = realloc(r->labels, (size_t)t->rows * sizeof(int));
+    r->x = x ? x : r->x;
+    r->labels = labels ? labels : r->labels;
+    if (x == NULL || labels == NULL)
+        return trainFail(t, loomSystemError, "out of memory");
+    return loomSuccess;
+}
+
+/*
+ * --grow-file, after a shrink by one rank: rank 0 makes a grow id and writes it to the file
+ * for a replacement (loom-train --join), and all grow back to the first width; the
+ * replacement gets the state of the step to redo from rank 0. If no replacement comes within
+ * LOOM_TIMEOUT, the survivors go on as they are.
+ */
+static loomResult_t elasticGrow(struct run *r, long step, uint64_t errAt)
+{
+    struct trainer *t = &r->t;
+    struct growNote note = {.nranks = r->nranks0, .rank = t->nranks, .step = step};
+    loomComm_t grown;
+    int coordinator = t->rank == 0;
+    memcpy(note.magic, GROW_NOTE_MAGIC, 8);
+    if (coordinator) {
+        LOOMCHECK(
+            trainComm(t, "loomCommGetUniqueId", loomCommGetUniqueId(t->comm, &note.id), nowNs()));
+        if (growNoteWrite(r->o.growFile, &note) != 0)
+            return trainFail(t, loomSystemError, "elastic: cannot write %s", r->o.growFile);
+        printf("elastic: waiting for a replacement as rank %d: loom-train --join %s\n", t->nranks,
+               r->o.growFile);
+    }
+    loomResult_t res =
+        loomCommGrow(t->comm, r->nranks0, coordinator ? &note.id : NULL, -1, &grown, NULL);
+    if (res != loomSuccess) {
+        if (coordinator)
+            printf("elastic: no replacement joined (%s); going on with %d ranks\n",
+                   loomGetLastError(t->comm), t->nranks);
+        return loomSuccess;
+    }
+    loomCommDestroy(t->comm);
+    t->comm = grown;
+    loomCommUserRank(t->comm, &t->rank);
+    loomCommCount(t->comm, &t->nranks);
+    LOOMCHECK(elasticRows(r));
+    LOOMCHECK(r->s.adopt(r->s.self));
+    if (t->rank == 0)
+        printf("elastic: grew back to %d ranks (the replacement is rank %d); they redo step %ld; "
+               "%.3f s from the error\n",
+               t->nranks, t->nranks - 1, step + 1, (double)(nowNs() - errAt) / 1e9);
+    return loomSuccess;
+}
+
 /* After step `step` failed (at errAt): shrink, re-divide the global batch, redo the step. */
 static loomResult_t elasticRecover(struct run *r, long step, uint64_t errAt)
 {
@@ -815,14 +953,7 @@ static loomResult_t elasticRecover(struct run *r, long step, uint64_t errAt)
     loomCommCount(t->comm, &t->nranks);
     if (r->s.regroup == NULL)
         return elasticLost(r, who, step);
-    t->rowLo = t->globalRows * t->rank / t->nranks;
-    t->rows = (int)(t->globalRows * (t->rank + 1) / t->nranks - t->rowLo);
-    float *x = realloc(r->x, (size_t)t->rows * r->o.hidden * sizeof(float));
-    int *labels = realloc(r->labels, (size_t)t->rows * sizeof(int));
-    r->x = x ? x : r->x;
-    r->labels = labels ? labels : r->labels;
-    if (x == NULL || labels == NULL)
-        return trainFail(t, loomSystemError, "out of memory");
+    LOOMCHECK(elasticRows(r));
     LOOMCHECK(r->s.regroup(r->s.self));
     if (r->failedStep < 0)
         r->failedStep = step;
@@ -833,13 +964,15 @@ static loomResult_t elasticRecover(struct run *r, long step, uint64_t errAt)
                who, step + 1, t->nranks, t->globalRows / t->nranks,
                (t->globalRows + t->nranks - 1) / t->nranks, t->globalRows,
                (double)(nowNs() - errAt) / 1e9);
+    if (r->o.growFile != NULL && t->nranks == r->nranks0 - 1)
+        return elasticGrow(r, step, errAt);
     return loomSuccess;
 }
 
 static loomResult_t runTrain(struct run *r, int *ok)
 {
     printHeader(r);
-    for (long step = 0, recoveries = 0; step < r->o.steps;) {
+    for (long step = r->startStep, recoveries = 0; step < r->o.steps;) {
         loomResult_t res = trainStep(r, step);
         if (res == loomSuccess) {
             step++;

@@ -70,8 +70,10 @@ struct trainOptions {
     int verifyEvery; /* steps between cross-rank parameter fingerprints (0: only at the end) */
     int experts, topK;
     double capacity, auxWeight;
-    int elastic;      /* --elastic: go on without a rank that fails */
-    int testKillRank; /* --test-kill R:S: rank R SIGKILLs itself at step S (-1: no) */
+    int elastic;          /* --elastic: go on without a rank that fails */
+    const char *growFile; /* --grow-file PATH: after a shrink, grow back through PATH */
+    const char *joinFile; /* --join PATH: a replacement, joining through PATH */
+    int testKillRank;     /* --test-kill R:S: rank R SIGKILLs itself at step S (-1: no) */
     long testKillStep;
 };
 
@@ -153,6 +155,11 @@ struct strategy {
     loomResult_t (*regroup)(void *self);
     /* --elastic: called before each step, so that regroup can return to it. */
     void (*save)(void *self);
+    /*
+     * --grow-file/--join, collective on the grown communicator: rank 0's saved state
+     * (that of the step about to be redone) to every rank, then as regroup.
+     */
+    loomResult_t (*adopt)(void *self);
     /* Collective, after the run (may be NULL): the strategy's own figures. */
     loomResult_t (*report)(void *self);
     /* Parameters in the model and the model-state formula of this strategy, for the ledger. */

@@ -12,6 +12,13 @@
 #    the elastic line (with the pause) and "check: PASSED" must be there.
 # 2. The same with bf16 and an even split (batch 30: 120 tokens, 40 each).
 # 3. zero2 and moe with the same kill stop with a line saying what was lost.
+# 4. Growing back (--grow-file): DDP as in 1; after the shrink rank 0 writes
+#    a grow id to a file, a replacement started by this script (loom-train
+#    --join FILE, same options, outside loomrun) joins through loomCommGrow
+#    as rank 3, gets the state of step 5 from rank 0, and the 4 redo step 5
+#    and train to 20. --check as in 1 (DDP's global batch is the same at
+#    every width, so the reference is the same); the replacement must exit
+#    0 with the others, and the losses from step 5 on be compared on 4 ranks.
 set -u
 . "$(dirname "$0")/common.sh"
 require_tools loomrun
@@ -43,6 +50,31 @@ elastic() {
 
 elastic ddp --mode ddp
 elastic ddp-bf16 --mode ddp --dtype bf16 --batch 30 --bucket-mb 0.1
+
+note=$TEST_TMPDIR/grow.note
+glog=$TEST_TMPDIR/grow.log
+jlog=$TEST_TMPDIR/join.log
+rm -f "$note"
+echo "+ loomrun -n 4 loom-train --elastic --grow-file $note ... & loom-train --join $note ..."
+_timed "$LOOMRUN" -n 4 --keep-going "$LOOM_TRAIN" --elastic --grow-file "$note" --check \
+    --steps 20 --log-every 5 --test-kill 2:5 --mode ddp >"$glog" 2>&1 &
+job=$!
+_timed "$LOOM_TRAIN" --join "$note" --check --steps 20 --log-every 5 --mode ddp >"$jlog" 2>&1
+jstatus=$?
+wait "$job"
+gstatus=$?
+note "grow: $(grep '^elastic: grew' "$glog") / $(grep '^elastic: rank 3 joined' "$jlog")"
+if [ "$gstatus" -ne 137 ] || [ "$jstatus" -ne 0 ]; then
+    show_log "$glog"
+    show_log "$jlog"
+    record_failure "grow: loomrun exited $gstatus (137 expected), the replacement $jstatus (0)"
+else
+    grep -q "^elastic: grew back to 4 ranks (the replacement is rank 3); they redo step 5" \
+        "$glog" || record_failure "grow: no line saying the job grew back to 4 ranks"
+    grep -q "^check: after the failure, steps 5..20 on 4 ranks: .*  ok$" "$glog" ||
+        record_failure "grow: the losses after growing back were not compared, or differ"
+    train_check "$glog" 0 grow 20
+fi
 
 for mode in zero2 moe; do
     log=$TEST_TMPDIR/$mode.log
