@@ -32,7 +32,10 @@
  * network on every host). A connection uses the rails both ends have and at
  * least one socket a rail; socket s runs over rail s % nrails, connected
  * from this rank's address on that rail to the peer's, so a large message's
- * parts cross all the rails side by side.
+ * parts cross all the rails side by side. Such a connection is moved by
+ * net_rails.c instead of the protocol below: every part says what it is,
+ * the receiver acknowledges what landed, and the connection goes on over
+ * the rails left when one fails, resending what had not landed.
  *
  * Connection: every rank listens on each of its rails (one interface
  * unless LOOM_SOCKET_IFNAME lists several) and publishes the addresses, a
@@ -72,109 +75,7 @@
 #include "tls.h"
 #include "wire.h"
 
-#define SOCK_MAX 16
-#define SOCK_RAILS_MAX 4 /* interfaces a rank stripes over (what its public info holds) */
-#define SOCK_QUEUE 16    /* transfers a socket holds: > LOOM_STEPS, a power of two */
-#define SOCK_NONCE_BYTES BOOTSTRAP_SECRET_BYTES
-#define SOCK_HELLO_BYTES (4 + SOCK_NONCE_BYTES + 12)
-#define SOCK_HELLO_SEC 5
-#define SOCK_HELPER_SLEEP_MS 100
-#define SOCK_HELPER_YIELD_NS (200 * 1000ULL)
-
-_Static_assert(SOCK_QUEUE > LOOM_STEPS && (SOCK_QUEUE & (SOCK_QUEUE - 1)) == 0,
-               "a socket queue holds every message a FIFO can have in flight");
-
-/* Link errors (besides errno values). */
-#define SOCK_ERR_EOF (-1)
-#define SOCK_ERR_FRAME (-2)
-
-struct sockConn;
-
-/* One transfer on one socket: an optional header, then data. */
-struct sockOp {
-    uint8_t *hdr; /* NET_HEADER_BYTES, or NULL */
-    char *data;
-    size_t len;   /* data bytes; for a receive with a header, set once the header is in */
-    size_t done;  /* bytes moved, header included */
-    uint64_t msg; /* message number */
-    int slot;
-};
-
-struct sockLink {
-    int fd;
-    int watched; /* the proxy watches fd */
-    int index;   /* 0 .. nsocks-1 */
-    int helper;  /* helper thread that moves it, -1: the proxy */
-    struct sockConn *conn;
-    _Atomic uint32_t qHead; /* transfers finished (consumer) */
-    _Atomic uint32_t qTail; /* transfers posted (producer: the proxy) */
-    atomic_int err;
-    struct sockOp q[SOCK_QUEUE];
-};
-
-/* One message in flight, by slot. */
-struct sockMsg {
-    uint8_t hdr[NET_HEADER_BYTES];
-    uint32_t bytes;
-    int parts; /* 0 while a receive's header is not in */
-    atomic_int partsDone;
-};
-
-struct sockConn {
-    struct netConn *nc;
-    int nsocks;
-    int nrails; /* socket s runs over rail s % nrails on both ends */
-    int connected;
-    /* A failure notice on socket 0, against the data: out on a recv connection, in on a send one.
-     */
-    uint8_t notice[NET_NOTICE_MAX_BYTES];
-    size_t noticeLen;  /* out: bytes queued */
-    size_t noticeDone; /* out: bytes sent; in: bytes received */
-    int noticeOver;    /* in: the socket ended or sent something else; stop reading it */
-    struct sockLink links[SOCK_MAX];
-    struct sockMsg msgs[LOOM_STEPS];
-};
-
-struct sockHelper {
-    struct loomDoorbell bell;
-    struct sockState *st;
-    pthread_t thread;
-    int started;
-    atomic_int stop;
-    struct sockLink **links;
-    int nlinks;
-    struct pollfd *fds;
-};
-
-/* What each rank publishes. */
-struct sockPublic {
-    uint8_t nonce[SOCK_NONCE_BYTES];
-    int32_t nsocks;
-    int32_t nrails;
-    struct bootstrapAddr addr[SOCK_RAILS_MAX]; /* one listening address a rail */
-};
-
-/* A connection accepted before this rank started to connect its peer (kept for connectStart). */
-struct sockEarly {
-    int fd, rank, channel, sock, nsocks;
-};
-
-struct sockState {
-    struct loomComm *comm;
-    int listenFd[SOCK_RAILS_MAX];
-    struct socketRail rails[SOCK_RAILS_MAX]; /* this rank's interfaces, port 0 */
-    struct sockPublic me;
-    struct sockConn **conns; /* [cap]: the connections started so far */
-    int nconns, cap;
-    struct sockConn **recvIndex; /* [nranks * nChannels]: recv connection from (peer, channel) */
-    struct sockEarly *early;
-    int nearly, capEarly;
-    int helpersPlanned, helpersStarted;
-    struct loomProxy *proxy; /* once attached */
-    struct sockHelper *helpers;
-    int nhelpers;
-    struct loomDoorbell *proxyBell;
-};
+#include "net_socket.h"
 
 /* ---- moving bytes ---- */
 
@@ -425,12 +326,19 @@ static int sockComplete(const struct sockConn *sc)
     return 1;
 }
 
+/* 1 when helpers may move sockets 1.. of sc: it is connected, on one rail (net_rails.c moves
+ * the others itself). */
+static int sockHelped(const struct sockConn *sc)
+{
+    return sockComplete(sc) && sc->rails == NULL;
+}
+
 /* Hands sockets 1.. of every connection made so far to the helpers, round robin. */
 static loomResult_t helpersPlan(struct sockState *st)
 {
     int extra = 0;
     for (int i = 0; i < st->nconns; i++)
-        extra += sockComplete(st->conns[i]) ? st->conns[i]->nsocks - 1 : 0;
+        extra += sockHelped(st->conns[i]) ? st->conns[i]->nsocks - 1 : 0;
     int want = (int)paramInt(LOOM_PARAM_SOCKET_NTHREADS);
     st->nhelpers = want < extra ? want : extra;
     if (st->nhelpers == 0)
@@ -446,7 +354,7 @@ static loomResult_t helpersPlan(struct sockState *st)
     }
     int next = 0;
     for (int i = 0; i < st->nconns; i++) {
-        for (int s = 1; sockComplete(st->conns[i]) && s < st->conns[i]->nsocks; s++) {
+        for (int s = 1; sockHelped(st->conns[i]) && s < st->conns[i]->nsocks; s++) {
             struct sockHelper *h = &st->helpers[next];
             st->conns[i]->links[s].helper = next;
             h->links[h->nlinks++] = &st->conns[i]->links[s];
@@ -553,6 +461,8 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
     struct sockConn *sc = c->priv;
     struct sockLink *failed = NULL, *ended = NULL;
     int partsDue = 0;
+    if (sc->rails != NULL)
+        return railsProgress(st, sc, moved);
     if (c->isSend)
         postSends(st, sc);
     else
@@ -600,6 +510,10 @@ static void sockNotify(void *state, struct netConn *c, const uint8_t *msg, size_
 {
     struct sockConn *sc = c->priv;
     (void)state;
+    if (sc != NULL && sc->rails != NULL) {
+        railsNotify(sc, msg, len);
+        return;
+    }
     if (sc == NULL || sc->links[0].fd < 0 || sc->noticeLen > 0 || len > sizeof(sc->notice))
         return; /* one notice per connection: the first failure is the one that counts */
     memcpy(sc->notice, msg, len);
@@ -610,7 +524,10 @@ static void sockNotify(void *state, struct netConn *c, const uint8_t *msg, size_
 static void sockPollNotice(void *state, struct netConn *c)
 {
     struct sockConn *sc = c->priv;
-    (void)state;
+    if (sc != NULL && sc->rails != NULL) {
+        railsPollNotice(state, sc);
+        return;
+    }
     if (sc == NULL || sc->links[0].fd < 0 || sc->noticeOver || c->noticeIn)
         return;
     for (;;) {
@@ -901,6 +818,8 @@ static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n,
             sc->nrails = 1;
         if (sc->nsocks < sc->nrails)
             sc->nsocks = sc->nrails;
+        if (sc->nrails > 1)
+            LOOMCHECK(railsCreate(sc));
         for (int s = 0; s < SOCK_MAX; s++)
             sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
         if (!nc->isSend) {
@@ -1002,6 +921,7 @@ static void sockTeardown(void *state)
         for (int s = 0; s < SOCK_MAX; s++)
             socketClose(st->conns[i]->links[s].fd);
         st->conns[i]->nc->priv = NULL;
+        railsFree(st->conns[i]);
         free(st->conns[i]);
     }
     for (int i = 0; i < st->nearly; i++)

@@ -12,6 +12,13 @@
 #    listens on both rails, and each host's eth1 and eth0 both sent at least
 #    32 MiB (/sys/class/net/*/statistics/tx_bytes in its namespace): the
 #    large messages were cut over both.
+# 2. Failover: railloop (AllReduces of 4 MiB in a loop, every result
+#    checked) on 2 hosts x 1 rank; after its 20th iteration eth1 goes down
+#    on h1 (ip link set eth1 down). h1 finds its interface down, both ends
+#    drop the sockets on that rail (h1 tells h2 on eth0) and resend what had
+#    not landed on eth0: every rank warns that rail 1 (eth1) failed (h2
+#    hears it from h1), the job ends with every result right, and eth0 of
+#    each host sent at least 64 MiB more after the failure.
 #
 # Skipped, in one line, unless run as root where network namespaces work.
 # The namespaces are removed on exit, whatever happened.
@@ -70,5 +77,47 @@ for name in h1:eth0 h1:eth1 h2:eth0 h2:eth1; do
         note "$name sent $sent bytes"
     fi
 done
+
+# 2. Failover: a rail taken down mid-job.
+RAILLOOP=$top_builddir/tests/multinode/railloop
+[ -x "$RAILLOOP" ] || skip "$RAILLOOP is not built (run make check)"
+port=$((port + 1))
+log=$TEST_TMPDIR/failover.log
+: >"$log"
+"$MN_MPIRUN" 2 1 $ENVS -x LOOM_ROOT_ADDR="$(mn_addr h1):$port" -x LOOM_DEBUG=WARN \
+    "$RAILLOOP" 300 $((4 << 20)) >"$log" 2>&1 &
+job=$!
+waited=0
+while ! grep -q "rank 0: iteration 20$" "$log" && [ "$waited" -lt 1200 ]; do
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+    waited=$((waited + 1))
+done
+if grep -q "rank 0: iteration 20$" "$log"; then
+    ip -n "$MN_PREFIX-h1" link set eth1 down
+    down="$(tx_bytes h1 eth0) $(tx_bytes h2 eth0)"
+    note "eth1 of h1 is down after iteration 20"
+else
+    record_failure "railloop did not reach its 20th iteration"
+fi
+wait "$job"
+status=$?
+sed 's/^/    /' "$log"
+[ "$status" -eq 0 ] || record_failure "railloop with a rail taken down: exit status $status"
+[ "$(grep -c "every result right" "$log")" -eq 2 ] ||
+    record_failure "not every rank got every result right after the rail went down"
+for h in h1 h2; do
+    grep -q "^$h:.*WARN.*rail 1 (eth1) failed .*; the other rail(s) carry on" "$log" ||
+        record_failure "$h did not warn that rail 1 (eth1) failed"
+done
+if [ -n "${down:-}" ]; then
+    set -- $down
+    for name in h1 h2; do
+        sent=$(($(tx_bytes "$name" eth0) - $1))
+        shift
+        [ "$sent" -ge $((64 << 20)) ] ||
+            record_failure "$name's eth0 sent only $sent bytes after eth1 went down"
+    done
+fi
 
 finish
