@@ -19,6 +19,10 @@
 #    not landed on eth0: every rank warns that rail 1 (eth1) failed (h2
 #    hears it from h1), the job ends with every result right, and eth0 of
 #    each host sent at least 64 MiB more after the failure.
+# 3. A dead peer over two rails: railloop forked on h1 and h2 (not under
+#    mpirun, which would end the survivor itself), rank 1 killed after its
+#    20th iteration: rank 0 returns an error naming rank 1 well within
+#    LOOM_TIMEOUT (60 s), as on one rail.
 #
 # Skipped, in one line, unless run as root where network namespaces work.
 # The namespaces are removed on exit, whatever happened.
@@ -118,6 +122,40 @@ if [ -n "${down:-}" ]; then
         [ "$sent" -ge $((64 << 20)) ] ||
             record_failure "$name's eth0 sent only $sent bytes after eth1 went down"
     done
+fi
+
+# 3. A dead peer over two rails: rank 1 (h2) killed mid-job.
+port=$((port + 1))
+log=$TEST_TMPDIR/kill.log
+: >"$log"
+for r in 0 1; do
+    $MN_EXEC "h$((r + 1))" env LOOM_RANK=$r LOOM_NRANKS=2 LOOM_LOCAL_RANK=0 LOOM_TIMEOUT=60 \
+        LOOM_SPIN=0 LOOM_SOCKET_IFNAME=eth0,eth1 LOOM_ROOT_ADDR="$(mn_addr h1):$port" \
+        "$RAILLOOP" 100000 $((4 << 20)) >"$log.$r" 2>&1 &
+    eval "pid$r=\$!"
+done
+waited=0
+while ! grep -q "rank 1: iteration 20$" "$log.1" && [ "$waited" -lt 1200 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+done
+start=$(date +%s)
+for p in $(ip netns pids "$MN_PREFIX-h2"); do
+    kill -9 "$p" 2>/dev/null
+done
+wait "$pid0"
+status=$?
+took=$(($(date +%s) - start))
+wait "$pid1" 2>/dev/null
+cat "$log.0" "$log.1" | grep -v "iteration [0-9]*$" | sed 's/^/    /'
+if [ "$status" -ne 1 ]; then
+    record_failure "rank 0 ended with status $status when rank 1 was killed (1 expected)"
+elif ! grep -q "railloop: rank 0: iteration .*rank 1" "$log.0"; then
+    record_failure "rank 0's error does not name rank 1"
+elif [ "$took" -ge 30 ]; then
+    record_failure "rank 0 took $took s to see rank 1 die (LOOM_TIMEOUT is 60 s)"
+else
+    note "rank 0 returned an error naming rank 1 ${took} s after it was killed"
 fi
 
 finish
