@@ -29,8 +29,8 @@
  *
  * Rails: when LOOM_SOCKET_IFNAME lists several interfaces that are up,
  * each is a rail (socketFindRails: sorted by name, so rail r is the same
- * network on every host). A connection uses the rails both ends have and at
- * least one socket a rail; socket s runs over rail s % nrails, connected
+ * network on every host). A connection uses the rails both ends have and
+ * nsocks sockets on each (16 in all at most); socket s runs over rail s % nrails, connected
  * from this rank's address on that rail to the peer's, so a large message's
  * parts cross all the rails side by side. Such a connection is moved by
  * net_rails.c instead of the protocol below: every part says what it is,
@@ -784,8 +784,8 @@ static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
     if (getrandom(st->me.nonce, sizeof(st->me.nonce), 0) != (ssize_t)sizeof(st->me.nonce))
         return loomSetError(loomSystemError, "NET/socket: getrandom: %s", strerror(errno));
     st->me.nsocks = (int32_t)paramInt(LOOM_PARAM_SOCKET_NSOCKS);
-    INFO(LOOM_NET, "NET/socket: listening on %s, %d socket(s) per connection%s", names,
-         (int)st->me.nsocks, st->me.nrails > 1 ? ", striped over these rails" : "");
+    INFO(LOOM_NET, "NET/socket: listening on %s, %d socket(s) %s", names, (int)st->me.nsocks,
+         st->me.nrails > 1 ? "a rail per connection, striped over these rails" : "per connection");
     memcpy(pub, &st->me, sizeof(st->me));
     return loomSuccess;
 }
@@ -812,12 +812,12 @@ static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n,
         sc->nsocks = peer.nsocks < st->me.nsocks ? peer.nsocks : st->me.nsocks;
         if (sc->nsocks < 1 || sc->nsocks > SOCK_MAX)
             sc->nsocks = 1;
-        /* Rails both ends have; at least a socket on each. */
+        /* Rails both ends have, each with the sockets one rail would have (one TCP flow fills
+         * a shaped link less well than two: bench/net-rails). */
         sc->nrails = peer.nrails < st->me.nrails ? peer.nrails : st->me.nrails;
         if (sc->nrails < 1 || sc->nrails > SOCK_RAILS_MAX)
             sc->nrails = 1;
-        if (sc->nsocks < sc->nrails)
-            sc->nsocks = sc->nrails;
+        sc->nsocks = sc->nsocks * sc->nrails > SOCK_MAX ? SOCK_MAX : sc->nsocks * sc->nrails;
         if (sc->nrails > 1)
             LOOMCHECK(railsCreate(sc));
         for (int s = 0; s < SOCK_MAX; s++)
