@@ -28,7 +28,8 @@
  *
  * A socket that ends between frames was closed by the peer on its way out (not a failure):
  * nothing more comes on it, and the connection ends once no socket is left. Each connection is
- * moved by the proxy alone (no helper threads), under net.c's lock.
+ * moved by the proxy alone (no helper threads), under net.c's lock. Bytes go through tls.h, as
+ * on one rail (LOOM_NET_TLS).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@
 
 #include "debug.h"
 #include "net_socket.h"
+#include "tls.h"
 #include "wire.h"
 
 #define RAIL_FRAME 32
@@ -173,8 +175,7 @@ static int sendSome(int fd, const void *a, size_t alen, const char *b, size_t bl
         size_t bDone = *done > alen ? *done - alen : 0;
         if (blen > bDone)
             iov[n++] = (struct iovec){(char *)b + bDone, blen - bDone};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t r = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t r = tlsSendv(fd, iov, n);
         if (r > 0)
             *done += (size_t)r;
         else if (r < 0 && errno == EINTR)
@@ -192,7 +193,7 @@ static int sendSome(int fd, const void *a, size_t alen, const char *b, size_t bl
 static ssize_t recvSome(int fd, void *buf, size_t want)
 {
     for (;;) {
-        ssize_t r = recv(fd, buf, want, MSG_DONTWAIT);
+        ssize_t r = tlsRecv(fd, buf, want);
         if (r > 0)
             return r;
         if (r == 0)
@@ -306,7 +307,7 @@ static void readControl(struct sockState *st, struct sockConn *sc, int s)
         if (r == -2 && l->ctlLen == 0)
             l->ended = 1;
         else if (r < 0)
-            linkDie(st, sc, s, r == -2 ? "closed inside a frame" : strerror(errno));
+            linkDie(st, sc, s, r == -2 ? "closed inside a frame" : socketErrText(errno));
         else
             l->ctlLen += (size_t)r;
     }
@@ -340,7 +341,7 @@ static void sendProgress(struct sockState *st, struct sockConn *sc, int *moved)
             if (r == 0)
                 break;
             if (r < 0)
-                linkDie(st, sc, s, strerror(errno));
+                linkDie(st, sc, s, socketErrText(errno));
             else
                 l->qHead++;
         }
@@ -433,7 +434,7 @@ static void readData(struct sockState *st, struct sockConn *sc, int s)
         if (r == -2 && l->hdrGot == 0 && !l->inData)
             l->ended = 1;
         else if (r < 0)
-            linkDie(st, sc, s, r == -2 ? "closed inside a frame" : strerror(errno));
+            linkDie(st, sc, s, r == -2 ? "closed inside a frame" : socketErrText(errno));
     }
 }
 
@@ -471,7 +472,7 @@ static void writeControl(struct sockState *st, struct sockConn *sc)
         if (r == 0)
             return;
         if (r < 0) {
-            linkDie(st, sc, s, strerror(errno));
+            linkDie(st, sc, s, socketErrText(errno));
             return; /* the next pass resumes on the socket after it */
         }
     }
