@@ -96,6 +96,11 @@ typedef enum {
  *                returns loomTimeout (default: LOOM_TIMEOUT).
  *   netName      network transport between hosts, "socket" or "ib" (as
  *                LOOM_NET); NULL: LOOM_NET.
+ *   netCompress  "bf16", "bf16-sr" or "none" (as LOOM_NET_COMPRESS): float32
+ *                AllReduce and ReduceScatter send bfloat16 over network
+ *                links; NULL: LOOM_NET_COMPRESS. Set here, an AllReduce or
+ *                ReduceScatter of another datatype is refused
+ *                (loomInvalidArgument); the same on every rank.
  */
 typedef struct {
     size_t size;
@@ -104,13 +109,14 @@ typedef struct {
     int blocking;
     int timeoutSec;
     const char *netName;
+    const char *netCompress;
 } loomConfig_t;
 
 #define LOOM_CONFIG_MAGIC 0x4c4f4f4dU /* "LOOM" */
 #define LOOM_CONFIG_INITIALIZER                                                                    \
     {                                                                                              \
         sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,         \
-            LOOM_CONFIG_UNDEF_INT, NULL                                                            \
+            LOOM_CONFIG_UNDEF_INT, NULL, NULL                                                      \
     }
 
 /* Stores LOOM_VERSION_CODE of the library in *version. */

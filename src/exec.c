@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "cma.h"
+#include "compress.h"
 #include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
@@ -156,11 +157,13 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 
 static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t got, size_t want)
 {
+    int half = got * 2 == want || want * 2 == got; /* bfloat16 against float32 (compress.c)? */
     return loomSetError(loomInvalidUsage,
                         "rank %d received %llu bytes from rank %d where it expected %zu: the "
                         "ranks called different operations or counts (calls must match in order, "
-                        "count and datatype on every rank)",
-                        lane->comm->rank, (unsigned long long)got, from, want);
+                        "count and datatype on every rank)%s",
+                        lane->comm->rank, (unsigned long long)got, from, want,
+                        half ? ", or LOOM_NET_COMPRESS differs between them" : "");
 }
 
 /*
@@ -347,6 +350,8 @@ loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep
                                  uint64_t got, int device)
 {
     size_t want = s->count * l->elemSize;
+    if (l->compress && l->comm->channels[l->channel].recv[from].progress)
+        want = s->count * sizeof(uint16_t); /* bfloat16 on the wire (compress.c) */
     /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
     if (((got & LOOM_FIFO_OFFER) != 0) != loomStepTakesOffers(s->op))
         return pathMismatch(l, s, from);
@@ -378,13 +383,14 @@ struct stepLinks {
  * at once). `bytes` is the message's size word; a FIFO with device slots
  * flags it as there on a device lane.
  */
-static void stepPublish(int dev, const struct loomStep *s, const struct stepLinks *k,
-                        uint64_t bytes)
+static void stepPublish(const struct loomLane *l, int dev, const struct loomStep *s,
+                        const struct stepLinks *k, uint64_t bytes)
 {
     for (int j = 0; j < s->nsend; j++) {
         struct loomConnector *sc = k->sc[j];
+        uint64_t b = l->compress && sc->progress ? s->count * sizeof(uint16_t) : bytes;
         sc->fifo->bytes[sc->pos % LOOM_STEPS] =
-            bytes | (dev && sc->devSlots ? LOOM_FIFO_DEVICE_DATA : 0);
+            b | (dev && sc->devSlots ? LOOM_FIFO_DEVICE_DATA : 0);
         sc->pos++;
         if (!dev) {
             atomic_store_explicit(&sc->fifo->tail, sc->pos, memory_order_release);
@@ -449,6 +455,15 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
     return 1;
 }
 
+/* Bit j set when connector c[j] is a network link: a compressing lane's bfloat16 goes there. */
+static unsigned linksOnNet(struct loomConnector *const *c, int n)
+{
+    unsigned mask = 0;
+    for (int j = 0; j < n; j++)
+        mask |= (c[j]->progress != NULL) << j;
+    return mask;
+}
+
 /* Moves the lane on to its next step. */
 static inline void laneNext(struct loomLane *l)
 {
@@ -500,10 +515,12 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
                 return -1;
             if (gone)
                 break;
+        } else if (l->compress && s->op != LOOM_STEP_COPY) {
+            compressStep(l, s, k.in, linksOnNet(k.rc, s->nrecv), k.out, linksOnNet(k.sc, s->nsend));
         } else {
             stepCompute(l, s, k.in, k.out);
         }
-        stepPublish(dev, s, &k, s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes);
+        stepPublish(l, dev, s, &k, s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes);
         laneNext(l);
         done++;
     }

@@ -23,7 +23,8 @@ struct loomLane {
     loomDataType_t dt;
     loomRedOp_t op;
     size_t elemSize;
-    int proto; /* LOOM_PROTO_* (src/device/interp.h): LL only in the kernel executor */
+    int proto;    /* LOOM_PROTO_* (src/device/interp.h): LL only in the kernel executor */
+    int compress; /* COMPRESS_* (compress.h): float32 as bfloat16 on network links */
     /* Set by execRun: */
     struct loomPlanIter it;
     struct loomStep step; /* the step to run next, while `more` */

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 
 #include "bootstrap.h"
 #include "cma.h"
+#include "compress.h"
 #include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
@@ -549,7 +551,9 @@ loomResult_t commCheckInitArgs(loomComm_t *comm, int nranks, int rank, loomConfi
     if (rank < 0 || rank >= nranks)
         return loomSetError(loomInvalidArgument, "%s: rank %d is out of range 0..%d", fn, rank,
                             nranks - 1);
-    if (config && (config->magic != LOOM_CONFIG_MAGIC || config->size < sizeof(loomConfig_t)))
+    /* A program built before netCompress was added passes the shorter size. */
+    if (config &&
+        (config->magic != LOOM_CONFIG_MAGIC || config->size < offsetof(loomConfig_t, netCompress)))
         return loomSetError(loomInvalidArgument,
                             "%s: config was not initialised with LOOM_CONFIG_INITIALIZER", fn);
     if (config && config->netName && strcmp(config->netName, "socket") != 0 &&
@@ -557,6 +561,12 @@ loomResult_t commCheckInitArgs(loomComm_t *comm, int nranks, int rank, loomConfi
         return loomSetError(loomInvalidArgument,
                             "%s: config->netName \"%s\" is neither \"socket\" nor \"ib\"", fn,
                             config->netName);
+    if (config && config->size >= sizeof(loomConfig_t) && config->netCompress &&
+        compressParse(config->netCompress) < 0)
+        return loomSetError(loomInvalidArgument,
+                            "%s: config->netCompress \"%s\" is none of \"bf16\", \"bf16-sr\" "
+                            "and \"none\"",
+                            fn, config->netCompress);
     if (config && config->timeoutSec != LOOM_CONFIG_UNDEF_INT && config->timeoutSec < 1)
         return loomSetError(loomInvalidArgument, "%s: config->timeoutSec %d must be at least 1", fn,
                             config->timeoutSec);
@@ -578,6 +588,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(commConnect(comm));
     LOOMCHECK(p2pSetup(comm));
     LOOMCHECK(tunerInit(comm)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
+    compressSetup(comm);
     LOOMCHECK(plannerInit(comm));
     return bootstrapBarrier(comm->bootstrap);
 }
@@ -656,7 +667,12 @@ static struct loomComm *commNew(int nranks, int rank, const loomConfig_t *config
     if (comm == NULL)
         return NULL;
     loomConfig_t defaults = LOOM_CONFIG_INITIALIZER;
-    comm->config = config ? *config : defaults;
+    comm->config = defaults;
+    if (config) /* of its size: a program built against an older loom.h passes a shorter one */
+        memcpy(&comm->config, config,
+               config->size < sizeof(defaults) ? config->size : sizeof(defaults));
+    comm->config.size = sizeof(defaults);
+    compressConfig(comm);
     comm->rank = rank;
     comm->nranks = nranks;
     comm->timeoutSec = configInt(comm->config.timeoutSec, (int)paramInt(LOOM_PARAM_TIMEOUT));

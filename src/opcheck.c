@@ -5,6 +5,7 @@
  */
 #include <stdint.h>
 
+#include "compress.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -96,6 +97,7 @@ loomResult_t opCheck(const struct loomOp *op, const char *fn)
                             op->root, op->comm->nranks);
     if (op->stream)
         LOOMCHECK(streamCheck(op->stream, fn));
+    LOOMCHECK(compressOpCheck(op, fn));
     if (op->coll == LOOM_COLL_ALLTOALLV) {
         LOOMCHECK(checkAlltoAllv(op, fn));
     } else {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cma.h"
+#include "compress.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -58,7 +59,7 @@ struct loomPlanner {
      */
     struct {
         int valid;
-        int coll, dt, op, root, nlanes, proto, algo;
+        int coll, dt, op, root, nlanes, proto, algo, compress;
         size_t count;
         const void *send;
         void *recv;
@@ -102,6 +103,7 @@ struct planOp {
     const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
     size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
     int proto;                                       /* LOOM_PROTO_* (kexec.c) */
+    int compress;                                    /* COMPRESS_* (compress.c) */
     size_t scratchOff;                               /* where it starts in the planner's scratch */
 };
 
@@ -259,6 +261,10 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
         tunerChooseMapped(comm, op->coll, opBytes(op), &p->tune);
     else
         tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
+    /* Doubling would round a different partial on each rank (compress.c): a ring instead. */
+    p->compress = compressOpMode(op, dev != NULL);
+    if (p->compress && p->tune.algo == LOOM_ALGO_DOUBLING)
+        p->tune.algo = LOOM_ALGO_RING;
     /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
      * Device plans take LL only when launched (the host-driven executor has no lines). */
     p->proto = dev && !launched
@@ -351,7 +357,8 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
                                                  .dt = op->dt,
                                                  .op = op->op,
                                                  .elemSize = es,
-                                                 .proto = p->proto};
+                                                 .proto = p->proto,
+                                                 .compress = p->compress};
     }
     return loomSuccess;
 }
@@ -421,6 +428,7 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, int built)
     pl->memo.nlanes = p->lanes;
     pl->memo.proto = p->proto;
     pl->memo.algo = (int)p->tune.algo;
+    pl->memo.compress = p->compress;
     memcpy(pl->memo.sched, p->sched, (size_t)p->lanes * sizeof(p->sched[0]));
     pl->memo.gen = pl->gen;
     pl->memo.valid = 1;
@@ -442,7 +450,8 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
                                        .dt = op->dt,
                                        .op = op->op,
                                        .elemSize = es,
-                                       .proto = pl->memo.proto};
+                                       .proto = pl->memo.proto,
+                                       .compress = pl->memo.compress};
     }
     *nlanes = pl->memo.nlanes;
     recorderChose(op, pl->memo.algo, pl->memo.proto);

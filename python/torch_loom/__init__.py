@@ -6,13 +6,33 @@
 Every process (mp.spawn children included) imports torch_loom itself. The
 backend takes CPU tensors, and CUDA tensors (issued on torch's current CUDA
 stream; not yet run on a GPU); the group's timeout becomes Loom's timeout.
+
+    dist.init_process_group("loom", pg_options=torch_loom.Options(net_compress="bf16"))
+
+makes the group's float32 AllReduce and ReduceScatter send bfloat16 over
+network links (loomConfig_t.netCompress; loom(7), LOOM_NET_COMPRESS); its
+AllReduce and ReduceScatter of other dtypes are then refused.
 """
 import torch
 import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["loom_version", "failed_ranks"]
+__all__ = ["loom_version", "failed_ranks", "Options"]
+
+
+class Options:
+    """Options of a Loom process group, passed as pg_options (init_process_group,
+    new_group). net_compress: "bf16" (round to nearest even), "bf16-sr"
+    (stochastic rounding) or "none": what float32 AllReduce and ReduceScatter
+    send over network links; None: LOOM_NET_COMPRESS decides. Splits and
+    shrinks of the group keep it."""
+
+    def __init__(self, net_compress=None):
+        if net_compress not in (None, "none", "bf16", "bf16-sr"):
+            raise ValueError("torch_loom.Options: net_compress %r is none of 'bf16', "
+                             "'bf16-sr', 'none' and None" % (net_compress,))
+        self.net_compress = net_compress
 
 
 def loom_version():
@@ -39,7 +59,9 @@ def _create_backend(opts, backend_options):
     parent's, every member with color 0 and its rank in the group as key."""
     if _is_loom(opts.split_from):
         return _C.split(opts.split_from, 0, opts.group_rank, opts.timeout)
-    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    compress = getattr(backend_options, "net_compress", None)
+    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                             compress or "")
 
 
 def _perform_nocolor_split(self, device):

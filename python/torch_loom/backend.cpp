@@ -855,13 +855,14 @@ class BackendLoom : public c10d::Backend {
         std::vector<int> ex(exclude.begin(), exclude.end());
         loomConfig_t config = LOOM_CONFIG_INITIALIZER;
         config.timeoutSec = timeoutSec(timeout_);
+        config.netCompress = netCompress();
         loomComm_t nc = nullptr;
         {
             std::lock_guard<std::mutex> g(m_);
             TORCH_CHECK(comm_, "torch_loom: shrink: the process group was shut down");
         }
         check(loomCommShrink(comm_, ex.data(), (int)ex.size(), &nc, &config, flags), "shrink");
-        return over(nc, timeout_, "shrink");
+        return over(nc, timeout_, "shrink", netCompress_);
     }
     /*
      * dist.split_group, and new_group when the default group has a bound
@@ -909,20 +910,31 @@ class BackendLoom : public c10d::Backend {
         }
         loomConfig_t config = LOOM_CONFIG_INITIALIZER;
         config.timeoutSec = timeoutSec(timeout);
+        config.netCompress = netCompress();
         loomComm_t nc = nullptr;
         check(loomCommSplit(comm_, color, key, &nc, &config), "split (loomCommSplit)");
-        return nc ? over(nc, timeout, "split") : nullptr;
+        return nc ? over(nc, timeout, "split", netCompress_) : nullptr;
     }
-    /* A new backend over nc, a communicator made from this one's by origin. */
+    /* A new backend over nc, a communicator made from this one's by origin (with its option). */
     static c10::intrusive_ptr<c10d::Backend> over(loomComm_t nc, std::chrono::milliseconds timeout,
-                                                  const char *origin)
+                                                  const char *origin, const std::string &compress)
     {
         int rank = 0, size = 0;
         loomCommUserRank(nc, &rank);
         loomCommCount(nc, &size);
         auto b = c10::make_intrusive<BackendLoom>(nc, rank, size, timeout);
         b->origin_ = origin;
+        b->netCompress_ = compress;
         return b;
+    }
+    /*
+     * The net_compress option the group was made with ("" for none: then
+     * LOOM_NET_COMPRESS decides), passed on to its splits and shrinks.
+     */
+    std::string netCompress_;
+    const char *netCompress() const
+    {
+        return netCompress_.empty() ? nullptr : netCompress_.c_str();
     }
     std::chrono::milliseconds timeout() const
     {
@@ -1445,7 +1457,8 @@ bool WorkLoom::wait(std::chrono::milliseconds timeout)
 /* Called by torch.distributed for each process group with this backend. */
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store> &store,
                                                 int rank, int size,
-                                                const std::chrono::duration<float> &timeout)
+                                                const std::chrono::duration<float> &timeout,
+                                                const std::string &netCompress)
 {
     static const std::string key = "torch_loom/uid";
     loomUniqueId id;
@@ -1464,6 +1477,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
     loomConfig_t config = LOOM_CONFIG_INITIALIZER;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
     config.timeoutSec = timeoutSec(ms);
+    config.netCompress = netCompress.empty() ? nullptr : netCompress.c_str();
     loomComm_t comm = nullptr;
     loomResult_t r = loomCommInitRankConfig(&comm, size, id, rank, &config);
     if (r != loomSuccess)
@@ -1471,7 +1485,9 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
                         c10::str("torch_loom: loomCommInitRank (rank ", rank, " of ", size,
                                  ") failed (", loomGetErrorString(r),
                                  "): ", loomGetLastError(nullptr)));
-    return c10::make_intrusive<BackendLoom>(comm, rank, size, ms);
+    auto b = c10::make_intrusive<BackendLoom>(comm, rank, size, ms);
+    b->netCompress_ = netCompress;
+    return b;
 }
 
 /* b as a Loom backend, or a RuntimeError naming what of op needed one. */
@@ -1489,7 +1505,8 @@ PYBIND11_MODULE(_C, m)
     m.doc() = "Loom as a torch.distributed backend (import torch_loom registers \"loom\")";
     m.def("create_backend", &createBackend, "creates the Loom backend of one process group",
           pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
-          pybind11::arg("timeout"), pybind11::call_guard<pybind11::gil_scoped_release>());
+          pybind11::arg("timeout"), pybind11::arg("net_compress") = std::string(),
+          pybind11::call_guard<pybind11::gil_scoped_release>());
     m.def(
         "failed_ranks",
         [](const c10::intrusive_ptr<c10d::Backend> &b) {

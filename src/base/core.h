@@ -104,6 +104,9 @@ struct loomComm {
     size_t buffBytes;
     size_t slotBytes;
     loomConfig_t config;
+    /* Float32 reductions over the network (compress.c): COMPRESS_*, whether the config set it
+     * (then calls it cannot apply to are refused), whether comm has any network link at all. */
+    int compress, compressForced, compressNet;
 
     atomic_int abortFlag; /* set by loomCommAbort or on a fatal error */
     /* Sleeps of the executor that ran to their cap (100 ms) and then found work:

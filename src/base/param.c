@@ -51,6 +51,7 @@ static const char *const paramDebugWords[] = {"NONE", "WARN", "INFO", "TRACE", N
 static const char *const paramNetWords[] = {"socket", "ib", NULL};
 static const char *const paramExecutorWords[] = {"kernel", "host", "auto", NULL};
 static const char *const paramProtoWords[] = {"Simple", "LL", NULL};
+static const char *const paramNetCompressWords[] = {"none", "bf16", "bf16-sr", NULL};
 static const char *const paramIbMtuWords[] = {"256", "512", "1024", "2048", "4096", NULL};
 
 /* Rows are placed by loomParamId_t so the table cannot drift from the enum's order. */
@@ -186,6 +187,11 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_DUMP_DIR] = {"LOOM_DUMP_DIR", PARAM_STR, "", 0, 0, NULL, NULL,
                              "directory where a rank whose call fails writes its flight recorder "
                              "(JSON, one file a rank); loom-info --status DIR reads them"},
+    [LOOM_PARAM_NET_COMPRESS] = {"LOOM_NET_COMPRESS", PARAM_STR, "none", 0, 0, NULL,
+                                 paramNetCompressWords,
+                                 "float32 AllReduce and ReduceScatter send bfloat16 over network "
+                                 "links, summing in float32: bf16 (round to nearest even), "
+                                 "bf16-sr (stochastic rounding) or none; the same on every rank"},
 };
 
 _Static_assert(sizeof(paramTable) / sizeof(paramTable[0]) == LOOM_PARAM_NUM,

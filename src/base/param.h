@@ -46,6 +46,7 @@ typedef enum {
     LOOM_PARAM_IB_MTU,          /* string: 256 .. 4096, unset: the port's */
     LOOM_PARAM_IB_QPS_PER_CONNECTION, /* int: queue pairs a connection stripes over */
     LOOM_PARAM_DUMP_DIR,              /* string: where failing ranks write their recorder */
+    LOOM_PARAM_NET_COMPRESS,          /* string: none, bf16, bf16-sr */
     LOOM_PARAM_NUM
 } loomParamId_t;
 
