@@ -119,55 +119,88 @@ int compressOpMode(const struct loomOp *op, int device)
 
 /* ---- conversions ---- */
 
-static __thread uint64_t rngState;
+/*
+ * Four lanes at a time in GCC's generic vectors (one SSE2 register: the
+ * library is built for baseline x86-64), the same integer arithmetic as
+ * portFloatToBf16 lane by lane; a tail of fewer than four goes through a
+ * padded vector.
+ */
+#define LANES 4
+typedef uint32_t vu32 __attribute__((vector_size(4 * LANES)));
+typedef uint16_t vu16 __attribute__((vector_size(2 * LANES)));
 
-/* xorshift64*: 64 random bits, seeded once per thread. */
-static uint64_t rngNext(void)
+/* Per thread: a xorshift32 state per lane, for the random bits of stochastic rounding. */
+static __thread vu32 rngState;
+static __thread int rngSeeded;
+
+static vu32 rngNext(void)
 {
-    if (rngState == 0) {
+    if (!rngSeeded) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        rngState = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
-                   (uint64_t)(uintptr_t)&rngState;
-        rngState |= 1;
+        uint64_t s = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+                     ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&rngState;
+        for (int j = 0; j < LANES; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL; /* a seed per lane */
+            rngState[j] = (uint32_t)(s >> 32) | 1;
+        }
+        rngSeeded = 1;
     }
-    rngState ^= rngState >> 12;
-    rngState ^= rngState << 25;
-    rngState ^= rngState >> 27;
-    return rngState * 0x2545f4914f6cdd1dULL;
+    vu32 x = rngState;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    rngState = x;
+    return x;
 }
 
-/* float -> bfloat16, rounding up with probability (dropped bits) / 2^16; a NaN stays one. */
-static inline uint16_t stochasticBf16(float f, uint32_t r16)
+/*
+ * float32 bits to bfloat16 (in the low half of each lane): to nearest even,
+ * or up with probability (dropped bits) / 2^16 when sr; a NaN stays a NaN
+ * (quiet), and the largest finite values and inf round to nearest even
+ * either way.
+ */
+static inline vu32 narrow(vu32 b, int sr)
 {
-    uint32_t bits = portFloatBits(f);
-    if ((bits & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((bits >> 16) | 0x40);
-    if ((bits & 0x7fffffff) >= 0x7f7f0000) /* the largest finite values and inf: to nearest even */
-        return portFloatToBf16(f);
-    return (uint16_t)((bits + r16) >> 16);
+    vu32 mag = b & 0x7fffffff;
+    vu32 r = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+    if (sr) {
+        vu32 up = (b + (rngNext() & 0xffff)) >> 16;
+        vu32 even = (vu32)(mag >= 0x7f7f0000);
+        r = (r & even) | (up & ~even);
+    }
+    vu32 nan = (vu32)(mag > 0x7f800000);
+    return (((b >> 16) | 0x40) & nan) | (r & ~nan);
 }
 
 void compressPack(uint16_t *dst, const float *src, size_t n, int mode)
 {
-    if (mode != COMPRESS_BF16_SR) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = portFloatToBf16(src[i]);
-        return;
-    }
+    int sr = mode == COMPRESS_BF16_SR;
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        uint64_t r = rngNext();
-        for (int j = 0; j < 4; j++)
-            dst[i + j] = stochasticBf16(src[i + j], (uint32_t)(r >> (16 * j)) & 0xffff);
+    for (; i + LANES <= n; i += LANES) {
+        vu32 b;
+        memcpy(&b, src + i, sizeof(b));
+        vu16 h = __builtin_convertvector(narrow(b, sr), vu16);
+        memcpy(dst + i, &h, sizeof(h));
     }
-    for (uint64_t r = rngNext(); i < n; i++, r >>= 16)
-        dst[i] = stochasticBf16(src[i], (uint32_t)r & 0xffff);
+    if (i < n) {
+        vu32 b = {0};
+        memcpy(&b, src + i, (n - i) * sizeof(float));
+        vu16 h = __builtin_convertvector(narrow(b, sr), vu16);
+        memcpy(dst + i, &h, (n - i) * sizeof(uint16_t));
+    }
 }
 
 void compressUnpack(float *dst, const uint16_t *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        vu16 h;
+        memcpy(&h, src + i, sizeof(h));
+        vu32 b = __builtin_convertvector(h, vu32) << 16;
+        memcpy(dst + i, &b, sizeof(b));
+    }
+    for (; i < n; i++)
         dst[i] = portBf16ToFloat(src[i]);
 }
 
