@@ -24,5 +24,11 @@ loomResult_t referenceRun(const struct trainOptions *o, int nranks, struct runRe
 int checkCompare(const struct trainOptions *o, int nranks, const struct runRecord *ref,
                  const struct runRecord *run);
 void runRecordFree(struct runRecord *r);
+/*
+ * 1 when Loom sends float32 reductions as bfloat16 over network links
+ * (LOOM_NET_COMPRESS, as the library reads it): the gradients' sums are then
+ * as coarse as bf16 mode's, and --check holds them to its tolerances.
+ */
+int checkNetCompressed(void);
 
 #endif /* LOOM_TRAIN_CHECK_H_ */

@@ -15,6 +15,8 @@
 # 3. What compression leaves alone is exact: loom-perf's checks of every
 #    collective on float64 and int32 over TCP, and on float32 over shared
 #    memory, with LOOM_NET_COMPRESS=bf16.
+# 4. loom-train --mode ddp --check passes with it on (2 fake hosts x 2 ranks,
+#    both roundings): the check takes bf16 mode's tolerances.
 # shellcheck disable=SC2086 # SIZES is a word list, split on purpose
 set -u
 . "$(dirname "$0")/common.sh"
@@ -75,5 +77,18 @@ log=$TEST_TMPDIR/shm.log
 LOOM_NET_COMPRESS=bf16 run_logged "$log" "$LOOMRUN" -n 3 --timeout 240 \
     "$LOOM_PERF" -c 1 -n 1 -w 0 -C all -d float -o all -r all $SIZES
 perf_check "$log" $? "3 ranks over shared memory, LOOM_NET_COMPRESS=bf16, float32"
+
+# 4. Training.
+LOOM_TRAIN=$top_builddir/train/loom-train
+if [ -x "$LOOM_TRAIN" ]; then
+    for mode in bf16 bf16-sr; do
+        log=$TEST_TMPDIR/ddp-$mode.log
+        LOOM_NET_COMPRESS=$mode run_logged "$log" "$LOOMRUN" -n 4 --timeout 240 "$FAKE" 2 \
+            "$LOOM_TRAIN" --mode ddp --check --steps 20 --log-every 5
+        train_check "$log" $? "ddp, LOOM_NET_COMPRESS=$mode" 20
+    done
+else
+    note "loom-train is not built: no training check"
+fi
 
 finish
