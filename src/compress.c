@@ -204,15 +204,6 @@ void compressUnpack(float *dst, const uint16_t *src, size_t n)
         dst[i] = portBf16ToFloat(src[i]);
 }
 
-/* v rounded to bfloat16 and back, into to (v's values, exactly as a bfloat16 message carries them).
- */
-static void roundBlock(float *to, const float *v, size_t n, int mode)
-{
-    uint16_t h[COMPRESS_BLOCK];
-    compressPack(h, v, n, mode);
-    compressUnpack(to, h, n);
-}
-
 /* ---- a step ---- */
 
 /* Block [i, i + m) of message k as float32: in place when it came as float32, else widened. */
@@ -234,10 +225,14 @@ void compressStep(const struct loomLane *l, const struct loomStep *s, const char
     int reduce = (uses & LOOM_USES_REDUCE) != 0, recv = (uses & LOOM_USES_RECV) != 0;
     int mode = l->compress;
     float acc[COMPRESS_BLOCK], wide[COMPRESS_BLOCK];
+    uint16_t rounded[COMPRESS_BLOCK];
 
     for (size_t i = 0; i < s->count; i += COMPRESS_BLOCK) {
         size_t m = s->count - i < COMPRESS_BLOCK ? s->count - i : COMPRESS_BLOCK;
         const float *v = recv ? blockIn(in[0], netIn & 1, i, m, wide) : src + i;
+        /* v as bfloat16 where it is one already: a message forwarded, or the rounded result */
+        const uint16_t *packed =
+            recv && !reduce && (netIn & 1) ? (const uint16_t *)in[0] + i : NULL;
         if (reduce) { /* (((src (+) m0) (+) m1) ...), as reduceApplyMany folds */
             const float *a = src + i;
             for (int k = 0; k < s->nrecv; k++) {
@@ -249,13 +244,18 @@ void compressStep(const struct loomLane *l, const struct loomStep *s, const char
                 a = acc;
             }
             v = acc;
-            if (final && s->nsend > 0) /* the result's one rounding, shared by every rank */
-                roundBlock(acc, acc, m, mode);
+            if (final && s->nsend > 0) { /* the result's one rounding, shared by every rank */
+                compressPack(rounded, acc, m, mode);
+                compressUnpack(acc, rounded, m);
+                packed = rounded;
+            }
         }
         if (dst && dst + i != v)
             memmove(dst + i, v, m * sizeof(float));
         for (int k = 0; k < s->nsend; k++) {
-            if ((netOut >> k) & 1)
+            if (((netOut >> k) & 1) && packed)
+                memcpy((uint16_t *)out[k] + i, packed, m * sizeof(uint16_t));
+            else if ((netOut >> k) & 1)
                 compressPack((uint16_t *)out[k] + i, v, m, mode);
             else
                 memcpy((float *)out[k] + i, v, m * sizeof(float));
