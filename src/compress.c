@@ -133,7 +133,8 @@ typedef uint16_t vu16 __attribute__((vector_size(2 * LANES)));
 static __thread vu32 rngState;
 static __thread int rngSeeded;
 
-static vu32 rngNext(void)
+/* This thread's generator state, seeded on first use. */
+static vu32 rngLoad(void)
 {
     if (!rngSeeded) {
         struct timespec ts;
@@ -146,26 +147,26 @@ static vu32 rngNext(void)
         }
         rngSeeded = 1;
     }
-    vu32 x = rngState;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rngState = x;
-    return x;
+    return rngState;
 }
 
 /*
  * float32 bits to bfloat16 (in the low half of each lane): to nearest even,
- * or up with probability (dropped bits) / 2^16 when sr; a NaN stays a NaN
- * (quiet), and the largest finite values and inf round to nearest even
- * either way.
+ * or, when sr, up with probability (dropped bits) / 2^16, drawing from the
+ * xorshift32 lanes *rng; a NaN stays a NaN (quiet), and the largest finite
+ * values and inf round to nearest even either way.
  */
-static inline vu32 narrow(vu32 b, int sr)
+static inline __attribute__((always_inline)) vu32 narrow(vu32 b, int sr, vu32 *rng)
 {
     vu32 mag = b & 0x7fffffff;
     vu32 r = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
     if (sr) {
-        vu32 up = (b + (rngNext() & 0xffff)) >> 16;
+        vu32 x = *rng;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *rng = x;
+        vu32 up = (b + (x & 0xffff)) >> 16;
         vu32 even = (vu32)(mag >= 0x7f7f0000);
         r = (r & even) | (up & ~even);
     }
@@ -173,22 +174,35 @@ static inline vu32 narrow(vu32 b, int sr)
     return (((b >> 16) | 0x40) & nan) | (r & ~nan);
 }
 
-void compressPack(uint16_t *dst, const float *src, size_t n, int mode)
+/* compressPack's loop, inlined twice so that each rounding gets its own straight code. */
+static inline __attribute__((always_inline)) void packLoop(uint16_t *dst, const float *src,
+                                                           size_t n, int sr, vu32 *rng)
 {
-    int sr = mode == COMPRESS_BF16_SR;
     size_t i = 0;
     for (; i + LANES <= n; i += LANES) {
         vu32 b;
         memcpy(&b, src + i, sizeof(b));
-        vu16 h = __builtin_convertvector(narrow(b, sr), vu16);
+        vu16 h = __builtin_convertvector(narrow(b, sr, rng), vu16);
         memcpy(dst + i, &h, sizeof(h));
     }
     if (i < n) {
         vu32 b = {0};
         memcpy(&b, src + i, (n - i) * sizeof(float));
-        vu16 h = __builtin_convertvector(narrow(b, sr), vu16);
+        vu16 h = __builtin_convertvector(narrow(b, sr, rng), vu16);
         memcpy(dst + i, &h, (n - i) * sizeof(uint16_t));
     }
+}
+
+void compressPack(uint16_t *dst, const float *src, size_t n, int mode)
+{
+    vu32 rng = {0};
+    if (mode != COMPRESS_BF16_SR) {
+        packLoop(dst, src, n, 0, &rng);
+        return;
+    }
+    rng = rngLoad();
+    packLoop(dst, src, n, 1, &rng);
+    rngState = rng;
 }
 
 void compressUnpack(float *dst, const uint16_t *src, size_t n)
