@@ -11,7 +11,8 @@
 #    stochastic; on 2 fake hosts x 2 ranks (shm inside a host); through the tree;
 #    and where doubling is asked for (compression runs a ring instead).
 # 2. The check can fail: without LOOM_NET_COMPRESS its environment case must
-#    find float32 on the wire.
+#    find float32 on the wire. Ranks that disagree about LOOM_NET_COMPRESS
+#    are told so (a message of half or twice the size), not left hanging.
 # 3. What compression leaves alone is exact: loom-perf's checks of every
 #    collective on float64 and int32 over TCP, and on float32 over shared
 #    memory, with LOOM_NET_COMPRESS=bf16.
@@ -63,6 +64,21 @@ log=$TEST_TMPDIR/off.log
 run_logged "$log" "$LOOMRUN" -n 2 --timeout 240 env LOOM_SHM_DISABLE=1 "$PROG" bf16
 if [ $? -eq 0 ] || ! grep -q "env: AllReduce sum: some results are not bfloat16" "$log"; then
     record_failure "without LOOM_NET_COMPRESS the check did not find float32 on the wire"
+    show_log "$log"
+fi
+
+cat >"$TEST_TMPDIR/rank0only" <<'EOS'
+#!/bin/sh
+[ "$LOOM_RANK" = 0 ] && export LOOM_NET_COMPRESS=bf16
+exec "$@"
+EOS
+chmod +x "$TEST_TMPDIR/rank0only"
+log=$TEST_TMPDIR/differ.log
+LOOM_SHM_DISABLE=1 run_logged "$log" "$LOOMRUN" -n 2 --timeout 120 "$TEST_TMPDIR/rank0only" \
+    "$LOOM_PERF" -C allreduce -d float -b 1M -e 1M -n 1 -w 0 -c 1
+# loomrun ends the other rank when the first one exits, so one line may be all there is.
+if [ $? -eq 0 ] || ! grep -q "or LOOM_NET_COMPRESS differs between them" "$log"; then
+    record_failure "ranks that disagree about LOOM_NET_COMPRESS were not told so"
     show_log "$log"
 fi
 
