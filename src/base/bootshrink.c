@@ -21,7 +21,7 @@
  * answers every one with the same verdict:
  *
  *   request: "LMSK"(4) attempt(4) count(4) then count excluded ranks (4 each), ascending
- *   verdict: "LMSV"(4) result(4) unique id(128) text(256, NUL-padded)
+ *   verdict: "LMSV"(4) result(4) unique id(128) text(BOOT_VERDICT_TEXT_BYTES, NUL-padded)
  *
  * The attempt counts the shrinks of this communicator, so a retry after a
  * failed shrink is not mistaken for the first. The meeting rank waits for
