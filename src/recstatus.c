@@ -732,12 +732,14 @@ static int statusMismatch(const struct recJob *job, char *buf, size_t len)
             }
         hi = last->seq < hi ? last->seq : hi;
     }
-    char *odd = calloc((size_t)job->nranks, 1), *same = calloc((size_t)job->nranks, 1);
+    /* nranks comes from a file or another process's memory: never trust its sign. */
+    size_t n = job->nranks > 0 ? (size_t)(unsigned)job->nranks : 1;
+    char *odd = calloc(n, 1), *same = calloc(n, 1);
     int found = 0;
     for (uint64_t s = lo; any && odd && same && s <= hi && !found; s++) {
         const struct recEntry *ref = NULL;
-        memset(odd, 0, (size_t)job->nranks);
-        memset(same, 0, (size_t)job->nranks);
+        memset(odd, 0, n);
+        memset(same, 0, n);
         for (int p = 0; p < job->nranks; p++) {
             const struct recEntry *e = statusCollAt(&job->ranks[p], s);
             if (e == NULL)
