@@ -506,7 +506,7 @@ loomResult_t directRecvPlan(const struct loomSchedArgs *a, struct loomPlan *out)
 /*
  * Single copies (LOOM_ALGO_CMA, algorithms/single.c): OFFER, PULL,
  * PULL_REDUCE and DRAIN steps, each byte read once straight from the peer's
- * buffer; only where every rank can read every other's memory (src/cma.c).
+ * buffer; only where every rank can read every other's memory (src/exec/cma.c).
  * AlltoAll and AllGather pull their blocks; Broadcast pulls the root's
  * buffer; ReduceScatter and AllReduce reduce one block (slice) per rank, and
  * AllReduce then pulls the reduced slices; Reduce folds everything at the

@@ -10,7 +10,7 @@
  * until the peer has taken every message, so has finished reading, which is
  * what keeps the rank's buffers valid until then. The executor reads with
  * process_vm_readv, or through a mapping of the peer's buffer where it is
- * loomMemAlloc memory (src/mem.c).
+ * loomMemAlloc memory (src/exec/mem.c).
  *
  *   AlltoAll       offer each peer its block, copy the own block, pull this
  *                  rank's block of every peer's send buffer.

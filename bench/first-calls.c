@@ -25,7 +25,7 @@
  * may run on: the ranks share one core although init saw them each on a
  * core of their own, which is where the scheduler can put two ranks of a
  * 2-core machine after a wake-up. A rank that spins for a peer waiting for
- * that very core costs about a millisecond a call there (src/exec.c).
+ * that very core costs about a millisecond a call there (src/exec/exec.c).
  * Built with the project (never installed).
  */
 #include <sched.h>

@@ -2,7 +2,7 @@
  * plan.c — from operations to lanes, and running them:
  *
  *   operations -> tuner (algorithm, chunk, lanes) -> scratch -> schedules
- *              -> lanes -> execRun (or one launch: src/cuda/devexec.c)
+ *              -> lanes -> execRun (or one launch: src/exec/devexec.c)
  *
  * Schedules depend only on (collective, algorithm, count, element size, root
  * or peer, lane range, chunk), never on buffer addresses, so each
@@ -458,7 +458,7 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     return loomSuccess;
 }
 
-/* A device plan as one launch of the plan interpreter (src/cuda/devexec.c). */
+/* A device plan as one launch of the plan interpreter (src/exec/devexec.c). */
 static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *dev)
 {
     int nlanes = 0;

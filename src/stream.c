@@ -17,7 +17,7 @@
  * progress thread waits for the mark (the work queued before the call),
  * runs the unit, and then lets the CUDA stream go on. So a call returns at
  * once and acts as if it were a kernel on the caller's stream. A unit that
- * runs as one launch of the interpreter (src/cuda/devexec.c) is not queued:
+ * runs as one launch of the interpreter (src/exec/devexec.c) is not queued:
  * once the units before it have run, it is launched on the CUDA stream by
  * the calling thread itself, and is then a kernel on the caller's stream.
  */
@@ -232,7 +232,7 @@ static void drainLocked(struct loomStream *s)
 }
 
 /*
- * Device buffers that run as one launch (src/cuda/devexec.c): launched now,
+ * Device buffers that run as one launch (src/exec/devexec.c): launched now,
  * on this thread, onto the CUDA stream, once the units queued before them
  * have run; the call returns without waiting for the GPU.
  */

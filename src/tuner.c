@@ -55,13 +55,13 @@
  * cores; docs/performance.md) — except for AlltoAll, whose single copies
  * the model weighs like the other algorithms (see cmaByteNs). AllGather's
  * and AllReduce's are weighed as well (tunerDefaultAllowed), but left out of
- * what LOOM_ALGO allows so that src/cma.c still asks for loomMemAlloc
+ * what LOOM_ALGO allows so that src/exec/cma.c still asks for loomMemAlloc
  * buffers first (cmaAsks).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
 /*
- * zeroCopy: the defaults that decide where src/cma.c may run a call without
+ * zeroCopy: the defaults that decide where src/exec/cma.c may run a call without
  * being asked, when every rank's buffers are loomMemAlloc memory (mapped by
  * the peers: no copy through the kernel, see tunerZeroCopy): cma counts as
  * allowed by default there, so an unset LOOM_ALGO, or a list after ^ that
@@ -738,7 +738,7 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 
 /*
  * Single copies reduce and copy a piece of at most this many bytes at a time
- * (or a slot, if smaller): the src/cma.c of 2026-11 reduced in 128 KiB chunks,
+ * (or a slot, if smaller): the src/exec/cma.c of 2026-11 reduced in 128 KiB chunks,
  * which stay in the L2 cache between a peer's read and the reduction.
  */
 #define CMA_PIECE (128.0 * 1024)

@@ -93,7 +93,7 @@ uint32_t tunerDefaultAllowed(loomColl_t coll);
 
 /*
  * tunerChoose's answer for a host call of coll moving bytes whose every
- * buffer is loomMemAlloc memory (src/cma.c asked): single copies, through
+ * buffer is loomMemAlloc memory (src/exec/cma.c asked): single copies, through
  * the mappings. Logged (TUNING) as tunerChoose logs.
  */
 void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes,
@@ -104,7 +104,7 @@ int tunerAllows(loomColl_t coll, loomAlgo_t algo);
 
 /*
  * 1 if a call of coll whose every rank passes loomMemAlloc buffers may run
- * its single-copy schedule through the peers' mappings (src/cma.c) although
+ * its single-copy schedule through the peers' mappings (src/exec/cma.c) although
  * LOOM_ALGO does not name cma: it is unset, or does not rule cma out for coll.
  */
 int tunerZeroCopy(loomColl_t coll);

@@ -161,7 +161,7 @@ struct loomComm {
     struct cmaState *cma;
     struct memViews *memViews;     /* views of peers' loomMemAlloc blocks (mem.c) */
     struct kexecComm *kexec;       /* the kernel executor's view of the connectors (kexec.c) */
-    struct devexecComm *devexec;   /* the launched kernel's view of them (src/cuda/devexec.c) */
+    struct devexecComm *devexec;   /* the launched kernel's view of them (src/exec/devexec.c) */
     struct loomRecorder *recorder; /* the flight recorder (src/recorder.c); NULL: none */
 
     pthread_mutex_t errLock;

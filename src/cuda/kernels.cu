@@ -34,7 +34,7 @@ extern "C" __global__ void loomWaitFlag(loomWaitArgs p)
 /*
  * The plan interpreter (src/device/interp.h): block b runs blocks[b], one
  * channel's lanes, with all its threads; devexec.c launches it. The host
- * build of the same code is the kernel executor of host buffers (src/kexec.c),
+ * build of the same code is the kernel executor of host buffers (src/exec/kexec.c),
  * and fakecuda runs it for a launch, both in the CPU tests.
  */
 extern "C" __global__ void __launch_bounds__(LOOM_KERNEL_THREADS)

@@ -13,7 +13,7 @@
  * and exports it with a CUDA IPC handle; every rank opens the handles of its
  * local peers (cuIpcOpenMemHandle) and hangs the slots it sends into on its
  * send connectors (connector->devSlots). The counters stay where shm put
- * them, in host memory: the CUDA executor (src/cuda/cudaexec.c) is driven by
+ * them, in host memory: the CUDA executor (src/exec/cudaexec.c) is driven by
  * the host, which waits on them, so only the data needs GPU memory. A
  * sender working on device buffers writes a chunk straight into the
  * receiver's GPU (NVLink or PCIe peer-to-peer, or the same GPU) and marks

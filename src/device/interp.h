@@ -34,7 +34,7 @@
  *
  * Everything here is static inline and LOOM_HOSTDEV over port.h: nvcc
  * compiles it into the kernel (kernels.cu), the C compiler into the kernel
- * executor of host buffers (src/kexec.c), where pthreads are the threads.
+ * executor of host buffers (src/exec/kexec.c), where pthreads are the threads.
  * Arithmetic is reduce.c's (integers wrap, computed unsigned; max and min
  * the C comparison; fp16 and bf16 widened to float and rounded to nearest
  * even after each operation; Avg sums, rounds to the type, then divides),

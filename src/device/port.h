@@ -4,7 +4,7 @@
  *
  * The plan interpreter (interp.h) is written once against these names and
  * compiled twice: by nvcc into a kernel, where a block's threads run it, and
- * by the C compiler into the kernel executor of host buffers (src/kexec.c),
+ * by the C compiler into the kernel executor of host buffers (src/exec/kexec.c),
  * where pthreads stand in for a block's threads. What the interpreter needs:
  *
  *   portLoadAcquire / portStoreRelease   64-bit FIFO counters shared with
@@ -26,7 +26,7 @@
  * GCC's __atomic builtins (what C11 atomics compile to, and what
  * ThreadSanitizer understands) on plain 64-bit words, a sense-reversing
  * barrier among the pthreads of a block, and the executor's own back-off
- * (kexecIdle, src/kexec.c: spin, yield, sleep on the doorbell, and the
+ * (kexecIdle, src/exec/kexec.c: spin, yield, sleep on the doorbell, and the
  * watchdog's checks). nvcc's host pass compiles the host side.
  */
 #ifndef LOOM_DEVICE_PORT_H_
@@ -156,7 +156,7 @@ static inline LOOM_HOSTDEV void portStoreLine(uint64_t *p, uint64_t v)
 #if !defined(__CUDA_ARCH__)
 /*
  * The host executor's back-off for a thread that waited `spins` times
- * without progress (src/kexec.c): spins, yields or sleeps on the doorbell,
+ * without progress (src/exec/kexec.c): spins, yields or sleeps on the doorbell,
  * and runs the watchdog's checks, which raise the block's abort flag on a
  * failure. `ctx` is the block's host context.
  */

@@ -10,7 +10,7 @@
  * a slot of the receiver's segment, and out of it. With cross-memory attach a
  * rank reads a peer's user buffer straight into its own in one copy done by
  * the kernel, or, where the peer's buffer is loomMemAlloc memory, through a
- * mapping of it with plain loads (src/mem.c). The single-copy schedules
+ * mapping of it with plain loads (src/exec/mem.c). The single-copy schedules
  * (LOOM_ALGO_CMA) are weighed by the tuner for AlltoAll, AllGather and
  * AllReduce and taken for the others where LOOM_ALGO names cma; and, unasked, for
  * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of ungrouped

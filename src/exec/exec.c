@@ -37,7 +37,7 @@
  * thread hand-off sits on the latency path.
  *
  * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
- * step is handed to the GPU (src/cuda/cudaexec.c) instead of computed here,
+ * step is handed to the GPU (src/exec/cudaexec.c) instead of computed here,
  * and its counters are published by cudaExecRetire once the GPU is done with
  * it; the positions advance at issue, so later steps can be issued behind
  * it. A plan is finished when every step is issued and retired. While the

@@ -28,7 +28,7 @@
  * Only links over shared memory run here (LL lines live in the shm
  * segment); a communicator with a network link keeps the host executor for
  * host buffers. Device buffers of a communicator served here run as the same
- * interpreter launched on the GPU (src/cuda/devexec.c). Single copies are off when
+ * interpreter launched on the GPU (src/exec/devexec.c). Single copies are off when
  * this executor is chosen (cmaSetup is told so at init, on every rank).
  */
 #include <errno.h>

@@ -35,7 +35,7 @@ int kexecProto(const struct loomComm *comm, size_t bytes);
  */
 loomResult_t kexecRun(struct loomLane *lanes, int nlanes);
 /*
- * Shared with the launched kernel's watchdog (src/cuda/devexec.c): brings
+ * Shared with the launched kernel's watchdog (src/exec/devexec.c): brings
  * exec.c's view of n lanes (step, cur, more, done) up to date from the
  * interpreter's; and the error, recorded, of block d that stopped on an
  * error of its own (a size word that does not match, an unsupported step),

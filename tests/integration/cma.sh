@@ -1,6 +1,6 @@
 #!/bin/sh
 # cma.sh — single-copy collectives (the OFFER/PULL/PULL_REDUCE/PUSH/DRAIN
-# schedules of algorithms/single.c, src/cma.c): results, agreement, fallback.
+# schedules of algorithms/single.c, src/exec/cma.c): results, agreement, fallback.
 #
 # With LOOM_ALGO naming cma (single copies are off by default) and
 # LOOM_CMA_MIN_BYTES at its floor (4096), every collective of 4 KiB or
@@ -71,7 +71,7 @@ on)
     perf_case 3 -G 0 -C allgather -d all $SIZES -O 3
     perf_case 4 -G 0 -C allgather -d float $SIZES -z 1
     # loomMemAlloc buffers (loom-perf -R 1): single copies go through the peers' mappings of
-    # those buffers (src/mem.c), AlltoAll's schedule included. With LOOM_ALGO unset they are
+    # those buffers (src/exec/mem.c), AlltoAll's schedule included. With LOOM_ALGO unset they are
     # taken by default where each rank has a core (2 ranks here); named, at 3 and 4 ranks.
     # check_api's zero-copy test counts the mappings.
     PERF_ENV="LOOM_CMA_MIN_BYTES=4096"

@@ -2,7 +2,7 @@
 # kernel-faults.sh — failures under the kernel executor (LOOM_EXECUTOR=kernel).
 #
 # tests/faults/check_faults's shared-memory cases again, with host buffers
-# run by the plan interpreter's host build (src/kexec.c): ranks SIGKILLed
+# run by the plan interpreter's host build (src/exec/kexec.c): ranks SIGKILLed
 # and SIGSTOPped mid-collective, LOOM_TIMEOUT, loomCommAbort from another
 # thread. Each survivor must return within its bound with the line that
 # names the failed rank, as under the host executor: the interpreter's

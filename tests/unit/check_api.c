@@ -408,7 +408,7 @@ END_TEST
 /*
  * loomMemAlloc buffers: where every rank passes them, AllReduce,
  * ReduceScatter, AllGather, Broadcast and Reduce run as single copies from
- * the peers' mappings of them (src/cma.c, mem.c), and AlltoAll's single
+ * the peers' mappings of them (src/exec/cma.c, mem.c), and AlltoAll's single
  * copies read through such mappings too; where one rank does not, the others
  * find out and every rank takes the FIFOs. Three rounds on 2 ranks: both
  * loomMemAlloc, rank 0 malloc, both loomMemAlloc again (new blocks each

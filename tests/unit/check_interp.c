@@ -17,7 +17,7 @@
  *     parent that folds the three into its own in one step and sends the
  *     result back to all three in that step, Simple and LL (the LL flags
  *     wrapping every 16 messages);
- *   - the kernel executor's worker threads (src/kexec.c), on 2 forked ranks
+ *   - the kernel executor's worker threads (src/exec/kexec.c), on 2 forked ranks
  *     with blocks of 2 threads on 2 channels: started by the first call,
  *     the same threads for the calls after it (no thread per call), and
  *     joined when the communicator is destroyed or aborted.

@@ -333,7 +333,7 @@ START_TEST(test_model_obeys_restrictions)
                 checkChoice(&s, weighed[i], 16 << 20, tunerDefaultAllowed(weighed[i]));
                 checkChoice(&s, weighed[i], 256 * 1024, tunerDefaultAllowed(weighed[i]));
             }
-            /* not what LOOM_ALGO allows: src/cma.c still asks for loomMemAlloc buffers first */
+            /* not what LOOM_ALGO allows: cma.c still asks for loomMemAlloc buffers first */
             ck_assert_int_eq(tunerAllows(weighed[i], LOOM_ALGO_CMA), 0);
         }
         s.cpus = 2;
