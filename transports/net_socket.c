@@ -2,10 +2,11 @@
  * net_socket.c — the TCP backend of the network transport.
  *
  * Each connection (one direction of one peer pair on one channel) is
- * nsocks TCP sockets: LOOM_SOCKET_NSOCKS, the smaller of the two ranks'
- * values. Socket 0 carries every message's 8-byte header (size, message
- * number) followed by the message, or by its first part when the message is
- * large; the other parts travel on sockets 1.. side by side (netSplit):
+ * nsocks TCP sockets: the smaller of the two ranks' values, each
+ * LOOM_SOCKET_NSOCKS or chosen from the link's speed (sockChoose). Socket
+ * 0 carries every message's 8-byte header (size, message number) followed
+ * by the message, or by its first part when the message is large; the
+ * other parts travel on sockets 1.. side by side (netSplit):
  *
  *   socket 0:  [hdr k][msg k]  [hdr k+1][part 0 of k+1]  [hdr k+2][msg k+2] ...
  *   socket 1:                  [part 1 of k+1]
@@ -13,9 +14,10 @@
  *
  * Socket 0 is always moved by the proxy thread itself, so a small message
  * costs one sendmsg() and two recv() calls and no hand-off, with
- * TCP_NODELAY. Sockets 1.. are moved by LOOM_SOCKET_NTHREADS helper threads
- * (each owns some of them), or by the proxy when that is 0. Every socket has
- * a queue of transfers, filled only by the proxy and emptied in order by
+ * TCP_NODELAY. Sockets 1.. are moved by helper threads (LOOM_SOCKET_NTHREADS,
+ * or one per core the rank has beyond two; each owns some of them), or by
+ * the proxy when there are none. Every socket has a queue of transfers,
+ * filled only by the proxy and emptied in order by
  * whoever moves the socket; a transfer that finishes counts itself done in
  * its message, and a message is done when all its parts are.
  *
@@ -339,8 +341,7 @@ static loomResult_t helpersPlan(struct sockState *st)
     int extra = 0;
     for (int i = 0; i < st->nconns; i++)
         extra += sockHelped(st->conns[i]) ? st->conns[i]->nsocks - 1 : 0;
-    int want = (int)paramInt(LOOM_PARAM_SOCKET_NTHREADS);
-    st->nhelpers = want < extra ? want : extra;
+    st->nhelpers = st->nthreads < extra ? st->nthreads : extra;
     if (st->nhelpers == 0)
         return loomSuccess;
     st->helpers = calloc((size_t)st->nhelpers, sizeof(*st->helpers));
@@ -749,8 +750,77 @@ static void earlyAdopt(struct sockState *st, struct sockConn *sc)
     st->nearly = kept;
 }
 
+/* The speed of interface ifname in Mbit/s, as its driver says (veth: 10000); -1 if unknown. */
+static long linkMbit(const char *ifname)
+{
+    char path[96];
+    long mbit = -1;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", ifname);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld", &mbit) != 1)
+            mbit = -1;
+        fclose(f);
+    }
+    return mbit > 0 ? mbit : -1;
+}
+
+/* The cores the ranks of this host may use between them (their CPU masks' union), a rank. */
+static int coresPerRank(const struct loomComm *comm)
+{
+    uint64_t hash = comm->peers[comm->rank].hostHash;
+    int cpus = 0, ranks = 0;
+    for (int w = 0; w < LOOM_CPU_WORDS; w++) {
+        uint64_t m = 0;
+        for (int p = 0; p < comm->nranks; p++)
+            if (comm->peers[p].hostHash == hash)
+                m |= comm->peers[p].cpuMask[w];
+        cpus += __builtin_popcountll(m);
+    }
+    for (int p = 0; p < comm->nranks; p++)
+        ranks += comm->peers[p].hostHash == hash;
+    return cpus > ranks ? cpus / ranks : 1;
+}
+
+/*
+ * Sockets a connection and helper threads, unless LOOM_SOCKET_NSOCKS and LOOM_SOCKET_NTHREADS
+ * say: a socket per SOCK_FLOW_MBIT of the first rail's speed (a TCP flow is moved by one core
+ * at a time, on both hosts), SOCK_AUTO_MIN..MAX; a helper per core this rank has beyond the
+ * caller's and the proxy's, at most one per socket the proxy does not keep (socket 0). On the
+ * 2-core build machine (two namespace hosts on veth) that is 2 sockets and no helper.
+ */
+static void sockChoose(struct sockState *st, char *why, size_t len)
+{
+    long mbit = linkMbit(st->rails[0].ifname);
+    int cores = coresPerRank(st->comm), n;
+    char sockWhy[160], threadWhy[96];
+    if (paramInt(LOOM_PARAM_SOCKET_NSOCKS) > 0) {
+        st->me.nsocks = (int32_t)paramInt(LOOM_PARAM_SOCKET_NSOCKS);
+        snprintf(sockWhy, sizeof(sockWhy), "LOOM_SOCKET_NSOCKS");
+    } else {
+        n = (int)(((mbit > 0 ? mbit : SOCK_FLOW_MBIT) + SOCK_FLOW_MBIT - 1) / SOCK_FLOW_MBIT);
+        st->me.nsocks = n < SOCK_AUTO_MIN ? SOCK_AUTO_MIN : n > SOCK_AUTO_MAX ? SOCK_AUTO_MAX : n;
+        snprintf(sockWhy, sizeof(sockWhy), "%s %s %ld Mbit/s, a socket per %d Gbit/s, %d..%d",
+                 st->rails[0].ifname, mbit > 0 ? "at" : "of unknown speed, taken as",
+                 mbit > 0 ? mbit : SOCK_FLOW_MBIT, SOCK_FLOW_MBIT / 1000, SOCK_AUTO_MIN,
+                 SOCK_AUTO_MAX);
+    }
+    if (paramInt(LOOM_PARAM_SOCKET_NTHREADS) >= 0) {
+        st->nthreads = (int)paramInt(LOOM_PARAM_SOCKET_NTHREADS);
+        snprintf(threadWhy, sizeof(threadWhy), "LOOM_SOCKET_NTHREADS");
+    } else {
+        n = cores - 2;
+        st->nthreads = n < 0 ? 0 : n > st->me.nsocks - 1 ? st->me.nsocks - 1 : n;
+        snprintf(threadWhy, sizeof(threadWhy),
+                 "%d core(s) a rank on this host, less the caller's and the proxy's", cores);
+    }
+    snprintf(why, len, "%d socket(s) a connection (%s), %d helper thread(s) (%s)",
+             (int)st->me.nsocks, sockWhy, st->nthreads, threadWhy);
+}
+
 static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
 {
+    char chosen[400];
     union socketAddress bound;
     char names[SOCK_RAILS_MAX * (SOCKET_ADDR_STRLEN + 40)], name[SOCKET_ADDR_STRLEN];
     size_t used = 0;
@@ -783,9 +853,9 @@ static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
     }
     if (getrandom(st->me.nonce, sizeof(st->me.nonce), 0) != (ssize_t)sizeof(st->me.nonce))
         return loomSetError(loomSystemError, "NET/socket: getrandom: %s", strerror(errno));
-    st->me.nsocks = (int32_t)paramInt(LOOM_PARAM_SOCKET_NSOCKS);
-    INFO(LOOM_NET, "NET/socket: listening on %s, %d socket(s) %s", names, (int)st->me.nsocks,
-         st->me.nrails > 1 ? "a rail per connection, striped over these rails" : "per connection");
+    sockChoose(st, chosen, sizeof(chosen));
+    INFO(LOOM_NET, "NET/socket: listening on %s; %s%s", names, chosen,
+         st->me.nrails > 1 ? "; the sockets on each rail, striped over these rails" : "");
     memcpy(pub, &st->me, sizeof(st->me));
     return loomSuccess;
 }

@@ -113,14 +113,17 @@ static const struct paramRow paramTable[] = {
                                  "GID table index of the InfiniBand port used on RoCE (Ethernet "
                                  "link layer), 0..255; -1: a RoCE v2 IPv4-mapped GID if the "
                                  "port has one, else RoCE v2, else 0"},
-    [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "2", 1, 16, "a socket count",
+    [LOOM_PARAM_SOCKET_NSOCKS] = {"LOOM_SOCKET_NSOCKS", PARAM_INT, "0", 0, 16, "a socket count",
                                   NULL,
                                   "TCP sockets per connection; a large message is cut into "
-                                  "that many parts sent side by side, 1..16"},
-    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "0", 0, 16, "a thread count",
-                                    NULL,
+                                  "that many parts sent side by side, 1..16; 0: chosen from "
+                                  "the link's speed, a socket per 10 Gbit/s, 2..8"},
+    [LOOM_PARAM_SOCKET_NTHREADS] = {"LOOM_SOCKET_NTHREADS", PARAM_INT, "-1", -1, 16,
+                                    "a thread count", NULL,
                                     "helper threads per communicator that move the parts of "
-                                    "large TCP messages; 0: the proxy thread moves all, 0..16"},
+                                    "large TCP messages; 0: the proxy thread moves all, 0..16; "
+                                    "-1: chosen from the cores a rank has on its host, less 2, "
+                                    "at most a socket less than a connection has"},
     [LOOM_PARAM_NET_TLS] = {"LOOM_NET_TLS", PARAM_INT, "0", 0, 1, "a switch", NULL,
 #ifdef HAVE_OPENSSL
                             "1: TLS 1.3 with a key derived from the unique id on every TCP "

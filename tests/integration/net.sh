@@ -8,7 +8,9 @@
 #
 # 1. loom-info --comm on 2 fake hosts x 2 ranks names shm and net/socket
 #    links where they belong; LOOM_DEBUG=INFO says once per rank that
-#    InfiniBand is not used and why.
+#    InfiniBand is not used and why, and how many sockets a connection and
+#    helper threads TCP chose and why (or that LOOM_SOCKET_NSOCKS and
+#    LOOM_SOCKET_NTHREADS said).
 # 2. loom-perf's exact checks of every collective over mixed shm/TCP links
 #    (2 x 2, 2 channels, small FIFOs), through the double binary tree
 #    (LOOM_ALGO=tree, 3 x 2: a tree over hosts, a chain in each), over TCP
@@ -37,6 +39,11 @@ log=$TEST_TMPDIR/comm.log
 LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET run_logged "$log" "$LOOMRUN" -n 4 "$FAKE" 2 "$LOOM_INFO" --comm
 comm_check "$log" $? "2 fake hosts x 2 ranks" 4 "Communicator: 4 ranks on 2 host" \
     "  0 -> 1  shm$" "  1 -> 2  net/socket$" "  3 -> 0  net/socket$" "NET: rank 0 -> rank 2 (.*): TCP"
+# Two ranks a fake host share its cores: the choice is told, with the speed and the cores.
+if ! grep -q "NET/socket: listening on .*; [2-8] socket(s) a connection (.* Mbit/s, a socket per 10 Gbit/s, 2..8), [0-9]* helper thread(s) ([0-9]* core(s) a rank on this host" "$log"; then
+    record_failure "NET/socket does not say what it chose for sockets and helpers, and why"
+    show_log "$log"
+fi
 
 # 2. Exact results.
 log=$TEST_TMPDIR/mixed.log
@@ -66,10 +73,14 @@ perf_check "$log" $? "3 fake hosts, 4 sockets and 2 helper threads, 1-4 MiB"
 for split in "2 0" "4 2"; do
     set -- $split
     log=$TEST_TMPDIR/lastsend$1.log
-    LOOM_SHM_DISABLE=1 LOOM_SOCKET_NSOCKS=$1 LOOM_SOCKET_NTHREADS=$2 run_logged "$log" "$LOOMRUN" \
-        -n 2 "$top_builddir/tests/integration/lastsend" 262144
+    LOOM_SHM_DISABLE=1 LOOM_SOCKET_NSOCKS=$1 LOOM_SOCKET_NTHREADS=$2 LOOM_DEBUG=INFO \
+        LOOM_DEBUG_SUBSYS=NET run_logged "$log" "$LOOMRUN" -n 2 \
+        "$top_builddir/tests/integration/lastsend" 262144
     if [ $? -ne 0 ] || ! grep -q "rank 1: all 262144 bytes arrived" "$log"; then
         record_failure "a message over $1 sockets lost its end when the sender left ($2 helper threads)"
+        show_log "$log"
+    elif ! grep -q "$1 socket(s) a connection (LOOM_SOCKET_NSOCKS), $2 helper thread(s) (LOOM_SOCKET_NTHREADS)" "$log"; then
+        record_failure "LOOM_SOCKET_NSOCKS=$1 LOOM_SOCKET_NTHREADS=$2 are not what NET/socket says it took"
         show_log "$log"
     fi
 done
