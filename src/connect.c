@@ -61,20 +61,6 @@
 _Static_assert(LOOM_CONNECT_RECORD_MAX <= BOOTSTRAP_MSG_MAX_BYTES, "a record is one message");
 #define CONNECT_SCAN_NS (250 * 1000 * 1000ULL)
 
-int transportUsableOn(const struct loomComm *comm, const struct loomTransport *t, int rank)
-{
-    for (int i = 0; loomTransports[i]; i++)
-        if (loomTransports[i] == t)
-            return (comm->peers[rank].usable >> i) & 1;
-    return 0;
-}
-
-int transportServes(const struct loomComm *comm, const struct loomTransport *t, int peer)
-{
-    int i = comm->linkTransport[peer];
-    return i >= 0 && loomTransports[i] == t;
-}
-
 /* The first transport usable on both ends that accepts the pair, for every peer. */
 static uint32_t chooseLinks(struct loomComm *comm, int *unreachable)
 {

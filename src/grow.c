@@ -26,6 +26,7 @@
 #include "core.h"
 #include "debug.h"
 #include "exec.h"
+#include "lifecycle.h"
 #include "param.h"
 
 loomResult_t loomCommGetUniqueId(loomComm_t comm, loomUniqueId *uniqueId)

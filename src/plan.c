@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "cma.h"
 #include "compress.h"
 #include "cudacore.h"
@@ -120,21 +121,6 @@ void planThreadCleanup(void)
     tlLanes = NULL;
     tlPlan = NULL;
     tlLaneCap = tlPlanCap = 0;
-}
-
-loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize)
-{
-    if (n <= *cap)
-        return loomSuccess;
-    int c = *cap ? *cap : 16;
-    while (c < n)
-        c *= 2;
-    void *p = realloc(*array, (size_t)c * elemSize);
-    if (p == NULL)
-        return loomSetError(loomSystemError, "out of memory planning %d lanes or operations", n);
-    *array = p;
-    *cap = c;
-    return loomSuccess;
 }
 
 static loomResult_t generate(const struct loomSchedArgs *a, loomAlgo_t algo, struct loomPlan *s)

@@ -19,8 +19,5 @@ void plannerFree(struct loomComm *comm);
 loomResult_t planExecute(struct loomOp *ops, int nops);
 /* Frees this thread's plan arrays (called when a stream thread ends). */
 void planThreadCleanup(void);
-/* Grows a per-thread array *array of *cap elements of elemSize to hold n; loomSystemError if out of
- * memory. */
-loomResult_t arrayReserve(void **array, int *cap, int n, size_t elemSize);
 
 #endif /* LOOM_PLAN_H_ */

@@ -21,6 +21,7 @@
 #include "core.h"
 #include "debug.h"
 #include "exec.h"
+#include "lifecycle.h"
 
 int commRevokeSettle(struct loomComm *comm, int wait)
 {

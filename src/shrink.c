@@ -26,6 +26,7 @@
 #include "core.h"
 #include "debug.h"
 #include "exec.h"
+#include "lifecycle.h"
 
 loomResult_t loomCommGetFailedRanks(loomComm_t comm, int *ranks, int *count)
 {

@@ -170,16 +170,23 @@ struct loomComm {
     char abortReason[256];
 };
 
-/* Registry: 1 if comm is a live communicator of this process. */
+/*
+ * What every layer asks of a communicator, defined in src/base/comm.c (the
+ * collectives' names in src/base/coll.c).
+ *
+ * Registry: lists comm as created by this process (init, split, shrink, grow);
+ * loomSystemError when the registry is full.
+ */
+loomResult_t commRegister(struct loomComm *comm);
+/* 1 if comm was created by this process, destroyed since or not. */
+int commRegistered(const struct loomComm *comm);
+/* 1 if comm is a live communicator of this process. */
 int commIsLive(const struct loomComm *comm);
 /*
  * Checks comm at API entry: NULL, foreign and destroyed handles give
  * loomInvalidArgument / loomInvalidUsage with a line naming `fn`.
  */
 loomResult_t commCheck(const struct loomComm *comm, const char *fn);
-/* The checks of loomCommInitRankConfig's arguments, with `fn` in the error line. */
-loomResult_t commCheckInitArgs(loomComm_t *comm, int nranks, int rank, loomConfig_t *config,
-                               const char *fn);
 /* Copies this thread's last error line to comm (for loomGetLastError(comm)). */
 void commRecordError(struct loomComm *comm);
 /* Marks comm unusable after a failure in the middle of an operation. */
@@ -194,19 +201,6 @@ loomResult_t commCheckReady(struct loomComm *comm, const char *fn);
 #define REVOKE_NONE 0
 #define REVOKE_STOPPING 1
 #define REVOKE_DONE 2
-/*
- * For a revoked comm: 1 once nothing of it runs any more (then the abort
- * flag is down again, for the bootstrap ring of loomCommSplit), else 0;
- * with `wait`, waits for that. 1 at once for a comm not revoked.
- */
-int commRevokeSettle(struct loomComm *comm, int wait);
-/*
- * The entry checks of a call that makes a new communicator of comm (split,
- * grow): commCheck, then commCheckReady, except that a revoked comm passes
- * once its stopped operations are out of the way.
- */
-loomResult_t commCheckParent(struct loomComm *comm, const char *fn);
-
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int commCpuCount(void);
 /*

@@ -8,7 +8,7 @@
 #define LOOM_CMA_H_
 
 #include "core.h"
-#include "enqueue.h"
+#include "op.h"
 
 /*
  * Collective (called by every rank from the shm transport's setup): probes

@@ -68,13 +68,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "array.h"
 #include "cudacore.h"
 #include "cudalib.h"
 #include "debug.h"
 #include "interp.h"
 #include "kernels.h"
 #include "kexec.h"
-#include "plan.h"
 
 #define DEVEXEC_WATCH_NS (200 * 1000LL) /* the watchdog's period while launches are in flight */
 #define DEVEXEC_ALIGN 64

@@ -42,11 +42,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "debug.h"
-#include "enqueue.h"
-#include "plan.h"
 #include "interp.h"
 #include "kexec.h"
+#include "op.h"
 #include "param.h"
 
 /*
