@@ -738,8 +738,9 @@ static double bestChunk(struct tuneCase *c, loomAlgo_t algo, size_t slot, double
 
 /*
  * Single copies reduce and copy a piece of at most this many bytes at a time
- * (or a slot, if smaller): the src/exec/cma.c of 2026-11 reduced in 128 KiB chunks,
- * which stay in the L2 cache between a peer's read and the reduction.
+ * (or a slot, if smaller): pieces that stay in the L2 cache between a peer's
+ * read and the reduction (where the size comes from: docs/performance.md,
+ * "The tuner's constants").
  */
 #define CMA_PIECE (128.0 * 1024)
 

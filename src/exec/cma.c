@@ -200,14 +200,14 @@ char *cmaStage(const struct loomComm *comm)
 /*
  * Finding out whether every rank passes loomMemAlloc buffers costs an
  * exchange of descriptors, a barrier, in every call that may qualify, and
- * most calls do not. With a core for each rank that costs a few
- * microseconds; where ranks share cores it costs far more, since it stops
- * the ranks' calls from overlapping (docs/performance.md has the figures).
- * So the ranks ask only where each has a core of its own (the most crowded
- * host, agreed at init); elsewhere LOOM_ALGO naming cma turns single copies
- * on, and with loomMemAlloc buffers they then go through the mappings too.
- * And only from CMA_ASK_MIN_BYTES: below it the exchange cost more than the
- * mappings saved for ordinary buffers (measured on Broadcast, ibid.).
+ * most calls do not. With a core for each rank that is cheap; where ranks
+ * share cores it costs far more, since it stops the ranks' calls from
+ * overlapping. So the ranks ask only where each has a core of its own (the
+ * most crowded host, agreed at init); elsewhere LOOM_ALGO naming cma turns
+ * single copies on, and with loomMemAlloc buffers they then go through the
+ * mappings too. And only from CMA_ASK_MIN_BYTES: below it the exchange cost
+ * more than the mappings saved for ordinary buffers. The measurements are in
+ * docs/performance.md ("Comparing with Open MPI", loomMemAlloc buffers).
  */
 #define CMA_ASK_MIN_BYTES (512 * 1024)
 
