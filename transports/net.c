@@ -38,10 +38,13 @@
  * communicator as soon as its last call returns.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -60,6 +63,8 @@
 
 #define NET_PAGE 4096
 #define NET_DRAIN_MAX_SEC 30.0
+#define NET_WAIT_MAX 16              /* connectors one netWait polls */
+#define NET_QUIET_SLACK_NS 500000ULL /* the proxy stays quiet this long past an executor's poll */
 
 enum { NET_SOCKET = 0, NET_IB = 1, NET_BACKENDS = 2 };
 
@@ -82,6 +87,13 @@ struct netState {
     /* Held by whoever moves connections: the proxy (waits for it), an executor (only tries). */
     pthread_mutex_t lock;
     int lockReady;
+    /*
+     * An executor blocked in netWait: it sleeps on this bell's eventfd with its sockets, and
+     * whoever moves something for it (the proxy) rings it; the proxy keeps off the sockets
+     * until quietUntil.
+     */
+    struct loomDoorbell pollBell;
+    _Atomic uint64_t quietUntil;
 };
 
 /* ---- bookkeeping shared by the backends ---- */
@@ -327,6 +339,13 @@ static loomResult_t netConnectSelf(struct netState *st)
 
 /* ---- moving: the proxy's callbacks and the executor's hook ---- */
 
+/* Wakes this rank's executor, asleep on its doorbell or blocked in netWait. */
+static void netRing(struct netState *st)
+{
+    bellRing(st->comm->bell);
+    bellRing(&st->pollBell);
+}
+
 /* Posts a notice the backend received on c on this rank's doorbell. Lock held. */
 static void netTakeNotice(struct netState *st, struct netConn *c)
 {
@@ -339,6 +358,7 @@ static void netTakeNotice(struct netState *st, struct netConn *c)
     if (bellPostNotice(comm->bell, code, c->peer, c->notice.text))
         INFO(LOOM_NET, "NET: rank %d (%s) reports: %s", c->peer, comm->peers[c->peer].hostname,
              c->notice.text);
+    bellRing(&st->pollBell);
 }
 
 /* Reads the notices that arrived on send connections (to `peer`, or to all if -1). Lock held. */
@@ -364,7 +384,7 @@ static void netMarkLost(struct netState *st, struct netConn *c)
     if (!atomic_exchange(&comm->lost[c->peer], 1))
         INFO(LOOM_NET, "NET: the connection with rank %d (%s) ended: %s", c->peer,
              comm->peers[c->peer].hostname, c->why);
-    bellRing(comm->bell);
+    netRing(st);
 }
 
 /* One connection's pass; the lock is held. */
@@ -384,7 +404,7 @@ static void netProgress(void *ctx, int *moved)
         netMove(st, &st->conns[i], &any);
     pthread_mutex_unlock(&st->lock);
     if (any)
-        bellRing(st->comm->bell);
+        netRing(st);
     *moved = any;
 }
 
@@ -412,6 +432,105 @@ static void netKick(void *ctx)
     pthread_mutex_unlock(&st->lock);
     if (moved)
         bellRing(st->comm->bell); /* another thread of ours may wait on this comm */
+}
+
+static uint64_t netQuietUntil(void *ctx)
+{
+    struct netState *st = ctx;
+    return atomic_load_explicit(&st->quietUntil, memory_order_acquire);
+}
+
+/* 1 when one of the connectors may move now: a message is in, or a send slot is free. */
+static int netAnyReady(struct loomConnector *const *k, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const struct netConn *c = k[i]->progressCtx;
+        if (c->isSend ? atomic_load_explicit(&k[i]->fifo->head, memory_order_seq_cst) + LOOM_STEPS >
+                            k[i]->pos
+                      : atomic_load_explicit(&k[i]->fifo->tail, memory_order_seq_cst) > k[i]->pos)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * What may block in netWait, in fds (n + 1 entries), the lock held: the sockets of k[], each
+ * of which alone carries what its connector waits for, when nothing else of this rank is on
+ * its way out (a send in flight needs the proxy, which netWait keeps quiet). 0 if not so.
+ */
+static int netWaitFds(struct netState *st, struct loomConnector *const *k, int n,
+                      struct pollfd *fds)
+{
+    for (int i = 0; i < st->nconns; i++) {
+        const struct netConn *c = &st->conns[i];
+        int waited = 0;
+        for (int j = 0; j < n; j++)
+            waited |= k[j]->progressCtx == c;
+        if (c->isSend && !c->lost && !waited &&
+            c->done < atomic_load_explicit(&c->fifo->tail, memory_order_acquire))
+            return 0;
+    }
+    for (int j = 0; j < n; j++) {
+        struct netConn *c = k[j]->progressCtx;
+        int b = st->backendOf[c->peer];
+        fds[j] = (struct pollfd){.fd = -1};
+        if (c->lost || st->backends[b]->waitFd == NULL)
+            return 0;
+        fds[j].fd = st->backends[b]->waitFd(st->bstate[b], c, &fds[j].events);
+        if (fds[j].fd < 0)
+            return 0;
+    }
+    fds[n] = (struct pollfd){.fd = st->pollBell.wakeFd, .events = POLLIN};
+    return 1;
+}
+
+/*
+ * comm->netWait. The bell is flagged before the connectors are looked at again, and the proxy
+ * rings it after it publishes (both seq_cst), so what it moves meanwhile is not slept through.
+ */
+static int netWait(struct loomComm *comm, struct loomConnector *const *k, int n, int timeoutMs)
+{
+    struct netState *st = comm->net;
+    struct pollfd fds[NET_WAIT_MAX + 1];
+    if (st == NULL || st->pollBell.wakeFd <= 0 || n > NET_WAIT_MAX ||
+        pthread_mutex_trylock(&st->lock) != 0)
+        return 0;
+    int ok = netWaitFds(st, k, n, fds);
+    pthread_mutex_unlock(&st->lock);
+    if (!ok)
+        return 0;
+    atomic_store_explicit(&st->quietUntil,
+                          loomClockNs() + (uint64_t)timeoutMs * 1000000 + NET_QUIET_SLACK_NS,
+                          memory_order_release);
+    atomic_store_explicit(&st->pollBell.sleeping, 1, memory_order_seq_cst);
+    if (!netAnyReady(k, n) && poll(fds, (nfds_t)n + 1, timeoutMs) > 0 && fds[n].revents) {
+        uint64_t count;
+        ssize_t ignored = read(fds[n].fd, &count, sizeof(count));
+        (void)ignored;
+    }
+    atomic_store_explicit(&st->pollBell.sleeping, 0, memory_order_relaxed);
+    return 1;
+}
+
+/* comm->netWaitEnd */
+static void netWaitEnd(struct loomComm *comm, int handOver)
+{
+    struct netState *st = comm->net;
+    if (st == NULL)
+        return;
+    /* The lock busy: the proxy is in a pass, and may find work. */
+    int due = handOver || pthread_mutex_trylock(&st->lock) != 0;
+    if (!due) {
+        for (int i = 0; !due && i < st->nconns; i++) {
+            struct netConn *c = &st->conns[i];
+            due = c->isSend && c->done < atomic_load_explicit(&c->fifo->tail, memory_order_acquire);
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    if (due) {
+        atomic_store_explicit(&st->quietUntil, 0, memory_order_release);
+        bellRing(proxyBell(st->proxy));
+    }
 }
 
 static int netBeforeSleep(void *ctx)
@@ -474,6 +593,7 @@ static const struct loomProxyOps netProxyOps = {
     .progress = netProgress,
     .beforeSleep = netBeforeSleep,
     .drained = netDrained,
+    .quietUntil = netQuietUntil,
 };
 
 /* ---- init, connect and teardown ---- */
@@ -491,6 +611,8 @@ static loomResult_t netPublish(struct netState *st, int b, int from, int to)
     if (st->proxy == NULL) {
         LOOMCHECK(proxyStart(comm, &netProxyOps, st, &st->proxy));
         comm->notifyPeer = netNotifyPeer;
+        comm->netWait = netWait;
+        comm->netWaitEnd = netWaitEnd;
     }
     for (int i = from; i < to; i++) {
         struct netConn *c = &st->conns[i];
@@ -523,6 +645,8 @@ static void netTeardown(struct loomComm *comm)
     if (st == NULL)
         return;
     comm->notifyPeer = NULL;
+    comm->netWait = NULL;
+    comm->netWaitEnd = NULL;
     int aborted = atomic_load(&comm->abortFlag) || atomic_load(&comm->broken);
     double drain = comm->timeoutSec < NET_DRAIN_MAX_SEC ? comm->timeoutSec : NET_DRAIN_MAX_SEC;
     proxyStop(st->proxy, aborted ? 0 : drain);
@@ -531,6 +655,8 @@ static void netTeardown(struct loomComm *comm)
             st->backends[b]->teardown(st->bstate[b]);
     if (st->lockReady)
         pthread_mutex_destroy(&st->lock);
+    if (st->pollBell.wakeFd > 0)
+        close(st->pollBell.wakeFd);
     for (int p = 0; st->mem && p < comm->nranks; p++)
         if (st->mem[p] != NULL)
             munmap(st->mem[p], netMemBytes(st, p));
@@ -554,6 +680,12 @@ static loomResult_t netInit(struct loomComm *comm, void *info)
     st->comm = comm;
     pthread_mutex_init(&st->lock, NULL);
     st->lockReady = 1;
+    /* Above fd 2, as the proxy's: a wakeFd of 0 means "a futex bell" (bell.c). */
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd >= 0) {
+        st->pollBell.wakeFd = fcntl(efd, F_DUPFD_CLOEXEC, 3);
+        close(efd);
+    }
     size_t n = (size_t)comm->nranks;
     st->mem = calloc(n, sizeof(*st->mem));
     st->conns = calloc(2 * n * (size_t)comm->nChannels + 1, sizeof(*st->conns));

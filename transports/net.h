@@ -108,6 +108,13 @@ struct netBackend {
      */
     void (*notify)(void *state, struct netConn *c, const uint8_t *msg, size_t len);
     void (*pollNotice)(void *state, struct netConn *c);
+    /*
+     * Optional (NULL: executors never block on this backend's links): the
+     * descriptor an executor waiting for c to move may block on in poll(),
+     * with *events (POLLIN, POLLOUT), when everything c waits for arrives
+     * through it and its readiness says so; -1 when not. Lock held.
+     */
+    int (*waitFd)(void *state, struct netConn *c, short *events);
 };
 
 extern const struct netBackend netSocketBackend;

@@ -489,6 +489,27 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
     return failed ? linkFailed(sc, failed) : loomSuccess;
 }
 
+/*
+ * An executor waiting for c may block on socket 0 (net.c's netWait) when that socket alone
+ * carries what it waits for: one rail, no TLS (OpenSSL may hold bytes the socket no longer
+ * shows), no part of a large message on the other sockets, no notice to finish sending.
+ */
+static int sockWaitFd(void *state, struct netConn *c, short *events)
+{
+    struct sockConn *sc = c->priv;
+    (void)state;
+    if (sc == NULL || sc->rails != NULL || tlsWanted() || sc->noticeDone < sc->noticeLen)
+        return -1;
+    for (int i = 1; i < sc->nsocks; i++)
+        if (linkPending(&sc->links[i]))
+            return -1;
+    struct sockLink *l = &sc->links[0];
+    if (l->fd < 0 || atomic_load_explicit(&l->err, memory_order_acquire) || !linkPending(l))
+        return -1;
+    *events = c->isSend ? POLLOUT : POLLIN;
+    return l->fd;
+}
+
 /* ---- failure notices, against the data on socket 0 ---- */
 
 static void noticeFlush(struct sockConn *sc)
@@ -1017,4 +1038,5 @@ const struct netBackend netSocketBackend = {
     .teardown = sockTeardown,
     .notify = sockNotify,
     .pollNotice = sockPollNotice,
+    .waitFd = sockWaitFd,
 };

@@ -149,6 +149,22 @@ struct loomComm {
      * doorbell is then mapped here). Any thread; never blocks for long.
      */
     int (*notifyPeer)(struct loomComm *comm, int peer, loomResult_t code, const char *text);
+    /*
+     * Set by the network transport: blocks the calling executor in poll()
+     * on the sockets of the n network connectors c[] it waits for, until
+     * one may move, the proxy moved something or heard of a failure, or
+     * timeoutMs passed; the proxy leaves those sockets alone meanwhile.
+     * Returns 1 when it waited (or found one ready), 0 at once when these
+     * links cannot be waited on that way (InfiniBand, rails, TLS, parts of
+     * a large message in flight): the caller then yields as before.
+     */
+    int (*netWait)(struct loomComm *comm, struct loomConnector *const *c, int n, int timeoutMs);
+    /*
+     * The executor stops polling (its call ends, or its wait goes to sleep:
+     * `handOver`): the proxy takes the sockets back at once when handOver
+     * or when a send is still on its way out, else when the quiet runs out.
+     */
+    void (*netWaitEnd)(struct loomComm *comm, int handOver);
 
     struct loomPlanner *planner; /* schedule cache, pool, memo, scratch (src/plan.c) */
     /* Lane ownership of connectors inside one plan (exec.c). */

@@ -19,7 +19,10 @@
  *
  * The proxy watches the transport's sockets edge-triggered (readable and
  * writable), so what it waits for never has to be recomputed: any new data
- * or buffer space wakes it once. Its doorbell has an eventfd
+ * or buffer space wakes it once. While an executor blocks in poll() on the
+ * sockets of small messages itself (quietUntil), the proxy sleeps on its
+ * doorbell only, for as long as that lasts: the edges that come meanwhile
+ * stay in the epoll set and wake it once the executor is done. Its doorbell has an eventfd
  * (struct loomDoorbell.wakeFd) for the executor to ring when it leaves work
  * behind.
  */
@@ -35,6 +38,14 @@ struct loomProxyOps {
     int (*beforeSleep)(void *ctx);
     /* 1 when every message the executor handed over has left this process. */
     int (*drained)(void *ctx);
+    /*
+     * Optional: until when (loomClockNs) an executor polls its sockets
+     * itself, or 0. Until then the thread sleeps on its doorbell alone, not
+     * on the sockets, so that a message the executor waits for does not
+     * also wake this thread (a second wake-up a message, and a race for
+     * the bytes); it still makes a pass when the time is up.
+     */
+    uint64_t (*quietUntil)(void *ctx);
 };
 
 struct loomProxy;

@@ -33,8 +33,12 @@
  * other waited for the core (`bench/first-calls`; docs/performance.md).
  * Yielding goes on for a millisecond, then the thread
  * sleeps. A wait on a network connector skips the spin
- * stage and polls the network itself between yields (pollNetwork), so no
- * thread hand-off sits on the latency path.
+ * stage and moves the network itself (pollNetwork), so no thread hand-off
+ * sits on the latency path: when every link the blocked lanes wait on is a
+ * socket that alone carries what they wait for (small messages over TCP,
+ * comm->netWait), it blocks in poll() on those sockets for the yield stage,
+ * woken by the kernel as a program calling recv() is, while the proxy keeps
+ * off them; otherwise it yields between polls.
  *
  * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
  * step is handed to the GPU (src/exec/cudaexec.c) instead of computed here,
@@ -69,6 +73,9 @@
 #include "kexec.h"
 #include "mem.h"
 #include "reduce.h"
+
+#define EXEC_NET_WAIT_MAX 16 /* network connectors one blocking wait polls */
+#define EXEC_NET_WAIT_MS 1   /* the longest such poll: abort is seen within it */
 
 static inline void cpuRelax(void)
 {
@@ -567,6 +574,14 @@ static int32_t coreMark(const struct loomLane *lanes, int nlanes)
     return mine;
 }
 
+/* Connector j of lane l's step: its receives first, then its sends. */
+static struct loomConnector *stepLink(const struct loomLane *l, int j)
+{
+    const struct loomStep *s = &l->step;
+    struct loomChannel *ch = &l->comm->channels[l->channel];
+    return j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
+}
+
 /*
  * Whether a peer on this host that a blocked step waits for was last seen
  * (coreMark) on the core this thread runs on: spinning would only keep that
@@ -578,16 +593,9 @@ static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
     int32_t mine = coreMark(lanes, nlanes);
     for (int i = 0; i < nlanes && mine; i++) {
         const struct loomLane *l = &lanes[i];
-        if (l->done)
-            continue;
-        const struct loomStep *s = &l->step;
-        const struct loomChannel *ch = &l->comm->channels[l->channel];
-        for (int j = 0; j < s->nrecv + s->nsend; j++) {
-            const struct loomConnector *c =
-                j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
-            if (peerSeenOn(c, l->comm->bell, mine))
+        for (int j = 0; !l->done && j < l->step.nrecv + l->step.nsend; j++)
+            if (peerSeenOn(stepLink(l, j), l->comm->bell, mine))
                 return 1;
-        }
     }
     return 0;
 }
@@ -649,13 +657,8 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
     int any = 0;
     for (int i = 0; i < nlanes; i++) {
         const struct loomLane *l = &lanes[i];
-        if (l->done)
-            continue;
-        const struct loomStep *s = &l->step;
-        struct loomChannel *ch = &l->comm->channels[l->channel];
-        for (int j = 0; j < s->nrecv + s->nsend; j++) {
-            struct loomConnector *c =
-                j < s->nrecv ? &ch->recv[s->recvPeers[j]] : &ch->send[s->sendPeers[j - s->nrecv]];
+        for (int j = 0; !l->done && j < l->step.nrecv + l->step.nsend; j++) {
+            struct loomConnector *c = stepLink(l, j);
             if (c->progress) {
                 c->progress(c->progressCtx);
                 any = 1;
@@ -663,6 +666,47 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
         }
     }
     return any;
+}
+
+/*
+ * Blocks until a network link the blocked lanes wait on may move (comm->netWait: poll() on
+ * their sockets, as a program that calls recv() itself is woken by the kernel, with no hand-off
+ * to the proxy), at most EXEC_NET_WAIT_MS. Returns 0 at once when the lanes wait for anything
+ * else too: a link without a socket to wait on, shared memory, another lane, a second
+ * communicator; they then yield as before.
+ */
+static int netBlock(const struct loomLane *lanes, int nlanes)
+{
+    struct loomConnector *c[EXEC_NET_WAIT_MAX];
+    struct loomComm *comm = lanes[0].comm;
+    int n = 0;
+    if (comm->netWait == NULL)
+        return 0;
+    for (int i = 0; i < nlanes; i++) {
+        const struct loomLane *l = &lanes[i];
+        if (l->done)
+            continue;
+        const struct loomStep *s = &l->step;
+        int blocked = 0;
+        if (l->comm != comm || s->op == LOOM_STEP_DRAIN)
+            return 0;
+        for (int j = 0; j < s->nrecv + s->nsend; j++) {
+            int recv = j < s->nrecv;
+            struct loomConnector *k = stepLink(l, j);
+            uint64_t limit =
+                recv ? atomic_load_explicit(&k->fifo->tail, memory_order_acquire)
+                     : atomic_load_explicit(&k->fifo->head, memory_order_acquire) + LOOM_STEPS;
+            if (limit > k->pos)
+                continue; /* this one may move */
+            if (k->progress == NULL || n == EXEC_NET_WAIT_MAX)
+                return 0;
+            c[n++] = k;
+            blocked = 1;
+        }
+        if (!blocked) /* it waits for another lane's connector, or runs now */
+            return 0;
+    }
+    return n > 0 && comm->netWait(comm, c, n, EXEC_NET_WAIT_MS);
 }
 
 /* An abort or a peer's notice is waiting to be reported: do not go to sleep. */
@@ -812,6 +856,12 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         }
         /* Nobody rings the doorbell when the GPU finishes a step: never sleep on it then. */
         int gpuBusy = dev && cudaExecPending(dev) > 0;
+        if (w.network && !gpuBusy && loomClockNs() - w.idleSince < EXEC_YIELD_NS &&
+            !failurePending(lanes, nlanes) && netBlock(lanes, nlanes)) {
+            w.netPolled = 1;
+            pollNetwork(lanes, nlanes);
+            continue;
+        }
         if ((w.spins & 63) != 0 || gpuBusy || loomClockNs() - w.idleSince < EXEC_YIELD_NS) {
             if (w.network)
                 pollNetwork(lanes, nlanes);
@@ -820,6 +870,10 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
                 (err = execWaitFailure(lanes, nlanes, loomClockNs(), &w)) != loomSuccess)
                 break;
             continue;
+        }
+        if (w.netPolled) { /* the proxy moves the links from now on, and rings */
+            lanes[0].comm->netWaitEnd(lanes[0].comm, 1);
+            w.netPolled = 0;
         }
         w.capped = execSleep(lanes, nlanes, dev, &progress, &err, &left);
         if (left <= 0)
@@ -832,6 +886,8 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         if (err != loomSuccess)
             break;
     }
+    if (w.netPolled)
+        lanes[0].comm->netWaitEnd(lanes[0].comm, 0);
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
     if (err != loomSuccess) {

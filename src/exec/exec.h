@@ -53,10 +53,11 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 #define EXEC_YIELD_NS (1000 * 1000ULL)       /* a wait yields this long before it sleeps */
 struct execWait {
     int spins;
-    int heard;   /* the failure came from an abort or a peer's notice: do not post it */
-    int network; /* some lane waits on a network link: poll it, and yield instead of spinning */
-    int crowded; /* a peer it waits for was last seen on this thread's core: yield, do not spin */
-    int capped;  /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
+    int heard;     /* the failure came from an abort or a peer's notice: do not post it */
+    int network;   /* some lane waits on a network link: poll it, and yield instead of spinning */
+    int crowded;   /* a peer it waits for was last seen on this thread's core: yield, do not spin */
+    int capped;    /* the last sleep ran to EXEC_SLEEP_NS: progress now means a missed wake-up */
+    int netPolled; /* blocked in comm->netWait since the proxy last had the sockets */
     uint64_t idleSince;
     uint64_t lastLiveCheck;
     uint64_t deadSince; /* when a dead peer was first seen (EXEC_DEAD_GRACE_NS) */
