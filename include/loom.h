@@ -383,8 +383,20 @@ loomResult_t loomStreamCreateCuda(loomStream_t *stream, void *cudaStream);
 loomResult_t loomStreamSynchronize(loomStream_t stream);
 /* loomSuccess if the stream is idle, loomInProgress if work is pending, or its first error. */
 loomResult_t loomStreamQuery(loomStream_t stream);
-/* Waits for pending work, then frees the stream. */
+/* Waits for pending work (queued callbacks are called), then frees the stream. */
 loomResult_t loomStreamDestroy(loomStream_t stream);
+/*
+ * Per-operation completion, as cudaStreamAddCallback: fn(stream, result,
+ * userData) is called on the stream's progress thread once every operation
+ * issued on the host stream before it is complete; result is loomSuccess, or
+ * the first error an operation on the stream met (loomGetLastError in fn
+ * gives its line). Callbacks run in issue order, with the operations; fn
+ * must not wait for its own stream (Synchronize and Destroy on it are
+ * refused there). Not part of a group: it is queued at once. A stream that
+ * wraps a cudaStream_t refuses it (use cudaLaunchHostFunc there).
+ */
+typedef void (*loomStreamCallback_t)(loomStream_t stream, loomResult_t result, void *userData);
+loomResult_t loomStreamAddCallback(loomStream_t stream, loomStreamCallback_t fn, void *userData);
 
 /*
  * Allocates `size` bytes of host memory that peers on this host can map

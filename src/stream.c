@@ -11,6 +11,11 @@
  * stream is reported, not dereferenced freed, and a pointer that is no
  * stream at all is reported without being dereferenced.
  *
+ * loomStreamAddCallback queues a unit with no operations and a function:
+ * the thread calls it when it reaches it, so once everything issued before
+ * it is done, with the stream's first error so far. This is the stream's
+ * per-operation completion (torch_loom completes each Work this way).
+ *
  * A CUDA stream (loomStreamCreateCuda) is a host stream whose units are
  * also ordered on the application's cudaStream_t (src/cuda/cudastream.c):
  * at enqueue the CUDA stream is marked and made to wait for the unit; the
@@ -39,9 +44,11 @@
 struct streamUnit {
     struct streamUnit *next;
     int nops;
-    int cap;      /* ops the allocation holds */
-    void *event;  /* CUDA streams: marks the work queued before the unit */
-    uint32_t seq; /* CUDA streams: the value that releases the CUDA stream */
+    int cap;                 /* ops the allocation holds */
+    void *event;             /* CUDA streams: marks the work queued before the unit */
+    uint32_t seq;            /* CUDA streams: the value that releases the CUDA stream */
+    loomStreamCallback_t fn; /* a callback (nops 0, loomStreamAddCallback), or NULL */
+    void *userData;
     struct loomOp ops[];
 };
 
@@ -145,6 +152,23 @@ static void unitRun(struct loomStream *s, struct streamUnit *u)
         streamRecordError(s, res, debugLastError(NULL));
 }
 
+/*
+ * A callback: every unit before it has run, so the stream's first error so
+ * far is the result of everything issued before it. Its line is made this
+ * thread's last error, for loomGetLastError in the callback.
+ */
+static void callbackRun(struct loomStream *s, struct streamUnit *u)
+{
+    char line[sizeof(s->errorLine)];
+    pthread_mutex_lock(&s->lock);
+    loomResult_t res = s->error;
+    memcpy(line, s->errorLine, sizeof(line));
+    pthread_mutex_unlock(&s->lock);
+    if (res != loomSuccess)
+        debugRestoreError(line, debugNextErrorSeq());
+    u->fn(s, res, u->userData);
+}
+
 /* Waits for work: polls briefly (back-to-back calls are the common case), then sleeps. */
 static void streamWaitWork(struct loomStream *s)
 {
@@ -175,7 +199,10 @@ static void *streamMain(void *arg)
             s->tail = NULL;
         s->running = 1;
         pthread_mutex_unlock(&s->lock);
-        unitRun(s, u);
+        if (u->fn)
+            callbackRun(s, u);
+        else
+            unitRun(s, u);
         pthread_mutex_lock(&s->lock);
         s->running = 0;
         u->next = s->free; /* keep it for the next enqueue: no malloc per call */
@@ -220,6 +247,19 @@ static void unitReturn(struct loomStream *s, struct streamUnit *u)
 {
     u->next = s->free;
     s->free = u;
+}
+
+/* Appends u to the queue and wakes the thread if it sleeps. `lock` held. */
+static void unitQueue(struct loomStream *s, struct streamUnit *u)
+{
+    u->next = NULL;
+    if (s->tail)
+        s->tail->next = u;
+    else
+        s->head = u;
+    s->tail = u;
+    if (s->sleeping)
+        pthread_cond_signal(&s->cond);
 }
 
 /* Waits until the progress thread has run every unit queued. `lock` held. */
@@ -305,8 +345,8 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
             opRelease(&ops[i]);
         return loomSetError(loomSystemError, "out of memory queueing %d operation(s)", nops);
     }
-    u->next = NULL;
     u->nops = nops;
+    u->fn = NULL;
     if (s->cuda) {
         loomResult_t res = cudaStreamFence(s->cuda, &u->event, &u->seq);
         if (res != loomSuccess) {
@@ -320,14 +360,48 @@ loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
         ops[i].v = NULL;
         atomic_fetch_add_explicit(&ops[i].comm->pending, 1, memory_order_acq_rel);
     }
-    if (s->tail)
-        s->tail->next = u;
-    else
-        s->head = u;
-    s->tail = u;
-    if (s->sleeping)
-        pthread_cond_signal(&s->cond);
+    unitQueue(s, u);
     pthread_mutex_unlock(&s->lock);
+    return loomSuccess;
+}
+
+loomResult_t loomStreamAddCallback(loomStream_t s, loomStreamCallback_t fn, void *userData)
+{
+    if (s == NULL)
+        return loomSetError(loomInvalidArgument,
+                            "loomStreamAddCallback: stream is NULL (a call on the NULL stream is "
+                            "complete when it returns: there is nothing to wait for)");
+    LOOMCHECK(streamCheck(s, "loomStreamAddCallback"));
+    if (fn == NULL)
+        return loomSetError(loomInvalidArgument, "loomStreamAddCallback: fn is NULL");
+    /* Device launches on it are not units of the queue (launchNow): a unit cannot follow them. */
+    if (s->cuda)
+        return loomSetError(loomInvalidUsage,
+                            "loomStreamAddCallback: the stream wraps a cudaStream_t, on which "
+                            "Loom's calls act as kernels: use cudaLaunchHostFunc on the CUDA "
+                            "stream, and loomStreamQuery for Loom's errors");
+    pthread_mutex_lock(&s->lock);
+    struct streamUnit *u = unitTake(s, 0);
+    if (u == NULL) {
+        pthread_mutex_unlock(&s->lock);
+        return loomSetError(loomSystemError, "loomStreamAddCallback: out of memory");
+    }
+    u->nops = 0;
+    u->fn = fn;
+    u->userData = userData;
+    unitQueue(s, u);
+    pthread_mutex_unlock(&s->lock);
+    return loomSuccess;
+}
+
+/* A callback of s that waits for s would wait for itself. */
+static loomResult_t notFromCallback(struct loomStream *s, const char *fn)
+{
+    if (pthread_equal(pthread_self(), s->thread))
+        return loomSetError(loomInvalidUsage,
+                            "%s: called from a callback of the same stream, which would wait "
+                            "for itself",
+                            fn);
     return loomSuccess;
 }
 
@@ -380,6 +454,7 @@ loomResult_t loomStreamSynchronize(loomStream_t s)
     if (s == NULL)
         return loomSuccess; /* the NULL stream: every call already completed */
     LOOMCHECK(streamCheck(s, "loomStreamSynchronize"));
+    LOOMCHECK(notFromCallback(s, "loomStreamSynchronize"));
     pthread_mutex_lock(&s->lock);
     drainLocked(s);
     loomResult_t res = s->error;
@@ -423,6 +498,7 @@ loomResult_t loomStreamDestroy(loomStream_t s)
     if (s == NULL)
         return loomSetError(loomInvalidArgument, "loomStreamDestroy: stream is NULL");
     LOOMCHECK(streamCheck(s, "loomStreamDestroy"));
+    LOOMCHECK(notFromCallback(s, "loomStreamDestroy"));
     pthread_mutex_lock(&s->lock);
     s->stop = 1;
     pthread_cond_signal(&s->cond);
