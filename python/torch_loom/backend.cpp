@@ -10,29 +10,29 @@
  * its own communicator; dist.split_group, and new_group where the default
  * group has a bound device, split the parent's instead (see split()).
  *
- * Asynchrony: each backend owns one worker thread that runs the queued
- * operations in issue order, each a blocking Loom call (NULL stream) on that
- * thread, and completes the operation's Work (and its Future) when the call
- * returns. A synchronous operation (opts.asyncOp false: torch >= 2.6 says
- * the caller waits at once) with nothing queued before it runs at once on
- * the caller's thread (submit), and a caller that waits (Work::wait) for
- * the next queued operation before the worker took it runs it itself
- * (runHere): such calls cost no thread hand-off. Deviation from "a Loom host stream per process
- * group": a Loom host stream is also an ordered queue on a thread of its own, but it reports
- * completion and errors only for the whole stream (loomStreamQuery /
- * loomStreamSynchronize), while c10d needs them per operation; a worker of
- * our own gives both, with Loom's error line for the operation that met it.
+ * Asynchrony: each backend owns one Loom host stream. An operation is
+ * issued on the caller's thread onto the stream, followed by a callback
+ * (loomStreamAddCallback) that Loom's progress thread calls once it is
+ * complete: it copies results back where needed and completes the
+ * operation's Work (and its Future), or fails them with Loom's error. A
+ * synchronous operation (opts.asyncOp false: torch >= 2.6 says the caller
+ * waits at once) with nothing in flight before it runs at once on the
+ * caller's thread with the NULL stream (submit): no thread hand-off.
  *
- * Arguments are checked on the caller's thread (a RuntimeError at once);
- * copies for non-contiguous tensors are made on the worker, when the
- * operation runs, so they see what earlier operations wrote. A failed Loom
- * call completes the Work with a DistBackendError (a RuntimeError) carrying
- * loomGetLastError's line, which names a dead or stopped peer.
+ * Arguments are checked on the caller's thread (a RuntimeError at once).
+ * Copies of inputs (non-contiguous tensors, lists flattened into one
+ * buffer) are made at issue when nothing is in flight, and otherwise on the
+ * stream, just before the operation (stage), so they see what earlier
+ * operations wrote. A failed Loom call completes the Work with a
+ * DistBackendError (a RuntimeError) carrying loomGetLastError's line, which
+ * names a dead or stopped peer; after a failure on the stream, later
+ * operations on it fail with the same line (the stream keeps its first
+ * error).
  *
  * Batches (batch_isend_irecv, _coalescing_manager): see startCoalescing.
  *
  * CUDA tensors (the backend registers for "cpu" and "cuda") do not go
- * through the worker: see runOnCuda. Torch's CUDA stream and events are
+ * on the host stream: see runOnCuda. Torch's CUDA stream and events are
  * reached through c10's device-neutral interface (c10::Stream's native
  * handle, c10::Event), so the module builds without CUDA headers. That path
  * has been built but never run: the machines it was written on have no GPU.
@@ -54,11 +54,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
 
 namespace {
 
@@ -194,10 +192,10 @@ Wire moveWire(const at::Tensor &t)
     return w;
 }
 
-/* A contiguous stand-in for a tensor; copies back into it at the end. */
+/* A contiguous stand-in for a tensor (BackendLoom::dense); copies back into it at the end. */
 struct Dense {
     at::Tensor orig, buf;
-    explicit Dense(const at::Tensor &t) : orig(t), buf(t.is_contiguous() ? t : t.contiguous())
+    Dense(const at::Tensor &t, at::Tensor b) : orig(t), buf(std::move(b))
     {
     }
     void *ptr() const
@@ -215,16 +213,12 @@ class BackendLoom;
 
 class WorkLoom : public c10d::Work {
   public:
-    WorkLoom(int rank, OpType type, std::vector<at::Tensor> outputs,
-             c10::weak_intrusive_ptr<c10d::Backend> owner)
+    WorkLoom(int rank, OpType type, std::vector<at::Tensor> outputs)
         : Work(rank, type), outputs_(std::move(outputs)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get()))),
-          owner_(std::move(owner))
+              c10::ListType::create(c10::TensorType::get())))
     {
     }
-    /* A caller that waits for an operation the worker has not started runs it itself. */
-    bool wait(std::chrono::milliseconds timeout) override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
     {
         return future_;
@@ -251,7 +245,6 @@ class WorkLoom : public c10d::Work {
   private:
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
-    c10::weak_intrusive_ptr<c10d::Backend> owner_; /* a BackendLoom */
 };
 
 /*
@@ -311,7 +304,7 @@ class BackendLoom : public c10d::Backend {
     BackendLoom(loomComm_t comm, int rank, int size, std::chrono::milliseconds timeout)
         : Backend(rank, size), comm_(comm), timeout_(timeout)
     {
-        worker_ = std::thread([this] { run(); });
+        check(loomStreamCreate(&stream_), "loomStreamCreate");
     }
     ~BackendLoom() override
     {
@@ -327,10 +320,10 @@ class BackendLoom : public c10d::Backend {
         return c10::make_intrusive<Options>(kName, timeout_);
     }
 
-    /* Waits for the queued operations, then frees the communicator. */
+    /* Waits for the operations in flight, then frees the communicator. */
     void shutdown() override
     {
-        stopWorker();
+        stopStream();
         destroyCudaStreams();
         std::lock_guard<std::mutex> g(m_);
         if (comm_) {
@@ -341,13 +334,16 @@ class BackendLoom : public c10d::Backend {
     /* Stops what is in flight (it fails within Loom's 100 ms) and frees the communicator. */
     void abort() override
     {
+        loomComm_t c;
         {
             std::lock_guard<std::mutex> g(m_);
             aborted_ = true;
-            if (comm_)
-                loomCommAbort(comm_);
+            c = comm_;
         }
-        stopWorker();
+        /* not under m_: it waits for the stream's operations, whose callbacks take m_ */
+        if (c)
+            loomCommAbort(c);
+        stopStream();
         std::lock_guard<std::mutex> g(m_);
         comm_ = nullptr;
     }
@@ -360,7 +356,7 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(opts.rootTensor == 0, "torch_loom: broadcast: rootTensor must be 0");
         int root = (int)opts.rootRank;
         return enqueue(OpType::BROADCAST, asyncOf(opts, 0), {t}, [this, t, root](loomStream_t s) {
-            auto d = std::make_shared<Dense>(t);
+            auto d = dense(t);
             Wire w = moveWire(d->buf);
             check(loomBroadcast(d->ptr(), d->ptr(), w.count, w.type, root, comm_, s), "broadcast");
             return Finish([d] { d->writeBack(); });
@@ -375,7 +371,7 @@ class BackendLoom : public c10d::Backend {
         loomRedOp_t op = redOp(opts.reduceOp, "allreduce");
         return enqueue(
             OpType::ALLREDUCE, asyncOf(opts, 0), {t}, [this, t, type, op](loomStream_t s) {
-                auto d = std::make_shared<Dense>(t);
+                auto d = dense(t);
                 check(loomAllReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, comm_, s),
                       "allreduce");
                 return Finish([d] { d->writeBack(); });
@@ -400,10 +396,7 @@ class BackendLoom : public c10d::Backend {
         std::vector<at::Tensor> ts = tensors;
         return enqueue(OpType::ALLREDUCE_COALESCED, asyncOf(opts, 0), ts,
                        [this, ts, type, op](loomStream_t s) {
-                           std::vector<at::Tensor> flat;
-                           for (auto &t : ts)
-                               flat.push_back(t.reshape({-1}));
-                           at::Tensor buf = at::cat(flat);
+                           at::Tensor buf = catFlat(ts);
                            check(loomAllReduce(buf.data_ptr(), buf.data_ptr(), (size_t)buf.numel(),
                                                type, op, comm_, s),
                                  "allreduce_coalesced");
@@ -428,7 +421,7 @@ class BackendLoom : public c10d::Backend {
         int root = (int)opts.rootRank;
         return enqueue(
             OpType::REDUCE, asyncOf(opts, 0), {t}, [this, t, type, op, root](loomStream_t s) {
-                auto d = std::make_shared<Dense>(t);
+                auto d = dense(t);
                 check(loomReduce(d->ptr(), d->ptr(), (size_t)t.numel(), type, op, root, comm_, s),
                       "reduce");
                 return Finish([this, d, root] {
@@ -447,7 +440,7 @@ class BackendLoom : public c10d::Backend {
         std::vector<at::Tensor> outs = outputs[0];
         sameShapes(outs, in, "allgather");
         return enqueue(OpType::ALLGATHER, asyncOf(opts, 0), outs, [this, in, outs](loomStream_t s) {
-            at::Tensor src = in.contiguous();
+            at::Tensor src = contig(in);
             at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
             Wire w = moveWire(src);
             check(loomAllGather(src.data_ptr(), all.data_ptr(), w.count, w.type, comm_, s),
@@ -492,27 +485,32 @@ class BackendLoom : public c10d::Backend {
         }
         std::vector<at::Tensor> ins = inputs;
         auto lists = outputs;
-        return enqueue(OpType::ALLGATHER_COALESCED, asyncOf(opts, 0), outs,
-                       [this, ins, lists](loomStream_t s) {
-                           std::vector<at::Tensor> bytes;
-                           for (auto &t : ins)
-                               bytes.push_back(asBytes(t));
-                           at::Tensor src = at::cat(bytes);
-                           at::Tensor all = at::empty({(int64_t)size_, src.numel()}, src.options());
-                           check(loomAllGather(src.data_ptr(), all.data_ptr(), (size_t)src.numel(),
-                                               loomUint8, comm_, s),
-                                 "allgather_coalesced");
-                           return Finish([this, ins, lists, src, all] {
-                               int64_t off = 0;
-                               for (size_t k = 0; k < ins.size(); k++) {
-                                   int64_t n = ins[k].numel() * ins[k].element_size();
-                                   for (int r = 0; r < size_; r++)
-                                       lists[r][k].copy_(
-                                           fromBytes(all[r].narrow(0, off, n), lists[r][k]));
-                                   off += n;
-                               }
-                           });
-                       });
+        return enqueue(
+            OpType::ALLGATHER_COALESCED, asyncOf(opts, 0), outs,
+            [this, ins, lists](loomStream_t s) {
+                int64_t nbytes = 0;
+                for (auto &t : ins)
+                    nbytes += t.numel() * t.element_size();
+                at::Tensor src = stage({nbytes}, ins[0].options().dtype(at::kByte), [ins] {
+                    std::vector<at::Tensor> bytes;
+                    for (auto &t : ins)
+                        bytes.push_back(asBytes(t));
+                    return at::cat(bytes);
+                });
+                at::Tensor all = at::empty({(int64_t)size_, src.numel()}, src.options());
+                check(loomAllGather(src.data_ptr(), all.data_ptr(), (size_t)src.numel(), loomUint8,
+                                    comm_, s),
+                      "allgather_coalesced");
+                return Finish([this, ins, lists, src, all] {
+                    int64_t off = 0;
+                    for (size_t k = 0; k < ins.size(); k++) {
+                        int64_t n = ins[k].numel() * ins[k].element_size();
+                        for (int r = 0; r < size_; r++)
+                            lists[r][k].copy_(fromBytes(all[r].narrow(0, off, n), lists[r][k]));
+                        off += n;
+                    }
+                });
+            });
     }
 
     /*
@@ -557,10 +555,7 @@ class BackendLoom : public c10d::Backend {
         return enqueue(
             OpType::SCATTER, asyncOf(opts, 0), {out}, [this, out, ins, root](loomStream_t s) {
                 size_t n = (size_t)out.numel();
-                std::vector<at::Tensor> flat;
-                for (auto &t : ins)
-                    flat.push_back(t.reshape({-1}));
-                at::Tensor src = flat.empty() ? at::empty({1}, out.options()) : at::cat(flat);
+                at::Tensor src = ins.empty() ? at::empty({1}, out.options()) : catFlat(ins);
                 std::vector<size_t> sc(size_, 0), sd(size_), rc(size_, 0), rd(size_, 0);
                 rc[root] = n;
                 for (int r = 0; r < size_; r++) {
@@ -637,8 +632,13 @@ class BackendLoom : public c10d::Backend {
         return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, asyncOf(opts, 0), o,
                        [this, o, i](loomStream_t s) {
                            std::vector<Finish> fins;
-                           for (size_t k = 0; k < i.size(); k++)
-                               fins.push_back(gatherInto(o[k], i[k], s));
+                           try {
+                               for (size_t k = 0; k < i.size(); k++)
+                                   fins.push_back(gatherInto(o[k], i[k], s));
+                           } catch (...) {
+                               settle(s); /* the calls issued use fins' buffers */
+                               throw;
+                           }
                            return all(std::move(fins));
                        });
     }
@@ -655,11 +655,8 @@ class BackendLoom : public c10d::Backend {
         loomRedOp_t op = redOp(opts.reduceOp, "reduce_scatter");
         return enqueue(OpType::REDUCE_SCATTER, asyncOf(opts, 0), {out},
                        [this, out, ins, type, op](loomStream_t s) {
-                           std::vector<at::Tensor> flat;
-                           for (auto &t : ins)
-                               flat.push_back(t.reshape({-1}));
-                           at::Tensor all = at::cat(flat);
-                           auto d = std::make_shared<Dense>(out);
+                           at::Tensor all = catFlat(ins);
+                           auto d = dense(out);
                            check(loomReduceScatter(all.data_ptr(), d->ptr(), (size_t)out.numel(),
                                                    type, op, comm_, s),
                                  "reduce_scatter");
@@ -700,8 +697,13 @@ class BackendLoom : public c10d::Backend {
         return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, asyncOf(opts, 0), o,
                        [this, o, i, types, op](loomStream_t s) {
                            std::vector<Finish> fins;
-                           for (size_t k = 0; k < i.size(); k++)
-                               fins.push_back(scatterFrom(o[k], i[k], types[k], op, s));
+                           try {
+                               for (size_t k = 0; k < i.size(); k++)
+                                   fins.push_back(scatterFrom(o[k], i[k], types[k], op, s));
+                           } catch (...) {
+                               settle(s); /* the calls issued use fins' buffers */
+                               throw;
+                           }
                            return all(std::move(fins));
                        });
     }
@@ -755,10 +757,7 @@ class BackendLoom : public c10d::Backend {
         std::vector<at::Tensor> o = outs, i = ins;
         return enqueue(
             OpType::ALLTOALL, asyncOf(opts, 0), o, [this, o, i, sc, sd, rc, rd](loomStream_t s) {
-                std::vector<at::Tensor> flat;
-                for (auto &t : i)
-                    flat.push_back(t.reshape({-1}));
-                at::Tensor src = at::cat(flat);
+                at::Tensor src = catFlat(i);
                 at::Tensor dst =
                     at::empty({(int64_t)rd.back() + (int64_t)rc.back()}, src.options());
                 Finish fin = exchange(dst, src, sc, sd, rc, rd, "alltoall", s);
@@ -776,7 +775,7 @@ class BackendLoom : public c10d::Backend {
         const at::Tensor &t = one(tensors, "send");
         checkPeer(dst, "send");
         return enqueue(OpType::SEND, true, {t}, [this, t, dst](loomStream_t s) {
-            at::Tensor c = t.contiguous();
+            at::Tensor c = contig(t);
             Wire w = moveWire(c);
             check(loomSend(c.data_ptr(), w.count, w.type, dst, comm_, s), "send");
             return Finish([c] {});
@@ -788,7 +787,7 @@ class BackendLoom : public c10d::Backend {
         const at::Tensor &t = one(tensors, "recv");
         checkPeer(src, "recv");
         return enqueue(OpType::RECV, true, {t}, [this, t, src](loomStream_t s) {
-            auto d = std::make_shared<Dense>(t);
+            auto d = dense(t);
             Wire w = moveWire(d->buf);
             check(loomRecv(d->ptr(), w.count, w.type, src, comm_, s), "recv");
             return Finish([d] { d->writeBack(); });
@@ -803,7 +802,7 @@ class BackendLoom : public c10d::Backend {
 
     /*
      * batch_isend_irecv and _coalescing_manager: the operations issued until
-     * endCoalescing run as one Loom group on the worker, so sends and
+     * endCoalescing run as one Loom group on the stream, so sends and
      * receives in any order complete (both sides may send first), and the
      * batch has one Work.
      */
@@ -817,8 +816,8 @@ class BackendLoom : public c10d::Backend {
         TORCH_CHECK(!batch_, "torch_loom: startCoalescing: a batch is already open");
         batch_ = std::make_unique<Batch>();
         batch_->device = c10::Device(c10::DeviceType::CPU);
-        batch_->work = c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED,
-                                                     std::vector<at::Tensor>{}, self());
+        batch_->work =
+            c10::make_intrusive<WorkLoom>(rank_, OpType::COALESCED, std::vector<at::Tensor>{});
     }
     c10::intrusive_ptr<c10d::Work> endCoalescing() override
     {
@@ -837,8 +836,8 @@ class BackendLoom : public c10d::Backend {
     /*
      * dist.shrink_group: a new backend over a new communicator of the ranks
      * kept (loomCommShrink, collective over them). SHRINK_ABORT (after a
-     * failure) stops the operation in flight on the worker, which then fails;
-     * SHRINK_DEFAULT first waits for the queued operations.
+     * failure) stops the operation in flight on the stream, which then fails;
+     * SHRINK_DEFAULT first waits for the operations in flight.
      */
     bool supportsShrinking() const override
     {
@@ -948,7 +947,7 @@ class BackendLoom : public c10d::Backend {
 
     /*
      * For bench/torch-vs-gloo: a SUM AllReduce in place of a contiguous CPU
-     * tensor, on the caller's thread, with no worker, Work or future, so the
+     * tensor, on the caller's thread, with no stream, Work or future, so the
      * backend's own cost shows as the difference from dist.all_reduce.
      */
     void allreduceDirect(const at::Tensor &t)
@@ -990,37 +989,12 @@ class BackendLoom : public c10d::Backend {
         });
     }
 
-    /*
-     * A caller waits for w, which is next in the queue and not started: it
-     * runs it here, on its own thread. A synchronous call (dist.all_reduce
-     * without async_op) then costs no thread hand-off: the worker need not
-     * wake up for it, nor wake the caller when it is done. Anything else
-     * (the worker busy, w behind other tasks) waits as before.
-     */
-    void runHere(const WorkLoom *w)
-    {
-        Task job;
-        {
-            std::lock_guard<std::mutex> g(m_);
-            if (running_ || queue_.empty() || queue_.front().work.get() != w)
-                return;
-            job = take();
-        }
-        execute(job);
-    }
-
   private:
     loomComm_t comm_;
     std::chrono::milliseconds timeout_;
-    std::thread worker_;
+    loomStream_t stream_ = nullptr; /* the host stream every asynchronous operation goes on */
+    std::mutex issueM_;             /* held while an operation is issued: one order for all */
     std::mutex m_;
-    std::condition_variable cv_;
-    struct Task {
-        c10::intrusive_ptr<WorkLoom> work;
-        std::vector<Job> jobs;
-        bool grouped; /* a batch: the jobs run in one Loom group */
-    };
-    std::deque<Task> queue_;
     struct Batch {
         c10::intrusive_ptr<WorkLoom> work;
         std::vector<Job> jobs;
@@ -1029,8 +1003,7 @@ class BackendLoom : public c10d::Backend {
     /* Loom streams wrapping the CUDA streams operations were issued on, by native handle. */
     std::mutex streamsM_;
     std::map<void *, loomStream_t> cudaStreams_;
-    size_t busy_ = 0;      /* tasks queued or running (under m_) */
-    bool running_ = false; /* a task is running, on the worker or a waiting caller (under m_) */
+    size_t busy_ = 0; /* operations issued and not yet completed (under m_) */
     std::condition_variable idle_;
     std::unique_ptr<Batch> batch_; /* open between startCoalescing and endCoalescing */
     bool stop_ = false;
@@ -1043,28 +1016,61 @@ class BackendLoom : public c10d::Backend {
             c10::intrusive_ptr<c10d::Backend>()}; /* what it returned (nullptr: none) */
     } lastSplit_;
 
-    /* This backend, for its Works to reach it while it lives. */
-    c10::weak_intrusive_ptr<c10d::Backend> self()
+    /*
+     * An operation issued on stream_, until the callback queued after it
+     * (done) runs: its Work, and what must outlive its Loom calls.
+     */
+    struct Pending {
+        BackendLoom *backend;
+        c10::intrusive_ptr<WorkLoom> work;
+        std::vector<Finish> fins;
+        const char *what = "operation"; /* its name in an error */
+        std::exception_ptr error;       /* met while it was issued or its inputs copied */
+    };
+    /*
+     * While an operation is issued behind others still in flight (under
+     * issueM_): the stream its input copies are queued on (see stage), and
+     * the operation; nullptr otherwise.
+     */
+    loomStream_t deferTo_ = nullptr;
+    Pending *issuing_ = nullptr;
+    /* What the last check() that passed on this thread named: the operation just issued. */
+    static thread_local const char *issued_;
+
+    /* The error a failed Loom call (r, with Loom's line) of what becomes. */
+    static std::exception_ptr failure(loomResult_t r, const char *what, const char *line)
     {
-        return c10::weak_intrusive_ptr<c10d::Backend>(
-            c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(this));
+        try {
+            /* " Timed out " as gloo says it: callers (PyTorch's tests among them) match it */
+            C10_THROW_ERROR(DistBackendError, c10::str("torch_loom: ", what, " failed",
+                                                       r == loomTimeout ? ": Timed out" : "", " (",
+                                                       loomGetErrorString(r), "): ", line));
+        } catch (...) {
+            return std::current_exception();
+        }
+    }
+    static std::exception_ptr abortedError()
+    {
+        try {
+            TORCH_CHECK(false, "torch_loom: the process group was aborted");
+        } catch (...) {
+            return std::current_exception();
+        }
     }
 
     void check(loomResult_t r, const char *what)
     {
-        if (r == loomSuccess)
+        if (r == loomSuccess) {
+            issued_ = what;
             return;
-        /* " Timed out " as gloo says it: callers (PyTorch's tests among them) match it */
-        C10_THROW_ERROR(DistBackendError,
-                        c10::str("torch_loom: ", what, " failed",
-                                 r == loomTimeout ? ": Timed out" : "", " (", loomGetErrorString(r),
-                                 "): ", loomGetLastError(comm_)));
+        }
+        std::rethrow_exception(failure(r, what, loomGetLastError(comm_)));
     }
 
     /*
-     * Queues one operation for the worker, or adds it to the open batch. An
-     * operation of a batch returns the batch's Work (the one endCoalescing
-     * returns): it completes when the whole batch has.
+     * Issues one operation, or adds it to the open batch. An operation of a
+     * batch returns the batch's Work (the one endCoalescing returns): it
+     * completes when the whole batch has.
      */
     c10::intrusive_ptr<c10d::Work> enqueue(OpType type, bool async, std::vector<at::Tensor> outputs,
                                            Job fn)
@@ -1084,33 +1090,182 @@ class BackendLoom : public c10d::Backend {
         }
         if (dev.is_cuda())
             return runOnCuda(type, std::move(outputs), {std::move(fn)}, false, dev);
-        auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs), self());
+        auto work = c10::make_intrusive<WorkLoom>(rank_, type, std::move(outputs));
         std::vector<Job> jobs;
         jobs.push_back(std::move(fn));
         submit(work, std::move(jobs), false, async);
         return work;
     }
     /*
-     * Queues a task for the worker. A synchronous one (the caller waits at
-     * once) with nothing queued or running before it runs here and now, on
-     * the caller's thread: no thread is woken for it.
+     * Issues an operation (its jobs, grouped or not). A synchronous one (the
+     * caller waits at once) with nothing in flight before it runs here and
+     * now, on the caller's thread, with Loom's NULL stream: no thread is woken
+     * for it. Any other is queued on stream_ with a callback after it that
+     * completes its Work; the caller goes on.
      */
     void submit(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> jobs, bool grouped,
                 bool async = true)
     {
+        std::lock_guard<std::mutex> issue(issueM_);
+        bool now;
         {
-            std::unique_lock<std::mutex> g(m_);
+            std::lock_guard<std::mutex> g(m_);
             TORCH_CHECK(!stop_ && comm_, "torch_loom: the process group was shut down");
-            queue_.push_back(Task{work, std::move(jobs), grouped});
+            now = !async && busy_ == 0;
             busy_++;
-            if (!async && !running_ && queue_.size() == 1) {
-                Task job = take();
-                g.unlock();
-                execute(job);
-                return;
+        }
+        if (now)
+            runNow(work, jobs, grouped);
+        else
+            issueOnStream(work, jobs, grouped);
+    }
+
+    /* The synchronous fast path: the operation runs to its end on this thread. */
+    void runNow(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> &jobs, bool grouped)
+    {
+        std::exception_ptr e;
+        if (aborted_)
+            e = abortedError();
+        else {
+            try {
+                syncCudaStreams();
+                runTask(jobs, grouped, nullptr);
+            } catch (...) {
+                e = std::current_exception();
             }
         }
-        cv_.notify_one();
+        work->complete(e);
+        retire();
+    }
+
+    /*
+     * The operation goes on stream_, then a callback (done) that runs its
+     * finishes and completes its Work. Behind operations still in flight,
+     * its input copies go on the stream too (stage), so they see what those
+     * write. An error met while issuing completes the Work from the
+     * callback as well, in issue order, once what was issued has ended.
+     */
+    void issueOnStream(const c10::intrusive_ptr<WorkLoom> &work, std::vector<Job> &jobs,
+                       bool grouped)
+    {
+        auto *p = new Pending{this, work, {}, "operation", nullptr};
+        try {
+            if (aborted_)
+                std::rethrow_exception(abortedError());
+            syncCudaStreams();
+            {
+                std::lock_guard<std::mutex> g(m_);
+                deferTo_ = busy_ > 1 ? stream_ : nullptr;
+            }
+            issuing_ = p;
+            p->fins = issueTask(jobs, grouped, stream_);
+            p->what = issued_;
+        } catch (...) {
+            p->error = std::current_exception();
+        }
+        deferTo_ = nullptr;
+        issuing_ = nullptr;
+        if (loomStreamAddCallback(stream_, done, p) != loomSuccess) {
+            /* out of memory: wait for the operation here instead */
+            done(stream_, loomStreamSynchronize(stream_), p);
+        }
+    }
+
+    /* stream_'s callback after an operation (see Pending); never throws into Loom's thread. */
+    static void done(loomStream_t, loomResult_t r, void *arg)
+    {
+        auto *p = static_cast<Pending *>(arg);
+        BackendLoom *b = p->backend;
+        std::exception_ptr e = p->error;
+        if (!e && r != loomSuccess)
+            e = b->aborted_ ? abortedError() : failure(r, p->what, loomGetLastError(nullptr));
+        if (!e) {
+            try {
+                for (auto &f : p->fins)
+                    f();
+            } catch (...) {
+                e = std::current_exception();
+            }
+        }
+        try {
+            p->work->complete(e);
+        } catch (...) {
+        }
+        delete p;
+        b->retire();
+    }
+
+    /* An operation has completed. */
+    void retire()
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            busy_--;
+        }
+        idle_.notify_all();
+    }
+
+    /*
+     * A contiguous tensor that holds what make() gives (sizes, opts). Made
+     * now; or, behind operations in flight, a buffer now and the copy into
+     * it queued on the stream, so that it sees what they wrote.
+     */
+    at::Tensor stage(at::IntArrayRef sizes, const at::TensorOptions &opts,
+                     std::function<at::Tensor()> make)
+    {
+        if (!deferTo_)
+            return make();
+        at::Tensor buf = at::empty(sizes, opts);
+        Pending *p = issuing_;
+        auto *copy = new std::function<void()>([buf, make, p]() mutable {
+            try {
+                buf.copy_(make().view(buf.sizes()));
+            } catch (...) {
+                if (!p->error)
+                    p->error = std::current_exception();
+            }
+        });
+        loomResult_t r = loomStreamAddCallback(deferTo_, runCopy, copy);
+        if (r != loomSuccess)
+            delete copy;
+        check(r, "queueing an input copy");
+        return buf;
+    }
+    static void runCopy(loomStream_t, loomResult_t, void *arg)
+    {
+        auto *copy = static_cast<std::function<void()> *>(arg);
+        (*copy)();
+        delete copy;
+    }
+    /* Waits for what is queued on s (nullptr: nothing is), its error left to the callbacks. */
+    static void settle(loomStream_t s)
+    {
+        if (s)
+            loomStreamSynchronize(s);
+    }
+    /* t itself if it is contiguous, else a contiguous copy (stage). */
+    at::Tensor contig(const at::Tensor &t)
+    {
+        if (t.is_contiguous())
+            return t;
+        return stage(t.sizes(), t.options(), [t] { return t.contiguous(); });
+    }
+    std::shared_ptr<Dense> dense(const at::Tensor &t)
+    {
+        return std::make_shared<Dense>(t, contig(t));
+    }
+    /* The tensors of ts (one dtype) flattened and concatenated (stage). */
+    at::Tensor catFlat(const std::vector<at::Tensor> &ts)
+    {
+        int64_t n = 0;
+        for (auto &t : ts)
+            n += t.numel();
+        return stage({n}, ts[0].options(), [ts] {
+            std::vector<at::Tensor> flat;
+            for (auto &t : ts)
+                flat.push_back(t.reshape({-1}));
+            return at::cat(flat);
+        });
     }
 
     /*
@@ -1118,18 +1273,18 @@ class BackendLoom : public c10d::Backend {
      * a Loom stream over the caller's current CUDA stream, so it is ordered
      * with the kernels around it and the host does not wait for it. The
      * communicator sees every rank's calls in issue order: operations on CPU
-     * tensors still queued on the worker finish first, and the worker
-     * synchronizes the CUDA streams before it runs a later CPU operation.
+     * tensors still in flight finish first, and a later CPU operation
+     * synchronizes the CUDA streams before it is issued.
      */
     c10::intrusive_ptr<c10d::Work> runOnCuda(OpType type, std::vector<at::Tensor> outputs,
                                              std::vector<Job> jobs, bool grouped, c10::Device dev)
     {
+        std::lock_guard<std::mutex> issue(issueM_);
         waitIdle();
         c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
         c10::Stream cur = impl.getStream(dev);
         loomStream_t ls = cudaStreamFor(cur);
-        Task t{nullptr, std::move(jobs), grouped};
-        runTask(t, ls);
+        runTask(jobs, grouped, ls);
         return c10::make_intrusive<WorkLoomCuda>(rank_, type, std::move(outputs), dev, cur,
                                                  [this, ls] {
                                                      loomResult_t r = loomStreamQuery(ls);
@@ -1163,105 +1318,61 @@ class BackendLoom : public c10d::Backend {
             loomStreamDestroy(kv.second);
         cudaStreams_.clear();
     }
-    /* Waits until the worker has run every queued task. */
+    /* Waits until every operation issued has completed. */
     void waitIdle()
     {
         std::unique_lock<std::mutex> g(m_);
         idle_.wait(g, [this] { return busy_ == 0; });
     }
 
-    /* Runs a task's jobs on Loom stream ls: one after the other, or all in one Loom group. */
-    void runTask(Task &t, loomStream_t ls)
+    /*
+     * Issues a task's jobs on Loom stream ls (nullptr: each call runs to its
+     * end): one after the other, or all in one Loom group; returns their
+     * finishes.
+     */
+    std::vector<Finish> issueTask(std::vector<Job> &jobs, bool grouped, loomStream_t ls)
     {
-        if (!t.grouped) {
-            for (auto &j : t.jobs)
-                j(ls)();
-            return;
-        }
         std::vector<Finish> fins;
+        if (!grouped) {
+            for (auto &j : jobs)
+                fins.push_back(j(ls));
+            return fins;
+        }
         check(loomGroupStart(), "group start");
         try {
-            for (auto &j : t.jobs)
+            for (auto &j : jobs)
                 fins.push_back(j(ls));
         } catch (...) {
             loomGroupEnd(); /* closes the group; it runs nothing after a failed call */
             throw;
         }
         check(loomGroupEnd(), "batch (group end)");
-        for (auto &f : fins)
+        return fins;
+    }
+    /* Runs a task's jobs on ls and then their finishes, on this thread. */
+    void runTask(std::vector<Job> &jobs, bool grouped, loomStream_t ls)
+    {
+        if (!grouped) { /* each finish right after its call, as the call has ended */
+            for (auto &j : jobs)
+                j(ls)();
+            return;
+        }
+        for (auto &f : issueTask(jobs, grouped, ls))
             f();
     }
 
-    /*
-     * Takes the task at the head of the queue (m_ held, running_ clear).
-     * The worker and a waiting caller (runHere) take tasks this way, one at
-     * a time, in issue order.
-     */
-    Task take()
+    /* Waits for the operations in flight (their Works complete) and ends stream_. */
+    void stopStream()
     {
-        Task job = std::move(queue_.front());
-        queue_.pop_front();
-        running_ = true;
-        return job;
-    }
-
-    void run()
-    {
-        for (;;) {
-            Task job;
-            {
-                std::unique_lock<std::mutex> g(m_);
-                cv_.wait(g, [this] { return !running_ && (stop_ || !queue_.empty()); });
-                if (queue_.empty())
-                    return;
-                job = take();
-            }
-            execute(job);
-        }
-    }
-
-    /* Runs a task taken from the queue and completes its Work. */
-    void execute(Task &job)
-    {
-        {
-            std::exception_ptr e;
-            if (aborted_) {
-                try {
-                    TORCH_CHECK(false, "torch_loom: the process group was aborted");
-                } catch (...) {
-                    e = std::current_exception();
-                }
-            } else {
-                try {
-                    syncCudaStreams();
-                    runTask(job, nullptr);
-                } catch (...) {
-                    e = std::current_exception();
-                }
-            }
-            job.work->complete(e);
-        }
-        bool more;
-        {
-            std::lock_guard<std::mutex> g(m_);
-            running_ = false;
-            busy_--;
-            more = stop_ || !queue_.empty();
-        }
-        idle_.notify_all();
-        if (more)
-            cv_.notify_one(); /* the worker, if a caller ran this task */
-    }
-
-    void stopWorker()
-    {
+        loomStream_t s;
         {
             std::lock_guard<std::mutex> g(m_);
             stop_ = true;
+            s = stream_;
+            stream_ = nullptr;
         }
-        cv_.notify_one();
-        if (worker_.joinable())
-            worker_.join();
+        if (s)
+            loomStreamDestroy(s);
     }
 
     void checkTensor(const at::Tensor &t, const char *op)
@@ -1403,8 +1514,8 @@ class BackendLoom : public c10d::Backend {
     }
     Finish gatherInto(const at::Tensor &out, const at::Tensor &in, loomStream_t s)
     {
-        auto d = std::make_shared<Dense>(out);
-        at::Tensor src = in.contiguous();
+        auto d = dense(out);
+        at::Tensor src = contig(in);
         Wire w = moveWire(src);
         check(loomAllGather(src.data_ptr(), d->ptr(), w.count, w.type, comm_, s), "allgather");
         return [d, src] { d->writeBack(); };
@@ -1412,8 +1523,8 @@ class BackendLoom : public c10d::Backend {
     Finish scatterFrom(const at::Tensor &out, const at::Tensor &in, loomDataType_t type,
                        loomRedOp_t op, loomStream_t s)
     {
-        auto d = std::make_shared<Dense>(out);
-        at::Tensor src = in.contiguous();
+        auto d = dense(out);
+        at::Tensor src = contig(in);
         check(loomReduceScatter(src.data_ptr(), d->ptr(), (size_t)out.numel(), type, op, comm_, s),
               "reduce_scatter");
         return [d, src] { d->writeBack(); };
@@ -1423,10 +1534,10 @@ class BackendLoom : public c10d::Backend {
                     std::vector<size_t> sd, std::vector<size_t> rc, std::vector<size_t> rd,
                     const char *what, loomStream_t s)
     {
-        auto d = std::make_shared<Dense>(out);
-        at::Tensor src = in.contiguous();
-        if (src.data_ptr() == d->ptr())
-            src = src.clone(); /* Loom's AlltoAllv is not in place */
+        auto d = dense(out);
+        at::Tensor src = contig(in);
+        if (src.data_ptr() == d->ptr()) /* Loom's AlltoAllv is not in place */
+            src = stage(src.sizes(), src.options(), [src] { return src.clone(); });
         loomDataType_t type;
         if (!reduceType(src.scalar_type(), &type)) {
             type = loomUint8;
@@ -1446,13 +1557,7 @@ class BackendLoom : public c10d::Backend {
     }
 };
 
-bool WorkLoom::wait(std::chrono::milliseconds timeout)
-{
-    if (!isCompleted())
-        if (auto owner = owner_.lock())
-            static_cast<BackendLoom *>(owner.get())->runHere(this);
-    return c10d::Work::wait(timeout);
-}
+thread_local const char *BackendLoom::issued_ = "operation";
 
 /* Called by torch.distributed for each process group with this backend. */
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store> &store,
@@ -1532,7 +1637,7 @@ PYBIND11_MODULE(_C, m)
         [](const c10::intrusive_ptr<c10d::Backend> &b, const at::Tensor &t) {
             loomOf(b, "_allreduce_direct")->allreduceDirect(t);
         },
-        "for benchmarks: loomAllReduce (SUM, in place) of t on this thread, past the worker",
+        "for benchmarks: loomAllReduce (SUM, in place) of t on this thread, past the stream",
         pybind11::arg("backend"), pybind11::arg("tensor"),
         pybind11::call_guard<pybind11::gil_scoped_release>());
     m.def(

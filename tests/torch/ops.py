@@ -11,7 +11,8 @@ Run by ops.sh: `python3 ops.py WORLD TMPDIR` starts WORLD processes
    must equal the exact one computed here from every rank's input (inputs are
    small integers, so every dtype's result is exact), and gloo's result where
    gloo can do the call;
-3. checks async_op=True (Work.wait, is_completed, get_future), non-contiguous
+3. checks async_op=True (Work.wait, is_completed, get_future; inputs copied
+   behind operations in flight see what they wrote), non-contiguous
    tensors, that unsupported calls raise a RuntimeError naming what is
    unsupported, gather, scatter, all_gather_coalesced,
    barrier(device_ids=) and monitored_barrier;
@@ -255,6 +256,24 @@ def run_group(ck, rank, n, lm, gl):
         want = reduce_ref([data(r, torch.float32, (1000,), salt=k) for r in range(n)], "SUM", n)
         ck.eq(ts[k], want, "n=%d async all_reduce %d" % (n, k))
         ck.eq(futs[k].wait()[0], want, "n=%d future of all_reduce %d" % (n, k))
+    # an input copied while operations are in flight (a transposed view, a
+    # coalesced list) is copied when they are done, so it holds what they wrote
+    for k in range(5):
+        big = torch.ones(1 << 18)
+        base = torch.ones(4, 6)
+        works = [dist.all_reduce(big, group=lm, async_op=True),
+                 dist.all_reduce(base, group=lm, async_op=True),
+                 dist.all_reduce(base.t(), group=lm, async_op=True)]
+        if hasattr(dist, "all_reduce_coalesced"):
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                works.append(dist.all_reduce_coalesced([base[0:2], base[2:4]], group=lm,
+                                                       async_op=True))
+        for w in works:
+            w.wait()
+        ck.eq(base, torch.full((4, 6), float(n ** (len(works) - 1))),
+              "n=%d async all_reduces of one tensor, in order %d" % (n, k))
     dist.barrier(group=lm)
 
     # what Loom cannot do is refused on the caller's thread, naming it
