@@ -7,7 +7,6 @@
  * descriptors writes down what happened, for a rank of its process to quote.
  */
 #include <errno.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -349,46 +348,12 @@ loomResult_t bootstrapGetUniqueId(loomUniqueId *id)
     return rootOpen(&local, secret, id);
 }
 
-/* "host:port" or "[v6]:port" -> the address (resolved) and the port. */
+/* LOOM_ROOT_ADDR's "host:port" or "[v6]:port" -> the address (resolved) and the port. */
 static loomResult_t rootAddrParse(const char *text, union socketAddress *addr)
 {
-    char host[256];
-    const char *colon = strrchr(text, ':');
-    const char *h = text;
-    size_t hlen = colon ? (size_t)(colon - text) : 0;
-    if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']')
-        h++, hlen -= 2;
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (colon == NULL || hlen == 0 || hlen >= sizeof(host) || *end != '\0' || port < 1 ||
-        port > 65535)
-        return loomSetError(loomInvalidArgument,
-                            "LOOM_ROOT_ADDR=%s is not host:port (e.g. 10.0.0.1:29500 or "
-                            "node01:29500)",
-                            text);
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL, *best = NULL;
-    int err = getaddrinfo(host, NULL, &hints, &list);
-    if (err != 0)
-        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: cannot resolve %s: %s", text,
-                            host, gai_strerror(err));
-    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
-        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
-            (best == NULL || (best->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
-            best = ai; /* IPv4 first, as socketFindInterface does */
-    if (best == NULL) {
-        freeaddrinfo(list);
-        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s: %s has no IP address", text,
-                            host);
-    }
-    memset(addr, 0, sizeof(*addr));
-    memcpy(addr, best->ai_addr, best->ai_addrlen);
-    freeaddrinfo(list);
-    if (addr->sa.sa_family == AF_INET)
-        addr->sin.sin_port = htons((uint16_t)port);
-    else
-        addr->sin6.sin6_port = htons((uint16_t)port);
+    char why[320];
+    if (socketAddrParse(text, addr, why, sizeof(why)) != NULL)
+        return loomSetError(loomInvalidArgument, "LOOM_ROOT_ADDR=%s%s", text, why);
     return loomSuccess;
 }
 

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -714,4 +715,46 @@ const char *socketErrText(int err)
     if ((err == EKEYREJECTED || err == EPROTO) && tlsFailure()[0] != '\0')
         return tlsFailure();
     return debugErrnoText(err);
+}
+
+const char *socketAddrParse(const char *text, union socketAddress *addr, char *why, size_t len)
+{
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    const char *h = text;
+    size_t hlen = colon ? (size_t)(colon - text) : 0;
+    if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']')
+        h++, hlen -= 2;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (colon == NULL || hlen == 0 || hlen >= sizeof(host) || *end != '\0' || port < 1 ||
+        port > 65535) {
+        snprintf(why, len, " is not host:port (e.g. 10.0.0.1:29500 or node01:29500)");
+        return why;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL, *best = NULL;
+    int err = getaddrinfo(host, NULL, &hints, &list);
+    if (err != 0) {
+        snprintf(why, len, ": cannot resolve %s: %s", host, gai_strerror(err));
+        return why;
+    }
+    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (best == NULL || (best->ai_family == AF_INET6 && ai->ai_family == AF_INET)))
+            best = ai; /* IPv4 first, as socketFindInterface does */
+    if (best == NULL) {
+        freeaddrinfo(list);
+        snprintf(why, len, ": %s has no IP address", host);
+        return why;
+    }
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, best->ai_addr, best->ai_addrlen);
+    freeaddrinfo(list);
+    if (addr->sa.sa_family == AF_INET)
+        addr->sin.sin_port = htons((uint16_t)port);
+    else
+        addr->sin6.sin6_port = htons((uint16_t)port);
+    return NULL;
 }

@@ -79,6 +79,13 @@ void socketPeerFormat(int fd, char *buf, size_t len);
  * family other than IPv4/IPv6. */
 loomResult_t socketAddrFromBootstrap(const struct bootstrapAddr *in, union socketAddress *out);
 loomResult_t socketAddrToBootstrap(const union socketAddress *in, struct bootstrapAddr *out);
+/*
+ * "host:port" or "[v6]:port" (host a name or an address, resolved, IPv4
+ * first as socketFindInterface) into *addr. NULL, or why not written into
+ * why: the end of a sentence that begins with the text (" is not
+ * host:port ...", ": cannot resolve ...").
+ */
+const char *socketAddrParse(const char *text, union socketAddress *addr, char *why, size_t len);
 /* 1 if a and b are the same family, address and port. */
 int socketAddrEqual(const union socketAddress *a, const union socketAddress *b);
 
