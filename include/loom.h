@@ -462,6 +462,21 @@ loomResult_t loomTuningGet(const char *collective, const char *algorithm, int nr
  */
 loomResult_t loomTuningGetHosts(const char *collective, const char *algorithm, int nranks,
                                 int nhosts, size_t bytes, loomTuningInfo_t *info);
+/*
+ * Asks a rank of a running job, on any host, for its flight recorder
+ * (loom-info --status HOST:PORT). `address` ("host:port", "[v6]:port") is a
+ * rank's status listener, as loom-info --status PID prints them; `secret`
+ * is the job's, as 64 hex digits (loom-info --status PID prints it) or the
+ * job's unique id in 256 (LOOM_UNIQUE_ID as loomrun sets it); with
+ * LOOM_NET_TLS=1 the query goes through TLS like every connection between
+ * hosts. Waits at most timeoutMs. On loomSuccess *reply (free it with free)
+ * holds *bytes bytes: the recorder as JSON, in the layout of the files
+ * LOOM_DUMP_DIR holds. loomRemoteError when nothing listens there or the rank
+ * refused (another secret, or LOOM_NET_TLS differs), loomTimeout when it did
+ * not answer, loomInvalidArgument for a malformed address or secret.
+ */
+loomResult_t loomStatusQuery(const char *address, const char *secret, int timeoutMs, void **reply,
+                             size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -259,6 +259,8 @@ static loomResult_t commExchangePeers(struct loomComm *comm)
     for (int c = 0; c < CPU_SETSIZE && c < 64 * LOOM_CPU_WORDS; c++)
         if (CPU_ISSET(c, &set))
             me->cpuMask[c / 64] |= 1ULL << (c % 64);
+    /* Listening before the exchange, so that every rank knows where every other answers. */
+    comm->status = bootstrapStatusOpen(&me->statusAddr);
     LOOMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
     comm->localSize = 0;
     for (int p = 0; p < comm->nranks; p++) {

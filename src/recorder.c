@@ -9,6 +9,11 @@
  * step are noted only by a wait that already slept (execWaitFailure), so
  * a call that does not wait pays nothing for them.
  *
+ * The rank's status listener (bootstrap.h, opened before the peer exchange
+ * so that every rank knows every other's address) starts with the
+ * recorder: its thread answers a query with recWireEncode's copy of the
+ * segment, and stops before the segment is unmapped.
+ *
  * On a failure (recorderFailed, from execMarkBroken) the running entries
  * end failed, LOOM_DUMP_DIR gets the rank's recorder as JSON, and a rank
  * that found the timeout itself prints the status of the job's ranks on
@@ -23,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "core.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -76,11 +82,42 @@ static uint64_t recHash(const void *id, unsigned n)
     return x;
 }
 
+/* The status listener's answer (its thread): a copy of the segment. */
+static void *recAnswer(void *ctx, size_t *bytes)
+{
+    struct loomRecorder *r = ctx;
+    return recWireEncode(r->h, bytes);
+}
+
+/* Starts comm's status listener on the segment, or closes it when it cannot serve. */
+static void recServe(struct loomComm *comm)
+{
+    struct loomRecorder *r = comm->recorder;
+    char addr[SOCKET_ADDR_STRLEN];
+    union socketAddress sa;
+    if (comm->status == NULL)
+        return;
+    if (r == NULL ||
+        bootstrapStatusStart(comm->status, r->h->secret, recAnswer, r) != loomSuccess) {
+        if (r != NULL)
+            INFO(LOOM_INIT, "no status listener: %s", debugLastError(NULL));
+        bootstrapStatusClose(comm->status);
+        comm->status = NULL;
+        return;
+    }
+    socketAddrFromBootstrap(&comm->peers[comm->rank].statusAddr, &sa);
+    socketAddrFormat(&sa, addr, sizeof(addr));
+    INFO(LOOM_INIT, "rank %d answers loom-info --status %s (with the job's secret)", comm->rank,
+         addr);
+}
+
 void recorderInit(struct loomComm *comm, const void *id, unsigned idBytes)
 {
     struct loomRecorder *r = calloc(1, sizeof(*r));
-    if (r == NULL)
+    if (r == NULL) {
+        recServe(comm);
         return;
+    }
     r->bytes = recSegmentBytes(comm->nranks);
     r->fd = memfd_create(REC_MEMFD_NAME, MFD_CLOEXEC);
     if (r->fd < 0 || ftruncate(r->fd, (off_t)r->bytes) != 0) {
@@ -104,25 +141,33 @@ void recorderInit(struct loomComm *comm, const void *id, unsigned idBytes)
     snprintf(h->host, sizeof(h->host), "%s", comm->peers[comm->rank].hostname);
     h->createdNs = recNow();
     recNames(h);
+    memcpy(h->secret, bootstrapSecret(comm->bootstrap), sizeof(h->secret));
     struct recPeer *peers = recPeers(h);
     for (int p = 0; p < comm->nranks; p++) {
+        union socketAddress sa;
         peers[p].pid = comm->peers[p].pid;
         peers[p].hostHash = comm->peers[p].hostHash;
         snprintf(peers[p].host, sizeof(peers[p].host), "%s", comm->peers[p].hostname);
+        if (socketAddrFromBootstrap(&comm->peers[p].statusAddr, &sa) == loomSuccess)
+            socketAddrFormat(&sa, peers[p].status, sizeof(peers[p].status));
     }
     r->ring = recRing(h);
     atomic_store_explicit((_Atomic uint64_t *)&h->magic, REC_MAGIC, memory_order_release);
     comm->recorder = r;
+    recServe(comm);
     return;
 fail:
     if (r->fd >= 0)
         close(r->fd);
     free(r);
+    recServe(comm);
 }
 
 void recorderFree(struct loomComm *comm)
 {
     struct loomRecorder *r = comm->recorder;
+    bootstrapStatusClose(comm->status); /* its thread reads the segment */
+    comm->status = NULL;
     if (r == NULL)
         return;
     comm->recorder = NULL;

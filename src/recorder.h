@@ -16,17 +16,16 @@
  *
  * The header says who the rank is and holds the name tables of collectives,
  * algorithms, protocols and datatypes, so a reader needs no library to turn
- * codes into words; the peer table is the communicator's (rank -> pid and
- * host), through which a reader finds the other ranks of the job.
+ * codes into words; the peer table is the communicator's (rank -> pid, host
+ * and status listener), through which a reader finds the other ranks of the
+ * job. The header also holds the job's secret, which a query of a status
+ * listener must present (loom-info --status PID prints it): whoever can
+ * map the segment can read the process's memory and environment anyway.
  *
- * Entry k of the communicator (every operation, collective or Send/Recv,
- * in the order the rank ran them) lives in ring slot k % REC_RING. The
- * writer is the thread running the operation and takes no lock and
- * allocates nothing: it zeroes the entry's `pos`, fills the fields, then
- * publishes pos = k + 1 (release). A reader copies an entry and keeps it
- * only when `pos` reads the same (non-zero) before and after the copy. The
- * fields a running operation updates (state, the peer and step it waits
- * for, its end) are single aligned words, read as they are.
+ * Across hosts, each rank's status listener (bootstrap.h,
+ * bootstrapStatusStart) answers a query with its recorder in the JSON of
+ * the files LOOM_DUMP_DIR holds (recstatus.c, recWireEncode): text, so
+ * hosts of any byte order read it, and no secret in it.
  */
 #ifndef LOOM_RECORDER_H_
 #define LOOM_RECORDER_H_
@@ -35,11 +34,13 @@
 #include <stdint.h>
 
 #define REC_MAGIC 0x314345524d4f4f4cULL /* "LOOMREC1" */
-#define REC_VERSION 1
+#define REC_VERSION 2
 #define REC_RING 256 /* entries kept a communicator */
 #define REC_MEMFD_NAME "loom-recorder"
 #define REC_NAME_BYTES 24
 #define REC_HOST_BYTES 64
+#define REC_ADDR_BYTES 56   /* "[v6 address]:port" */
+#define REC_SECRET_BYTES 32 /* BOOTSTRAP_SECRET_BYTES */
 #define REC_COLLS 16
 #define REC_ALGOS 8
 #define REC_PROTOS 4
@@ -73,6 +74,7 @@ struct recPeer {
     int32_t pad;
     uint64_t hostHash;
     char host[REC_HOST_BYTES];
+    char status[REC_ADDR_BYTES]; /* its status listener, "" if it has none */
 };
 
 struct recHeader {
@@ -87,6 +89,7 @@ struct recHeader {
     _Atomic uint64_t next; /* operations begun: the next entry's k */
     _Atomic int32_t state; /* REC_RANK_* */
     int32_t timeoutSec;
+    uint8_t secret[REC_SECRET_BYTES]; /* the job's: what a status query presents */
     char collNames[REC_COLLS][REC_NAME_BYTES];
     char algoNames[REC_ALGOS][REC_NAME_BYTES];
     char protoNames[REC_PROTOS][REC_NAME_BYTES];

@@ -16,6 +16,11 @@
  * general JSON parser. A rank of the job that left no file was killed, or
  * did not fail.
  *
+ * Across hosts (loom-info --status HOST:PORT): each rank's status listener
+ * sends a copy of its segment (recWireEncode), which loom-info reads back
+ * here (recWireDecode) into the same table; a rank that does not answer is
+ * shown as such, with why.
+ *
  * Only the C library is used, so loom-info compiles this file in.
  */
 #include <ctype.h>
@@ -192,6 +197,7 @@ static int statusJobOf(struct recHeader *h, struct recJob *job)
         return -1;
     const struct recPeer *peers = recPeers(h);
     for (int p = 0; p < h->nranks; p++) {
+        snprintf(job->ranks[p].status, REC_ADDR_BYTES, "%s", peers[p].status);
         if (peers[p].hostHash != h->hostHash) {
             job->ranks[p].remote = 1;
             job->ranks[p].pid = peers[p].pid;
@@ -282,19 +288,13 @@ static const char *statusStateWord(int state)
     return state == REC_RUNNING ? "running" : state == REC_DONE ? "done" : "failed";
 }
 
-int recDumpWrite(struct recHeader *h, const char *path)
+/* The rank's recorder h (a live segment) as JSON into f (a dump file, or a status answer). */
+static int statusJsonWrite(struct recHeader *h, FILE *f)
 {
     struct recRank *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -1;
     statusCopyRank(h, r);
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    if (f == NULL) {
-        free(r);
-        return -1;
-    }
     fprintf(f, "{\n  \"loom_recorder\": %d,\n", REC_VERSION);
     fprintf(f, "  \"comm\": \"%016llx\",\n", (unsigned long long)h->commId);
     fprintf(f, "  \"rank\": %d,\n  \"nranks\": %d,\n  \"pid\": %d,\n", h->rank, h->nranks, h->pid);
@@ -309,8 +309,8 @@ int recDumpWrite(struct recHeader *h, const char *path)
     fprintf(f, "  \"peers\": [\n");
     const struct recPeer *peers = recPeers(h);
     for (int p = 0; p < h->nranks; p++)
-        fprintf(f, "    {\"rank\": %d, \"pid\": %d, \"host\": \"%s\"}%s\n", p, peers[p].pid,
-                peers[p].host, p + 1 < h->nranks ? "," : "");
+        fprintf(f, "    {\"rank\": %d, \"pid\": %d, \"host\": \"%s\", \"status\": \"%s\"}%s\n", p,
+                peers[p].pid, peers[p].host, peers[p].status, p + 1 < h->nranks ? "," : "");
     fprintf(f, "  ],\n  \"ops\": [\n");
     for (int i = 0; i < r->n; i++) {
         const struct recEntry *e = &r->entries[i];
@@ -331,7 +331,17 @@ int recDumpWrite(struct recHeader *h, const char *path)
     }
     fprintf(f, "  ]\n}\n");
     free(r);
-    int bad = ferror(f);
+    return ferror(f) ? -1 : 0;
+}
+
+int recDumpWrite(struct recHeader *h, const char *path)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    if (f == NULL)
+        return -1;
+    int bad = statusJsonWrite(h, f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
@@ -339,6 +349,22 @@ int recDumpWrite(struct recHeader *h, const char *path)
         return -1;
     }
     return 0;
+}
+
+void *recWireEncode(struct recHeader *h, size_t *bytes)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return NULL;
+    int bad = statusJsonWrite(h, f);
+    if (fclose(f) != 0 || bad) {
+        free(buf);
+        return NULL;
+    }
+    *bytes = len;
+    return buf;
 }
 
 /* The value after "key": on line, or NULL. */
@@ -426,11 +452,9 @@ static void statusDumpOp(const char *line, struct recRank *r)
     e->endNs = jsonU64(line, "end_ns");
 }
 
-static int statusReadDump(const char *path, struct statusDump *d)
+/* A dump's JSON (recorder f) into d; -1 if it is not one. */
+static int statusReadJson(FILE *f, struct statusDump *d)
 {
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return -1;
     char line[2048], word[REC_HOST_BYTES];
     struct recHeader *h = &d->rank.h;
     int section = 0, version = 0; /* 1: peers, 2: ops */
@@ -444,6 +468,7 @@ static int statusReadDump(const char *path, struct statusDump *d)
             if (d->peers && p >= 0 && p < h->nranks) {
                 d->peers[p].pid = (int32_t)jsonInt(line, "pid", 0);
                 jsonStr(line, "host", d->peers[p].host, REC_HOST_BYTES);
+                jsonStr(line, "status", d->peers[p].status, REC_ADDR_BYTES);
             }
         } else if (section == 2 && jsonValue(line, "seq")) {
             statusDumpOp(line, &d->rank);
@@ -471,7 +496,6 @@ static int statusReadDump(const char *path, struct statusDump *d)
             jsonNameList(line, "type_names", h->typeNames, REC_TYPES);
         }
     }
-    fclose(f);
     if (version != REC_VERSION || d->peers == NULL || h->rank < 0 || h->rank >= h->nranks) {
         free(d->peers);
         d->peers = NULL;
@@ -479,6 +503,51 @@ static int statusReadDump(const char *path, struct statusDump *d)
     }
     d->rank.have = 1, d->rank.fromFile = 1, d->rank.pid = h->pid;
     snprintf(d->rank.host, sizeof(d->rank.host), "%s", h->host);
+    snprintf(d->rank.status, sizeof(d->rank.status), "%s", d->peers[h->rank].status);
+    return 0;
+}
+
+static int statusReadDump(const char *path, struct statusDump *d)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    int rc = statusReadJson(f, d);
+    fclose(f);
+    return rc;
+}
+
+/* t moved by off nanoseconds; 0 (never) stays 0. */
+static uint64_t statusShift(uint64_t t, int64_t off)
+{
+    return t ? t + (uint64_t)off : 0;
+}
+
+int recWireDecode(const void *buf, size_t len, uint64_t nowNs, struct recRank *r,
+                  struct recPeer **peers, char *err, size_t errLen)
+{
+    struct statusDump *d = calloc(1, sizeof(*d));
+    FILE *f = d && len ? fmemopen((void *)buf, len, "r") : NULL;
+    int rc = f ? statusReadJson(f, d) : -1;
+    if (f)
+        fclose(f);
+    if (rc != 0) {
+        errorf(err, errLen, "%s", d && f ? "not a Loom recorder of this version" : "out of memory");
+        free(d);
+        return -1;
+    }
+    /* Its clock is not this host's: its times as if it had been read at nowNs. */
+    int64_t off = (int64_t)(nowNs - d->writtenNs);
+    *r = d->rank;
+    r->fromFile = 0;
+    for (int i = 0; i < r->n; i++) {
+        struct recEntry *e = &r->entries[i];
+        e->startNs = statusShift(e->startNs, off);
+        e->endNs = statusShift(e->endNs, off);
+        e->waitNs = statusShift(e->waitNs, off);
+    }
+    *peers = d->peers;
+    free(d);
     return 0;
 }
 
@@ -639,7 +708,14 @@ static void statusStateText(const struct recJob *job, const struct recRank *r, c
     const struct recEntry *e = statusLast(r);
     char seq[32];
     if (r->remote) {
-        snprintf(buf, len, "on another host (run loom-info --status there)");
+        if (r->status[0])
+            snprintf(buf, len, "on another host (loom-info --status %s asks it)", r->status);
+        else
+            snprintf(buf, len, "on another host (run loom-info --status there)");
+        return;
+    }
+    if (r->noAnswer) {
+        snprintf(buf, len, "no answer: %s", r->why);
         return;
     }
     if (!r->have && job->fromDir) {
@@ -935,6 +1011,44 @@ void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *l
     else
         snprintf(line, sizeof(line), "nothing looks wrong");
     emit(ctx, line);
+}
+
+void recJobPrintAsk(const struct recJob *job, void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    char line[STATUS_LINE], hex[2 * REC_SECRET_BYTES + 1];
+    uint8_t any = 0;
+    for (int i = 0; i < REC_SECRET_BYTES; i++) {
+        any |= job->names.secret[i];
+        snprintf(hex + 2 * i, 3, "%02x", job->names.secret[i]);
+    }
+    int listed = 0;
+    for (int p = 0; p < job->nranks; p++)
+        listed += job->ranks[p].status[0] != '\0';
+    if (job->fromDir || !any || !listed)
+        return;
+    emit(ctx, "from any host, each rank answers for the whole job at its address below, to "
+              "the job's secret:");
+    snprintf(line, sizeof(line), "  LOOM_STATUS_SECRET=%s loom-info --status HOST:PORT", hex);
+    emit(ctx, line);
+    size_t used = 0;
+    int shown = 0;
+    line[0] = '\0';
+    for (int p = 0; p < job->nranks && shown < 8; p++) {
+        if (!job->ranks[p].status[0])
+            continue;
+        int k = snprintf(line + used, sizeof(line) - used, "  rank %d %s", p, job->ranks[p].status);
+        used += k > 0 ? (size_t)k : 0;
+        if (++shown % 4 == 0 || used + 80 > sizeof(line)) {
+            emit(ctx, line);
+            used = 0, line[0] = '\0';
+        }
+    }
+    if (used)
+        emit(ctx, line);
+    if (listed > shown) {
+        snprintf(line, sizeof(line), "  and %d more", listed - shown);
+        emit(ctx, line);
+    }
 }
 
 /* A name from one of the header's tables, "-" when out of range or empty. */

@@ -22,7 +22,10 @@ struct recRank {
     int exited; /* its process is not running here (or it left no file) */
     int remote; /* on another host: not readable from here */
     int fromFile;
+    int noAnswer; /* asked over the network (recWireDecode), it did not answer: why says why */
     char host[REC_HOST_BYTES];
+    char status[REC_ADDR_BYTES]; /* its status listener ("" if unknown) */
+    char why[256];
     struct recHeader h;                /* its header, when read */
     struct recEntry entries[REC_RING]; /* oldest first */
     int n;                             /* valid entries */
@@ -48,6 +51,25 @@ int recJobsFromDir(const char *dir, struct recJob **jobs, int *njobs, char *err,
 /* The job of a segment this process maps itself (the rank that timed out): h is its own. */
 int recJobFromSelf(const struct recHeader *h, struct recJob **job, char *err, size_t errLen);
 void recJobsFree(struct recJob *jobs, int njobs);
+
+/*
+ * A recorder sent by a rank's status listener: recWireEncode writes segment
+ * h as the JSON of a dump file (without the secret) into a buffer
+ * (malloc'ed; *bytes long); recWireDecode reads one back into *r, with its
+ * peer table in *peers (malloc'ed, r->h.nranks of them), its times moved
+ * onto this host's clock as if it was read at nowNs (CLOCK_REALTIME). 0, or
+ * -1 with the reason in err.
+ */
+void *recWireEncode(struct recHeader *h, size_t *bytes);
+int recWireDecode(const void *buf, size_t len, uint64_t nowNs, struct recRank *r,
+                  struct recPeer **peers, char *err, size_t errLen);
+
+/*
+ * How to ask the job from another host (loom-info --status HOST:PORT): the
+ * job's secret and each rank's status listener, a few lines through emit;
+ * nothing when job was not read from live segments.
+ */
+void recJobPrintAsk(const struct recJob *job, void (*emit)(void *ctx, const char *line), void *ctx);
 
 /* Prints the table, then the diagnosis: each line through emit(ctx, line). */
 void recJobPrint(const struct recJob *job, void (*emit)(void *ctx, const char *line), void *ctx);

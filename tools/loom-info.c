@@ -16,7 +16,8 @@
  * trees, with the transport of every link as the rank at its start sees it.
  * With --status PID|DIR it prints what every rank of a job is doing, from
  * the ranks' flight recorders (src/recstatus.c, compiled in: it reads the
- * recorders' memory or files, not the library).
+ * recorders' memory or files, not the library); with --status HOST:PORT it
+ * asks the ranks themselves, on any host, through loomStatusQuery.
  *
  * Otherwise it reads the library only through include/loom.h; the topology is hwloc's
  * own view, printed directly, so a report from this tool shows what Loom's
@@ -25,10 +26,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -46,7 +50,7 @@
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: loom-info [-c] [--comm] [--tuning [-n N] [-H HOSTS] [-k COLL]]\n"
-                 "                 [--status PID|DIR [--ops N]] [-h]\n"
+                 "                 [--status PID|DIR|HOST:PORT [--ops N]] [-h]\n"
                  "Prints the Loom version, build features, this host's topology and the\n"
                  "transports usable here.\n"
                  "  -c, --config   print every LOOM_* parameter: value, default, source, help\n"
@@ -63,10 +67,12 @@ static void usage(FILE *out)
                  "                 collective for --tuning: allreduce, broadcast, reduce,\n"
                  "                 allgather, reducescatter, alltoall, sendrecv or all\n"
                  "                 (default: allreduce, broadcast and reduce)\n"
-                 "  -s, --status PID|DIR\n"
+                 "  -s, --status PID|DIR|HOST:PORT\n"
                  "                 what every rank of a job is doing, from the flight recorders:\n"
                  "                 PID is any rank of the job on this host; DIR holds the files\n"
-                 "                 LOOM_DUMP_DIR made failing ranks write\n"
+                 "                 LOOM_DUMP_DIR made failing ranks write; HOST:PORT is any\n"
+                 "                 rank's status listener, from any host, with the job's secret\n"
+                 "                 in LOOM_STATUS_SECRET (--status PID prints both)\n"
                  "  -o, --ops N    with --status, also each rank's last N operations (1..256)\n"
                  "  -h, --help     print this help\n");
 }
@@ -529,6 +535,140 @@ static void emitLine(void *ctx, const char *line)
     fprintf((FILE *)ctx, "%s\n", line);
 }
 
+/* ---- --status HOST:PORT: the ranks asked over the network ---- */
+
+#define STATUS_NET_MS 5000    /* a rank that does not answer within this is shown as such */
+#define STATUS_NET_THREADS 16 /* ranks asked at once */
+
+struct netAsk {
+    const char *secret;
+    const struct recPeer *peers;
+    int nranks;
+    void **replies; /* [nranks]: each rank's answer, NULL if none */
+    size_t *lens;
+    char (*why)[256]; /* [nranks]: why not */
+    atomic_int next;
+};
+
+static void *netAskMain(void *arg)
+{
+    struct netAsk *a = arg;
+    for (int p; (p = atomic_fetch_add(&a->next, 1)) < a->nranks;) {
+        if (a->replies[p] != NULL)
+            continue; /* the rank first asked */
+        if (a->peers[p].status[0] == '\0')
+            snprintf(a->why[p], sizeof(a->why[p]), "it has no status listener");
+        else if (loomStatusQuery(a->peers[p].status, a->secret, STATUS_NET_MS, &a->replies[p],
+                                 &a->lens[p]) != loomSuccess)
+            snprintf(a->why[p], sizeof(a->why[p]), "%s", loomGetLastError(NULL));
+    }
+    return NULL;
+}
+
+static uint64_t nowNs(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Rank p of job from its answer, or as not answering (why). */
+static void netRank(struct recJob *job, int p, const struct recPeer *peer, const void *reply,
+                    size_t len, const char *why)
+{
+    struct recRank *r = &job->ranks[p];
+    struct recPeer *peers = NULL;
+    char err[256] = "";
+    if (reply == NULL)
+        snprintf(err, sizeof(err), "%s", why);
+    else if (recWireDecode(reply, len, job->nowNs, r, &peers, err, sizeof(err)) != 0)
+        ; /* err says why */
+    else if (r->h.commId != job->commId || r->h.rank != p)
+        snprintf(err, sizeof(err), "%s answered for another communicator", peer->status);
+    free(peers);
+    if (err[0]) {
+        memset(r, 0, sizeof(*r));
+        r->noAnswer = 1;
+        r->pid = peer->pid;
+        snprintf(r->host, sizeof(r->host), "%s", peer->host);
+        snprintf(r->why, sizeof(r->why), "%s", err);
+    }
+    snprintf(r->status, sizeof(r->status), "%s", peer->status);
+}
+
+static int printStatusNet(const char *target, int ops)
+{
+    const char *secret = getenv("LOOM_STATUS_SECRET");
+    if (secret == NULL || secret[0] == '\0')
+        secret = getenv("LOOM_UNIQUE_ID");
+    if (secret == NULL || secret[0] == '\0') {
+        fprintf(stderr,
+                "loom-info: --status %s needs the job's secret: set LOOM_STATUS_SECRET to what "
+                "loom-info --status PID prints on a host of the job (or LOOM_UNIQUE_ID to the "
+                "job's unique id)\n",
+                target);
+        return EXIT_FAILURE;
+    }
+    void *first = NULL;
+    size_t firstLen = 0;
+    if (loomStatusQuery(target, secret, STATUS_NET_MS, &first, &firstLen) != loomSuccess) {
+        fprintf(stderr, "loom-info: --status %s: %s\n", target, loomGetLastError(NULL));
+        return EXIT_FAILURE;
+    }
+    struct recRank *r0 = calloc(1, sizeof(*r0));
+    struct recPeer *peers = NULL;
+    char err[256];
+    if (r0 == NULL || recWireDecode(first, firstLen, nowNs(), r0, &peers, err, sizeof(err)) != 0) {
+        fprintf(stderr, "loom-info: --status %s: %s\n", target, r0 ? err : "out of memory");
+        free(first);
+        free(r0);
+        return EXIT_FAILURE;
+    }
+    int n = r0->h.nranks;
+    struct recJob job = {.commId = r0->h.commId, .nranks = n, .names = r0->h};
+    struct netAsk a = {.secret = secret, .peers = peers, .nranks = n};
+    job.ranks = calloc((size_t)n, sizeof(*job.ranks));
+    a.replies = calloc((size_t)n, sizeof(*a.replies));
+    a.lens = calloc((size_t)n, sizeof(*a.lens));
+    a.why = calloc((size_t)n, sizeof(*a.why));
+    int rc = EXIT_FAILURE;
+    if (job.ranks == NULL || a.replies == NULL || a.lens == NULL || a.why == NULL) {
+        fprintf(stderr, "loom-info: --status %s: out of memory for %d ranks\n", target, n);
+        goto out;
+    }
+    a.replies[r0->h.rank] = first, a.lens[r0->h.rank] = firstLen;
+    first = NULL;
+    pthread_t threads[STATUS_NET_THREADS];
+    int nthreads = 0;
+    while (nthreads < STATUS_NET_THREADS && nthreads < n - 1 &&
+           pthread_create(&threads[nthreads], NULL, netAskMain, &a) == 0)
+        nthreads++;
+    if (nthreads == 0)
+        netAskMain(&a);
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(threads[t], NULL);
+    job.nowNs = nowNs();
+    for (int p = 0; p < n; p++)
+        netRank(&job, p, &peers[p], a.replies[p], a.lens[p], a.why[p]);
+    recJobPrint(&job, emitLine, stdout);
+    if (ops > 0) {
+        printf("last %d operations of each rank (times to the clock's tick, a few ms):\n", ops);
+        recJobPrintOps(&job, ops, emitLine, stdout);
+    }
+    rc = EXIT_SUCCESS;
+out:
+    for (int p = 0; a.replies && p < n; p++)
+        free(a.replies[p]);
+    free(a.replies);
+    free(a.lens);
+    free(a.why);
+    free(job.ranks);
+    free(peers);
+    free(r0);
+    free(first);
+    return rc;
+}
+
 /*
  * --status: the flight recorders (src/recstatus.c) of the job that process
  * `target` is a rank of, or of the files in directory `target`.
@@ -545,13 +685,10 @@ static int printStatus(const char *target, int ops)
     } else if (*target && *end == '\0' && pid > 0 && pid <= INT_MAX) {
         rc = recJobsFromPid((pid_t)pid, &jobs, &njobs, err, sizeof(err));
     } else if (strchr(target, ':')) {
-        fprintf(stderr,
-                "loom-info: --status %s: HOST:PORT is not supported yet; run loom-info --status "
-                "PID on a host of the job\n",
-                target);
-        return EXIT_USAGE;
+        return printStatusNet(target, ops);
     } else {
-        fprintf(stderr, "loom-info: --status wants the pid of a rank or a directory, not '%s'\n",
+        fprintf(stderr,
+                "loom-info: --status wants the pid of a rank, a directory or HOST:PORT, not '%s'\n",
                 target);
         return EXIT_USAGE;
     }
@@ -563,6 +700,7 @@ static int printStatus(const char *target, int ops)
         if (j)
             printf("\n");
         recJobPrint(&jobs[j], emitLine, stdout);
+        recJobPrintAsk(&jobs[j], emitLine, stdout);
         if (ops > 0) {
             printf("last %d operations of each rank (times to the clock's tick, a few ms):\n", ops);
             recJobPrintOps(&jobs[j], ops, emitLine, stdout);

@@ -159,6 +159,35 @@ loomResult_t bootstrapRecv(struct loomBootstrap *b, int peer, uint32_t tag, void
 void bootstrapClose(struct loomBootstrap *b);
 
 /*
+ * A rank's status listener (bootstatus.c): a listening socket of its own
+ * and a thread that answers queries on it, so that loom-info on any host
+ * can read the rank's flight recorder (loomStatusQuery). bootstrapStatusOpen
+ * listens on the bootstrap's interface (LOOM_SOCKET_IFNAME) at a free port,
+ * whose address it writes into *addr (NULL, with an INFO line, when it
+ * cannot: the rank then runs without one). bootstrapStatusStart starts the
+ * thread: a connection that presents `secret` (the job's, as every
+ * connection between ranks: TLS with its key under LOOM_NET_TLS=1, then a
+ * hello) gets answer(ctx)'s bytes (malloc'ed; the thread frees them), any
+ * other is dropped with an INFO line. bootstrapStatusClose stops the thread
+ * (at once) and closes the socket (NULL is a no-op).
+ */
+struct bootstrapStatus;
+typedef void *(*bootstrapStatusAnswer)(void *ctx, size_t *bytes);
+struct bootstrapStatus *bootstrapStatusOpen(struct bootstrapAddr *addr);
+loomResult_t bootstrapStatusStart(struct bootstrapStatus *s, const uint8_t *secret,
+                                  bootstrapStatusAnswer answer, void *ctx);
+void bootstrapStatusClose(struct bootstrapStatus *s);
+/*
+ * The query: connects to the listener at addr, presents secret, and
+ * returns its answer in *reply (malloc'ed) and *bytes. Bounded by deadline
+ * (socketClockNs()); loomRemoteError when nothing listens there or the rank
+ * refused (another secret, LOOM_NET_TLS differs), loomTimeout when it did
+ * not answer in time, each with a line naming the address.
+ */
+loomResult_t bootstrapStatusQuery(const union socketAddress *addr, const uint8_t *secret,
+                                  uint64_t deadline, void **reply, size_t *bytes);
+
+/*
  * Coding, exposed for the unit tests and the fuzz target. Encoders write at
  * most `len` bytes and return the byte count (0 if len is too small).
  * Decoders return loomSuccess, or loomInvalidArgument for a malformed or

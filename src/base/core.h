@@ -21,6 +21,7 @@
 #include "fifo.h"
 #include "loom.h"
 #include "schedule.h"
+#include "socket.h"
 
 #define LOOM_MAX_CHANNELS 32
 #define LOOM_CACHELINE 64
@@ -86,6 +87,9 @@ struct loomPeerInfo {
     int32_t gpuFlags; /* LOOM_GPU_* */
     /* CPUs the process may run on (sched_getaffinity): bit i of word i / 64 is CPU i. */
     uint64_t cpuMask[LOOM_CPU_WORDS];
+    /* Its status listener (bootstrapStatusOpen), for loom-info --status HOST:PORT; family 0: none.
+     */
+    struct bootstrapAddr statusAddr;
 };
 #define LOOM_GPU_P2P 0x1 /* the rank takes part in p2p (LOOM_P2P_DISABLE unset) */
 
@@ -179,6 +183,8 @@ struct loomComm {
     struct kexecComm *kexec;       /* the kernel executor's view of the connectors (kexec.c) */
     struct devexecComm *devexec;   /* the launched kernel's view of them (src/exec/devexec.c) */
     struct loomRecorder *recorder; /* the flight recorder (src/recorder.c); NULL: none */
+    struct bootstrapStatus
+        *status; /* its status listener, from the peer exchange to recorderFree */
 
     pthread_mutex_t errLock;
     char lastError[512];

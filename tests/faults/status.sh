@@ -43,21 +43,6 @@ status_until() {
     return 1
 }
 
-# expect OUT CASE PATTERN...: every PATTERN (grep -E) is in OUT, else a failure naming CASE
-expect() {
-    _out=$1
-    _case=$2
-    shift 2
-    for _p in "$@"; do
-        if ! grep -Eq "$_p" "$_out"; then
-            show_log "$_out"
-            record_failure "$_case: no line matching '$_p'"
-            return 1
-        fi
-    done
-    return 0
-}
-
 # start_job CASE TIMEOUT MODE: 3 ranks of stuck MODE under loomrun --keep-going (so that failing
 # ranks write their files before loomrun would stop the others), LOOM_DUMP_DIR=$dir/dump, in the
 # background ($job); sets dir, pid0, pid1, pid2
@@ -81,7 +66,7 @@ start_job sleep 8 sleep
 if status_until "$dir/status0" "$pid0" '^wrong: .*rank 1 is waited for'; then
     note "sleep: loom-info --status $pid0:"
     sed 's/^/    /' "$dir/status0"
-    expect "$dir/status0" sleep \
+    expect_lines "$dir/status0" sleep \
         '^1 .* loomAllReduce +not in a call \([0-9.]+ s since its last call ended\)' \
         '^0 .* #5 +loomAllReduce +in loomAllReduce #5 since [0-9.]+ s' \
         '^2 .* #5 +loomAllReduce +in loomAllReduce #5 since [0-9.]+ s' \
@@ -89,12 +74,12 @@ if status_until "$dir/status0" "$pid0" '^wrong: .*rank 1 is waited for'; then
         "^wrong: rank 1 is waited for and not in a call: ranks 0, 2 wait in loomAllReduce #5; rank 1's last call was loomAllReduce #4"
     # the recorder's entries: the sixth running, the fifth done, with what the plan chose
     "$LOOM_INFO" --status "$pid0" --ops 2 >"$dir/ops0" 2>&1
-    expect "$dir/ops0" "sleep (--ops)" \
+    expect_lines "$dir/ops0" "sleep (--ops)" \
         '^rank 0 +#5 +loomAllReduce +count 1024 +float32 +root - +[a-z]+/(Simple|LL) +running for' \
         '^rank 1 +#4 +loomAllReduce +count 1024 +float32 +root - +[a-z]+/(Simple|LL) +done in'
     # the same job seen from another rank
     "$LOOM_INFO" --status "$pid2" >"$dir/status2" 2>&1
-    expect "$dir/status2" "sleep (from rank 2)" '^wrong: rank 1 is waited for'
+    expect_lines "$dir/status2" "sleep (from rank 2)" '^wrong: rank 1 is waited for'
 else
     show_log "$dir/status0"
     record_failure "sleep: loom-info --status $pid0 never named rank 1 as missing"
@@ -117,7 +102,7 @@ if [ "$tables" -lt 1 ]; then
 else
     note "sleep: the table the timed-out rank printed:"
     grep '\[LOOM\] WARN' "$dir/job.log" | sed 's/^/    /'
-    expect "$dir/job.log" "sleep (timeout table)" \
+    expect_lines "$dir/job.log" "sleep (timeout table)" \
         '\[LOOM\] WARN 1 +.* not in a call' '\[LOOM\] WARN wrong: rank 1 is waited for'
     # once a rank: no pid prints two tables
     dup=$(grep '\[LOOM\] WARN communicator' "$dir/job.log" | cut -d' ' -f1 | sort | uniq -d)
@@ -126,7 +111,7 @@ fi
 "$LOOM_INFO" --status "$dir/dump" >"$dir/dump.out" 2>&1
 note "sleep: loom-info --status DUMPDIR:"
 sed 's/^/    /' "$dir/dump.out"
-expect "$dir/dump.out" "sleep (dump)" \
+expect_lines "$dir/dump.out" "sleep (dump)" \
     '^0 .* failed in loomAllReduce #5 \((loomTimeout|loomRemoteError)\)' \
     '^2 .* failed in loomAllReduce #5 \((loomTimeout|loomRemoteError)\)' \
     '^1 .* (exited|running).*no file'
@@ -162,11 +147,11 @@ fi
 "$LOOM_INFO" --status "$dir/dump" >"$dir/dump.out" 2>&1
 note "kill: loom-info --status DUMPDIR:"
 sed 's/^/    /' "$dir/dump.out"
-expect "$dir/dump.out" kill '^0 .* failed in loomAllReduce #[0-9]+ \(loomRemoteError\)' \
+expect_lines "$dir/dump.out" kill '^0 .* failed in loomAllReduce #[0-9]+ \(loomRemoteError\)' \
     '^2 .* failed in loomAllReduce #[0-9]+ \(loomRemoteError\)' '^1 .* exited' \
     '^wrong: .*rank 1 exited while ranks 0, 2 failed in loomAllReduce'
 "$LOOM_INFO" --status "$dir/dump" --ops 3 >"$dir/ops.out" 2>&1
-expect "$dir/ops.out" "kill (--ops)" \
+expect_lines "$dir/ops.out" "kill (--ops)" \
     '^rank 2 +#[0-9]+ +loomAllReduce +count 1048576 +float32 +root - +[a-z]+/(Simple|LL) +done in' \
     '^rank 2 +#[0-9]+ +loomAllReduce +count 1048576 .* failed \(loomRemoteError\) after'
 

@@ -22,6 +22,8 @@
 #   run_logged LOG CMD...     as run, with stdout and stderr going to LOG
 #   run_to OUT ERR CMD...     as run, with stdout to OUT and stderr to ERR
 #   show_log LOG              print LOG indented (the tail if long), for a failure
+#   expect_lines OUT CASE PATTERN...  every PATTERN (grep -E) is in OUT, else show OUT
+#                             and record a failure naming CASE (returns 1)
 #   perf_case N OPTIONS...    loomrun -n N loom-perf -c 1 -n 1 -w 0 OPTIONS as a
 #                             correctness case: a failure unless it exits 0, prints
 #                             rows, every #wrong is 0 (or N/A) and bounds are OK;
@@ -150,6 +152,20 @@ show_log() {
     else
         sed 's/^/    /' "$1"
     fi
+}
+
+expect_lines() {
+    _out=$1
+    _case=$2
+    shift 2
+    for _p in "$@"; do
+        if ! grep -Eq -- "$_p" "$_out"; then
+            show_log "$_out"
+            record_failure "$_case: no line matching '$_p'"
+            return 1
+        fi
+    done
+    return 0
 }
 
 perf_check() {
