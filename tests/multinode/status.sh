@@ -12,6 +12,8 @@
 #             a row for each of the 4 ranks, with their hosts, rank 1 not in a
 #             call, the others in loomAllReduce #5, and the line naming rank 1
 #             as the one missing; the same asked of rank 3, on h2 itself
+#   stopped   rank 3 stopped (SIGSTOP): its row says it did not answer, the
+#             others are read, within the 5 s a rank is given
 #   wrong     a wrong secret: refused, one line, exit 1; no secret: one line
 #             saying how to get it; the ranks log no warning and keep running
 #             (a right query afterwards still answers)
@@ -130,6 +132,22 @@ check_job() {
     expect_lines "$dir/net3.out" "$name (asking rank 3)" '^wrong: rank 1 is waited for' \
         '^rank 1 +#4 +loomAllReduce +count 1024 .* done in'
 
+    if [ -z "$envs" ]; then
+        # a rank that cannot answer (stopped): a row saying so, within the 5 s bound
+        pid3=$(cat "$dir/pids/rank.3")
+        kill -STOP "$pid3"
+        start=$(date +%s)
+        info h2 "$dir/stopped.out" LOOM_STATUS_SECRET="$secret" "$LOOM_INFO" --status "$addr0"
+        took=$(($(date +%s) - start))
+        kill -CONT "$pid3"
+        note "$name: rank 3 stopped (SIGSTOP): exit $rc after $took s:"
+        sed 's/^/    /' "$dir/stopped.out"
+        [ "$rc" -eq 0 ] || record_failure "$name: loom-info failed with rank 3 stopped"
+        [ "$took" -lt 30 ] || record_failure "$name: loom-info took $took s with rank 3 stopped"
+        expect_lines "$dir/stopped.out" "$name (rank 3 stopped)" \
+            '^3 +h2 .* no answer: the rank at [0-9.]+:[0-9]+ did not answer in time' \
+            '^2 +h2 .* in loomAllReduce #5'
+    fi
     wrong=$(echo "$secret" | tr '0-9a-f' '1-9a-f0')
     # shellcheck disable=SC2086
     info h2 "$dir/wrong.out" $envs LOOM_STATUS_SECRET="$wrong" "$LOOM_INFO" --status "$addr0"
