@@ -653,6 +653,7 @@ static void netTeardown(struct loomComm *comm)
     for (int b = 0; b < NET_BACKENDS; b++)
         if (st->backends[b] != NULL)
             st->backends[b]->teardown(st->bstate[b]);
+    proxyFree(st->proxy); /* after the backends' helper threads, which ring its doorbell */
     if (st->lockReady)
         pthread_mutex_destroy(&st->lock);
     if (st->pollBell.wakeFd > 0)

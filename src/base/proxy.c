@@ -207,6 +207,12 @@ void proxyStop(struct loomProxy *p, double drainSec)
          "found work (missed wake-ups); %lu more times on its doorbell alone while an "
          "executor polled",
          p->sleeps, p->lateWakes, PROXY_SLEEP_MS, p->quiets);
+}
+
+void proxyFree(struct loomProxy *p)
+{
+    if (p == NULL)
+        return;
     close(p->epollFd);
     close(p->eventFd);
     free(p);

@@ -59,9 +59,12 @@ loomResult_t proxyWatch(struct loomProxy *p, int fd);
 struct loomDoorbell *proxyBell(struct loomProxy *p);
 /*
  * Stops the thread: it first keeps going until drained() or for drainSec
- * seconds (0: stop at once, as for an abort), then exits; joins and frees p.
- * NULL is a no-op.
+ * seconds (0: stop at once, as for an abort), then exits; joins it. The
+ * doorbell stays valid until proxyFree, so threads of the transport that
+ * ring it (socket helpers) may be stopped after the proxy. NULL is a no-op.
  */
 void proxyStop(struct loomProxy *p, double drainSec);
+/* Frees a stopped proxy, once nothing rings its doorbell any more. NULL is a no-op. */
+void proxyFree(struct loomProxy *p);
 
 #endif /* LOOM_PROXY_H_ */
