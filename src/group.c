@@ -77,7 +77,7 @@ static loomResult_t groupCheckStreams(void)
         same &= groupOps[i].stream == groupOps[0].stream;
         cuda &= groupOps[i].stream != NULL && streamIsCuda(groupOps[i].stream);
     }
-    if (same || (cuda && devexecLaunchable(groupOps, groupCount)))
+    if (same || (cuda && planLaunched(groupOps, groupCount)))
         return loomSuccess;
     for (int i = 1; i < groupCount; i++)
         if (groupOps[i].stream != groupOps[0].stream)

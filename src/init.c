@@ -369,7 +369,8 @@ static loomResult_t commConnect(struct loomComm *comm)
     for (int p = 0; p < comm->nranks; p++)
         allShm &= transportServes(comm, &shmTransport, p);
     /* The kernel executor turns single copies off: it runs no OFFER, PULL or DRAIN. */
-    LOOMCHECK(kexecSetup(comm, allShm));
+    if (tunerKernelWanted())
+        LOOMCHECK(kexecSetup(comm, allShm));
     return cmaSetup(comm, allShm && !kexecUsable(comm));
 }
 

@@ -1,8 +1,10 @@
 /*
  * plan.c — from operations to lanes, and running them:
  *
- *   operations -> tuner (algorithm, chunk, lanes) -> scratch -> schedules
- *              -> lanes -> execRun (or one launch: src/exec/devexec.c)
+ *   operations -> executor (the tuner's, one for the call or group)
+ *              -> tuner (the decision record: algorithm, chunk, lanes, protocol)
+ *              -> scratch -> schedules -> lanes
+ *              -> execRun (or one launch: src/exec/devexec.c)
  *
  * Schedules depend only on (collective, algorithm, count, element size, root
  * or peer, lane range, chunk), never on buffer addresses, so each
@@ -60,7 +62,8 @@ struct loomPlanner {
      */
     struct {
         int valid;
-        int coll, dt, op, root, nlanes, proto, algo, compress;
+        int coll, dt, op, root, nlanes, compress;
+        struct loomTuning tune;
         size_t count;
         const void *send;
         void *recv;
@@ -96,14 +99,13 @@ void plannerFree(struct loomComm *comm)
     comm->planner = NULL;
 }
 
-/* What the plan decided for one op: the tuner's choice, its lanes, its scratch. */
+/* What the plan decided for one op: the tuner's decision record, its lanes, its scratch. */
 struct planOp {
     struct loomTuning tune;
     size_t chunkElems;
     int lanes;
     const struct loomPlan *sched[LOOM_MAX_CHANNELS]; /* each lane's plan */
     size_t stageBytes;                               /* in-place AlltoAll: the send buffer staged */
-    int proto;                                       /* LOOM_PROTO_* (kexec.c) */
     int compress;                                    /* COMPRESS_* (compress.c) */
     size_t scratchOff;                               /* where it starts in the planner's scratch */
 };
@@ -232,12 +234,13 @@ static int reduceInScratch(const struct loomOp *op, const struct planOp *p)
 }
 
 /*
- * Asks the tuner, cuts the op into lanes, and counts the scratch it needs:
- * an in-place AlltoAll stages its send buffer, since blocks are overwritten
- * before they are sent; a single-copy Reduce reduces into scratch off the
- * root.
+ * Asks the tuner (run by executor; mapped: single copies through
+ * loomMemAlloc mappings, the ranks found), cuts the op into lanes, and
+ * counts the scratch it needs: an in-place AlltoAll stages its send buffer,
+ * since blocks are overwritten before they are sent; a single-copy Reduce
+ * reduces into scratch off the root.
  */
-static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int launched,
+static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, int executor,
                      int mapped)
 {
     struct loomComm *comm = op->comm;
@@ -246,18 +249,11 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
     if (mapped)
         tunerChooseMapped(comm, op->coll, opBytes(op), &p->tune);
     else
-        tunerChoose(comm, op->coll, opBytes(op), dev != NULL, &p->tune);
+        tunerChoose(comm, op->coll, opBytes(op), executor, &p->tune);
     /* Doubling would round a different partial on each rank (compress.c): a ring instead. */
     p->compress = compressOpMode(op, dev != NULL);
     if (p->compress && p->tune.algo == LOOM_ALGO_DOUBLING)
         p->tune.algo = LOOM_ALGO_RING;
-    /* AlltoAllv's size differs between ranks, so only a forced protocol is one they agree on.
-     * Device plans take LL only when launched (the host-driven executor has no lines). */
-    p->proto = dev && !launched
-                   ? LOOM_PROTO_SIMPLE
-                   : kexecProto(comm, op->coll == LOOM_COLL_ALLTOALLV ? SIZE_MAX : opBytes(op));
-    if (p->proto == LOOM_PROTO_LL && p->tune.chunkBytes > LOOM_LL_BYTES)
-        p->tune.chunkBytes = LOOM_LL_BYTES; /* a step is at most one LL slot */
     p->chunkElems = p->tune.chunkBytes / es ? p->tune.chunkBytes / es : 1;
     size_t want = op->count / p->chunkElems;
     int n = p->tune.nChannels;
@@ -269,7 +265,7 @@ static void planTune(struct loomOp *op, struct planOp *p, struct cudaExec *dev, 
         p->stageBytes = alignUp(opBytes(op));
     p->scratchOff = pl->scratchTaken;
     pl->scratchTaken += p->stageBytes;
-    recorderChose(op, (int)p->tune.algo, p->proto);
+    recorderChose(op, (int)p->tune.algo, p->tune.proto);
 }
 
 /* Grows each communicator's scratch to what the plan's ops took (before any pointer is handed out).
@@ -343,7 +339,7 @@ static loomResult_t opLanes(struct loomOp *op, struct planOp *p, struct cudaExec
                                                  .dt = op->dt,
                                                  .op = op->op,
                                                  .elemSize = es,
-                                                 .proto = p->proto,
+                                                 .proto = p->tune.proto,
                                                  .compress = p->compress};
     }
     return loomSuccess;
@@ -361,7 +357,7 @@ static loomResult_t commUsable(const struct loomOp *op)
 }
 
 /* mapped: the single op runs single copies through loomMemAlloc mappings (cmaAllMapped). */
-static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int launched,
+static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev, int executor,
                               int mapped, int *nlanes)
 {
     LOOMCHECK(arrayReserve((void **)&tlPlan, &tlPlanCap, nops, sizeof(*tlPlan)));
@@ -372,7 +368,7 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
     }
     for (int i = 0; i < nops; i++) {
         LOOMCHECK(commUsable(&ops[i]));
-        planTune(&ops[i], &tlPlan[i], dev, launched, mapped);
+        planTune(&ops[i], &tlPlan[i], dev, executor, mapped);
     }
     LOOMCHECK(planScratch(ops, nops));
     for (int i = 0; i < nops; i++)
@@ -386,9 +382,9 @@ static loomResult_t planLanes(struct loomOp *ops, int nops, struct cudaExec *dev
  * AllReduce, a benchmark) needs no tuner, no schedule lookup and no scratch:
  * the schedules depend only on arguments that match, and schedGen says no
  * cache entry was rebuilt since. Calls that use scratch (an in-place
- * AlltoAll) or a pool schedule (AlltoAllv), and single copies taken because
- * every buffer is loomMemAlloc memory (asked for at every call), are not
- * kept.
+ * AlltoAll) or a pool schedule (AlltoAllv), and decisions the ranks must
+ * take anew at every call (single copies through loomMemAlloc mappings), are
+ * not kept.
  */
 static int memoMatches(const struct loomOp *op)
 {
@@ -406,14 +402,13 @@ static void memoKeep(struct loomOp *op, const struct planOp *p, int built)
     struct loomComm *comm = op->comm;
     struct loomPlanner *pl = comm->planner;
     pl->memo.valid = 0;
-    if (!built || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes)
+    if (!built || op->coll == LOOM_COLL_ALLTOALLV || p->stageBytes || p->tune.mapped)
         return;
     pl->memo.coll = (int)op->coll, pl->memo.dt = (int)op->dt, pl->memo.op = (int)op->op;
     pl->memo.root = op->root, pl->memo.count = op->count;
     pl->memo.send = op->sendbuff, pl->memo.recv = op->recvbuff;
     pl->memo.nlanes = p->lanes;
-    pl->memo.proto = p->proto;
-    pl->memo.algo = (int)p->tune.algo;
+    pl->memo.tune = p->tune;
     pl->memo.compress = p->compress;
     memcpy(pl->memo.sched, p->sched, (size_t)p->lanes * sizeof(p->sched[0]));
     pl->memo.gen = pl->gen;
@@ -436,11 +431,11 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
                                        .dt = op->dt,
                                        .op = op->op,
                                        .elemSize = es,
-                                       .proto = pl->memo.proto,
+                                       .proto = pl->memo.tune.proto,
                                        .compress = pl->memo.compress};
     }
     *nlanes = pl->memo.nlanes;
-    recorderChose(op, pl->memo.algo, pl->memo.proto);
+    recorderChose(op, (int)pl->memo.tune.algo, pl->memo.tune.proto);
     return loomSuccess;
 }
 
@@ -450,7 +445,7 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     int nlanes = 0;
     struct loomStream *s = ops[0].stream && streamIsCuda(ops[0].stream) ? ops[0].stream : NULL;
     cudaPlanUseStream(dev, s ? streamCudaHandle(s) : NULL);
-    loomResult_t res = planLanes(ops, nops, dev, 1, 0, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, LOOM_EXECUTOR_LAUNCH, 0, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
@@ -460,20 +455,43 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     return res;
 }
 
+/*
+ * The executor of a call or group (LOOM_EXECUTOR_*) on host or device
+ * buffers: the one its communicators' decisions name where they agree, else
+ * the host-driven one (a group mixing communicators the kernel executor runs
+ * with others).
+ */
+static int planExecutor(const struct loomOp *ops, int nops, int device)
+{
+    int executor = tunerExecutor(ops[0].comm, device);
+    for (int i = 1; i < nops; i++)
+        if (tunerExecutor(ops[i].comm, device) != executor)
+            return device ? LOOM_EXECUTOR_CUDA : LOOM_EXECUTOR_HOST;
+    return executor;
+}
+
+int planLaunched(const struct loomOp *ops, int nops)
+{
+    return nops > 0 && planExecutor(ops, nops, 1) == LOOM_EXECUTOR_LAUNCH &&
+           cudaPlanIsDevice(ops, nops);
+}
+
 static loomResult_t planRun(struct loomOp *ops, int nops)
 {
     int nlanes = 0;
     struct cudaExec *dev;
     /* Device buffers: the GPU computes the steps (src/cuda); a CUDA stream already ordered them. */
     LOOMCHECK(cudaPlanBegin(ops, nops, ops[0].stream && streamIsCuda(ops[0].stream), &dev));
-    if (dev && devexecWanted(ops, nops))
+    int executor = planExecutor(ops, nops, dev != NULL);
+    if (executor == LOOM_EXECUTOR_LAUNCH)
         return planLaunch(ops, nops, dev);
     for (int i = 0; i < nops; i++)
         devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
     /* Host buffers that every rank allocated with loomMemAlloc: single copies through the
-     * mappings (cma.c). Before the memo: every rank must ask, whatever its previous call was. */
+     * mappings (cma.c), where the tuner says to ask. Before the memo: every rank must ask,
+     * whatever its previous call was. */
     int mapped = 0;
-    if (dev == NULL && nops == 1 && cmaAsks(&ops[0])) {
+    if (dev == NULL && nops == 1 && tunerAsksMapped(ops[0].comm, ops[0].coll, opBytes(&ops[0]))) {
         LOOMCHECK(commUsable(&ops[0]));
         LOOMCHECK(cmaAllMapped(&ops[0], &mapped));
     }
@@ -481,9 +499,9 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
         loomResult_t res = memoLanes(&ops[0], &nlanes);
         return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
     }
-    loomResult_t res = planLanes(ops, nops, dev, 0, mapped, &nlanes);
+    loomResult_t res = planLanes(ops, nops, dev, executor, mapped, &nlanes);
     if (dev == NULL && nops == 1)
-        memoKeep(&ops[0], tlPlan, res == loomSuccess && !mapped); /* mapped: asked for each time */
+        memoKeep(&ops[0], tlPlan, res == loomSuccess);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
               loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),

@@ -17,6 +17,13 @@ void plannerFree(struct loomComm *comm);
 
 /* Runs ops (one call or one group) to completion on this thread. */
 loomResult_t planExecute(struct loomOp *ops, int nops);
+/*
+ * 1 if ops, on device buffers (checked without recording an error), run as
+ * one launch of the plan interpreter (src/exec/devexec.c): the executor the
+ * tuner chose for every communicator of ops (LOOM_EXECUTOR=kernel, shared
+ * memory links only). A Loom CUDA stream launches such calls at once.
+ */
+int planLaunched(const struct loomOp *ops, int nops);
 /* Frees this thread's plan arrays (called when a stream thread ends). */
 void planThreadCleanup(void);
 

@@ -327,7 +327,7 @@ static loomResult_t captureCheck(struct loomStream *s, struct loomOp *ops, int n
 
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops)
 {
-    int capturing, launch = s->cuda && devexecLaunchable(ops, nops);
+    int capturing, launch = s->cuda && planLaunched(ops, nops);
     LOOMCHECK(captureCheck(s, ops, nops, launch, &capturing));
     if (launch && capturing) { /* Loom allocates and waits for its own stream meanwhile */
         int mode = cudaStreamCaptureRelax(s->cuda);

@@ -36,6 +36,7 @@
 #include <strings.h>
 
 #include "debug.h"
+#include "interp.h"
 #include "param.h"
 #include "topo.h"
 #include "tuner.h"
@@ -56,7 +57,7 @@
  * the model weighs like the other algorithms (see cmaByteNs). AllGather's
  * and AllReduce's are weighed as well (tunerDefaultAllowed), but left out of
  * what LOOM_ALGO allows so that src/exec/cma.c still asks for loomMemAlloc
- * buffers first (cmaAsks).
+ * buffers first (tunerAsksMapped).
  */
 #define ALGO_DEFAULT (ALGO_EVERY & ~ALGO_BIT(LOOM_ALGO_CMA))
 
@@ -244,6 +245,8 @@ static uint32_t algoAllowed[LOOM_COLL_NUM];
 static uint32_t zeroCopyAllowed[LOOM_COLL_NUM]; /* tunerParseZeroCopy's */
 static int tuneCpus;
 static size_t tuneCmaMin; /* LOOM_CMA_MIN_BYTES */
+static int tuneKernel;    /* LOOM_EXECUTOR=kernel */
+static int tuneProto;     /* LOOM_PROTO: -1 unset, else LOOM_PROTO_* */
 static pthread_once_t tuneOnce = PTHREAD_ONCE_INIT;
 
 static void tuneRead(void)
@@ -251,6 +254,11 @@ static void tuneRead(void)
     char why[160];
     tuneCpus = commCpuCount();
     tuneCmaMin = (size_t)paramInt(LOOM_PARAM_CMA_MIN_BYTES);
+    tuneKernel = strcmp(paramStr(LOOM_PARAM_EXECUTOR), "kernel") == 0;
+    const char *proto = paramStr(LOOM_PARAM_PROTO);
+    tuneProto = strcmp(proto, "LL") == 0       ? LOOM_PROTO_LL
+                : strcmp(proto, "Simple") == 0 ? LOOM_PROTO_SIMPLE
+                                               : -1;
     const char *spec = paramStr(LOOM_PARAM_ALGO);
     if (tunerParseAlgo(spec, algoAllowed, why, sizeof(why)) != 0) {
         paramWarn("LOOM_ALGO=%s: %s; ignoring it (the tuner chooses)", spec, why);
@@ -258,6 +266,12 @@ static void tuneRead(void)
     } else {
         tunerParseZeroCopy(spec, zeroCopyAllowed, why, sizeof(why));
     }
+}
+
+int tunerKernelWanted(void)
+{
+    pthread_once(&tuneOnce, tuneRead);
+    return tuneKernel;
 }
 
 int tunerZeroCopy(loomColl_t coll)
@@ -852,6 +866,51 @@ static void tableFill(struct loomTunerState *st, loomColl_t coll, int device)
     }
 }
 
+/*
+ * LL up to this many bytes per call (the tuner's size) where the plan
+ * interpreter runs, unless LOOM_PROTO says otherwise. It is the CPU's
+ * constant, measured on the CPU (docs/performance.md, "LL against Simple on
+ * host buffers"): a line buys a CPU nothing past the smallest calls, since an
+ * x86 store is already ordered after the data before it. The launched
+ * interpreter takes it too until a device tuner has constants of its own.
+ */
+#define TUNE_LL_MAX_BYTES 16
+
+/*
+ * Finding out whether every rank passes loomMemAlloc buffers costs an
+ * exchange of descriptors, a barrier, in every call that may qualify, and
+ * most calls do not. With a core for each rank that is cheap; where ranks
+ * share cores it costs far more, since it stops the ranks' calls from
+ * overlapping. So the ranks ask only where each has a core of its own (the
+ * most crowded host, agreed at init); elsewhere LOOM_ALGO naming cma turns
+ * single copies on, and with loomMemAlloc buffers they then go through the
+ * mappings too. And only from TUNE_ASK_MIN_BYTES: below it the exchange cost
+ * more than the mappings saved for ordinary buffers. The measurements are in
+ * docs/performance.md ("Comparing with Open MPI", loomMemAlloc buffers).
+ */
+#define TUNE_ASK_MIN_BYTES (512 * 1024)
+
+/* The smallest call of coll from which the ranks ask about mappings (SIZE_MAX: never). */
+static size_t askMin(const struct loomComm *comm, loomColl_t coll)
+{
+    if (!comm->cmaOk || comm->tuneLocalRanks > comm->tuneCpus || !tunerZeroCopy(coll))
+        return SIZE_MAX;
+    switch (coll) {
+    case LOOM_COLL_ALLREDUCE:
+    case LOOM_COLL_REDUCESCATTER:
+    case LOOM_COLL_BROADCAST:
+    case LOOM_COLL_REDUCE:
+        if (tunerAllows(coll, LOOM_ALGO_CMA)) /* named: the tuner takes them anyway */
+            return SIZE_MAX;
+        break;
+    case LOOM_COLL_ALLGATHER:
+        break;
+    default: /* AlltoAll: weighed by the model on any buffers */
+        return SIZE_MAX;
+    }
+    return comm->cmaMinBytes > TUNE_ASK_MIN_BYTES ? comm->cmaMinBytes : TUNE_ASK_MIN_BYTES;
+}
+
 loomResult_t tunerInit(struct loomComm *comm)
 {
     pthread_once(&tuneOnce, tuneRead);
@@ -863,8 +922,45 @@ loomResult_t tunerInit(struct loomComm *comm)
     for (int device = 0; device < 2; device++)
         for (int c = 0; c < LOOM_COLL_NUM; c++)
             tableFill(st, (loomColl_t)c, device);
+    /* The kernel executor runs where it was asked for and set up (every link shared memory). */
+    int kernel = comm->kexec != NULL;
+    st->executor[0] = kernel ? LOOM_EXECUTOR_KERNEL : LOOM_EXECUTOR_HOST;
+    st->executor[1] = kernel ? LOOM_EXECUTOR_LAUNCH : LOOM_EXECUTOR_CUDA;
+    st->ll = kernel && tuneProto != LOOM_PROTO_SIMPLE;
+    st->llMaxBytes = tuneProto == LOOM_PROTO_LL ? SIZE_MAX : TUNE_LL_MAX_BYTES;
+    for (int c = 0; c < LOOM_COLL_NUM; c++)
+        st->askMinBytes[c] = askMin(comm, (loomColl_t)c);
     comm->tuner = st;
     return loomSuccess;
+}
+
+int tunerExecutor(const struct loomComm *comm, int device)
+{
+    return comm->tuner->executor[device != 0];
+}
+
+int tunerAsksMapped(const struct loomComm *comm, loomColl_t coll, size_t bytes)
+{
+    return bytes >= comm->tuner->askMinBytes[coll];
+}
+
+/*
+ * The protocol of a call of coll moving bytes on comm run by executor: the
+ * same on every rank whatever its group (AlltoAllv's size differs between
+ * ranks: only a forced LL is one they agree on), but never LL on the
+ * host-driven CUDA executor, which has no lines. An LL step moves one
+ * line's worth.
+ */
+static void protoChoose(const struct loomTunerState *st, loomColl_t coll, size_t bytes,
+                        int executor, struct loomTuning *out)
+{
+    if (coll == LOOM_COLL_ALLTOALLV)
+        bytes = SIZE_MAX;
+    out->proto = st->ll && executor != LOOM_EXECUTOR_CUDA && bytes <= st->llMaxBytes
+                     ? LOOM_PROTO_LL
+                     : LOOM_PROTO_SIMPLE;
+    if (out->proto == LOOM_PROTO_LL && out->chunkBytes > LOOM_LL_BYTES)
+        out->chunkBytes = LOOM_LL_BYTES;
 }
 
 void tunerFree(struct loomComm *comm)
@@ -888,10 +984,11 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
     if (!tuneFirst(comm, coll, bytes))
         return;
     INFO(LOOM_TUNING,
-         "%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us at 2^%d B%s%s",
+         "%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us at 2^%d B%s%s%s",
          loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
          t->nChannels, t->predictedUs, sizeClass(bytes),
          t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
+         t->proto == LOOM_PROTO_LL ? ", LL" : "",
          fellBack ? " (LOOM_ALGO allows none of its algorithms)" : "");
 }
 
@@ -903,6 +1000,9 @@ void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes, str
     out->chunkBytes = slot < (size_t)CMA_PIECE ? slot : (size_t)CMA_PIECE;
     out->trees = 0;
     out->predictedUs = -1;
+    out->executor = comm->tuner->executor[0];
+    out->mapped = 1;
+    protoChoose(comm->tuner, coll, bytes, out->executor, out);
     if (tuneFirst(comm, coll, bytes))
         INFO(LOOM_TUNING,
              "%s %zu B (class 2^%d): %s, chunk %zu B, one copy between the ranks' buffers (all "
@@ -911,12 +1011,16 @@ void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes, str
              out->chunkBytes);
 }
 
-void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int executor,
                  struct loomTuning *out)
 {
     const struct loomTunerState *st = comm->tuner;
-    int d = device != 0, k = sizeClass(bytes);
+    int d = executor == LOOM_EXECUTOR_CUDA || executor == LOOM_EXECUTOR_LAUNCH;
+    int k = sizeClass(bytes);
     *out = st->table[d][coll][k];
+    out->executor = executor;
+    out->mapped = 0;
+    protoChoose(st, coll, bytes, executor, out);
     tuneLog(comm, coll, bytes, out, st->fellBack[d][coll][k]);
 }
 

@@ -1,12 +1,18 @@
 /*
- * tuner.h — choosing how a collective runs: algorithm, chunk size, channels.
+ * tuner.h — choosing how a collective runs: the decision record.
  *
- * The plan (plan.c) asks tunerChoose for every operation; the answer
- * comes from an alpha-beta cost model (tuner.c) within what LOOM_ALGO
- * allows, evaluated once per communicator for every collective and
- * power-of-two size class when it is built (tunerInit), so that a call,
- * the first of its size too, only looks its decision up. loomTuningGet
- * exposes the same model to tools.
+ * The plan (plan.c) asks tunerChoose for every operation; the answer, one
+ * struct loomTuning, says everything about how the call runs: algorithm,
+ * chunk, channels, protocol, executor and whether its single copies go
+ * through loomMemAlloc mappings. Algorithm, chunk and channels come from an
+ * alpha-beta cost model (tuner.c) within what LOOM_ALGO allows, evaluated
+ * once per communicator for every collective and power-of-two size class
+ * when it is built (tunerInit); the executor, the protocol and when the
+ * ranks ask about mappings come from what the communicator has and the
+ * settings (LOOM_EXECUTOR, LOOM_PROTO, LOOM_ALGO, LOOM_CMA_MIN_BYTES) read
+ * then too. So a call, the first of its size too, only looks its decision
+ * up, and nothing below the tuner reads a setting to route a call.
+ * loomTuningGet exposes the same model to tools.
  */
 #ifndef LOOM_TUNER_H_
 #define LOOM_TUNER_H_
@@ -17,13 +23,26 @@
 #include "core.h"
 #include "schedule.h"
 
-/* A decision for one call. */
+/*
+ * What runs a call (struct loomTuning's executor): the host executor
+ * (src/exec/exec.c), the plan interpreter on the CPU (src/exec/kexec.c,
+ * LOOM_EXECUTOR=kernel on host buffers), the host-driven CUDA executor
+ * (src/exec/cudaexec.c, device buffers) and the interpreter launched on the
+ * GPU (src/exec/devexec.c, LOOM_EXECUTOR=kernel on device buffers).
+ */
+enum { LOOM_EXECUTOR_HOST, LOOM_EXECUTOR_KERNEL, LOOM_EXECUTOR_CUDA, LOOM_EXECUTOR_LAUNCH };
+
+/* A decision for one call: everything that says how it runs. */
 struct loomTuning {
     loomAlgo_t algo;
-    size_t chunkBytes;  /* largest piece one step moves: <= the connector slot */
+    size_t chunkBytes;  /* largest piece one step moves: <= the slot (LL: LOOM_LL_BYTES) */
     int nChannels;      /* lanes the call is cut into, 1 .. comm->nChannels */
     int trees;          /* tree: 2 splits each lane over both trees, 1 uses the first only */
-    double predictedUs; /* the model's time for the call */
+    double predictedUs; /* the model's time for the call (-1: not the model's choice) */
+    int proto;          /* LOOM_PROTO_* (src/device/interp.h): LL only where the interpreter runs */
+    int executor;       /* LOOM_EXECUTOR_* */
+    int mapped; /* 1: single copies through loomMemAlloc mappings (tunerChooseMapped), asked anew
+                 * at every call, so not a plan to repeat without asking */
 };
 
 /* What the model needs to know about a communicator. */
@@ -52,6 +71,10 @@ struct loomTuneShape {
  */
 struct loomTunerState {
     struct loomTuneShape shape;
+    int executor[2];   /* LOOM_EXECUTOR_* of host ([0]) and device ([1]) buffers */
+    size_t llMaxBytes; /* LL up to this size where the interpreter runs (SIZE_MAX: always) */
+    int ll;            /* 0: never LL (the interpreter does not run, or LOOM_PROTO=Simple) */
+    size_t askMinBytes[LOOM_COLL_NUM]; /* tunerAsksMapped: from this size; SIZE_MAX: never */
     struct loomTuning table[2][LOOM_COLL_NUM][LOOM_TUNE_CLASSES];
     /* 1: LOOM_ALGO allows none of the algorithms coll has at that size */
     unsigned char fellBack[2][LOOM_COLL_NUM][LOOM_TUNE_CLASSES];
@@ -60,23 +83,40 @@ struct loomTunerState {
 
 /*
  * Builds comm->tuner from the communicator's shape (ranks, hosts, CPUs,
- * slot size, single copies), which must be final. loomSystemError when out
- * of memory; comm->tuner is then NULL.
+ * slot size, single copies, the kernel executor), which must be final.
+ * loomSystemError when out of memory; comm->tuner is then NULL.
  */
 loomResult_t tunerInit(struct loomComm *comm);
 /* Frees comm->tuner (NULL is fine). */
 void tunerFree(struct loomComm *comm);
 
 /*
+ * 1 if LOOM_EXECUTOR asks for the kernel executor (read once per process):
+ * init then sets it up (src/exec/kexec.c), where every link is shared memory.
+ */
+int tunerKernelWanted(void);
+
+/*
+ * The executor (LOOM_EXECUTOR_*) of comm's calls on host (device 0) or
+ * device buffers. A group takes it where all its communicators agree, else
+ * the host-driven one of its buffers (plan.c).
+ */
+int tunerExecutor(const struct loomComm *comm, int device);
+
+/*
  * Chooses for one call of `coll` moving `bytes` (count x element size, times
- * nranks for AllGather, ReduceScatter and AlltoAll) on comm: the decision of
+ * nranks for AllGather, ReduceScatter and AlltoAll) on comm, run by
+ * `executor` (LOOM_EXECUTOR_*, the call's or its group's): the decision of
  * its size class, a table lookup. Logs the decision (TUNING) the first time
  * each (collective, size class) is met on comm. Never fails: without a
- * usable choice it falls back to the collective's only algorithm. device:
- * the plan runs on device buffers (src/cuda), where Reduce keeps to the
- * ring (its tree needs host scratch).
+ * usable choice it falls back to the collective's only algorithm. On device
+ * buffers (the CUDA executors) Reduce keeps to the ring (its tree needs host
+ * scratch). The protocol is comm's, whatever the group: LL where comm's
+ * calls run the interpreter and the size is small or LOOM_PROTO=LL (not for
+ * AlltoAllv, whose size differs between ranks, unless forced), but never on
+ * the host-driven CUDA executor, which has no lines.
  */
-void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int device,
+void tunerChoose(struct loomComm *comm, loomColl_t coll, size_t bytes, int executor,
                  struct loomTuning *out);
 
 /*
@@ -92,9 +132,21 @@ int tunerModel(const struct loomTuneShape *shape, loomColl_t coll, size_t bytes,
 uint32_t tunerDefaultAllowed(loomColl_t coll);
 
 /*
+ * Whether the ranks ask each other, before an ungrouped host call of coll
+ * moving bytes, whether every buffer its single copies would read is
+ * loomMemAlloc memory (cmaAllMapped, src/exec/cma.c): for AllReduce,
+ * ReduceScatter, AllGather, Broadcast and Reduce of at least 512 KiB and
+ * LOOM_CMA_MIN_BYTES, where each rank has a core, unless LOOM_ALGO rules cma
+ * out (or names it: then the tuner takes it anyway). Every rank of a call
+ * decides alike. A lookup in what tunerInit worked out.
+ */
+int tunerAsksMapped(const struct loomComm *comm, loomColl_t coll, size_t bytes);
+
+/*
  * tunerChoose's answer for a host call of coll moving bytes whose every
- * buffer is loomMemAlloc memory (src/exec/cma.c asked): single copies, through
- * the mappings. Logged (TUNING) as tunerChoose logs.
+ * buffer is loomMemAlloc memory (the ranks asked, tunerAsksMapped): single
+ * copies, through the mappings (mapped = 1). Logged (TUNING) as tunerChoose
+ * logs.
  */
 void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes,
                        struct loomTuning *out);

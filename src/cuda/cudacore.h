@@ -106,7 +106,7 @@ loomResult_t cudaStreamUnitBegin(struct cudaStreamSync *cs, void *event);
 void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
 /*
  * *capturing: 1 when the application is capturing the CUDA stream into a
- * graph, else 0. Only calls that run as one launch (devexecLaunchable) may
+ * graph, else 0. Only calls that run as one launch (planLaunched, plan.h) may
  * be captured; others are refused by cudaStreamCaptureRefuse.
  */
 loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing);
@@ -140,17 +140,6 @@ void *cudaStreamHandle(const struct cudaStreamSync *cs);
 
 /* ---- the launched interpreter (devexec.c) ---- */
 
-/*
- * 1 if the plan of ops (device buffers) runs as one launch of the
- * interpreter: every communicator has the kernel executor (LOOM_EXECUTOR=
- * kernel, shared-memory links only; kexec.c).
- */
-int devexecWanted(const struct loomOp *ops, int nops);
-/*
- * 1 if ops, enqueued on a Loom CUDA stream, launch on it at once: device
- * buffers (checked without recording an error) and devexecWanted.
- */
-int devexecLaunchable(const struct loomOp *ops, int nops);
 /*
  * Runs the lanes of a device plan (after cudaPlanBegin) of ops as one launch
  * of loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the

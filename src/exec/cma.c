@@ -14,8 +14,9 @@
  * (LOOM_ALGO_CMA) are weighed by the tuner for AlltoAll, AllGather and
  * AllReduce and taken for the others where LOOM_ALGO names cma; and, unasked, for
  * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of ungrouped
- * host calls where every rank passes loomMemAlloc buffers (cmaAsks,
- * cmaAllMapped: the ranks exchange their buffers' descriptors first).
+ * host calls where every rank passes loomMemAlloc buffers (where the tuner
+ * says to ask, tunerAsksMapped, cmaAllMapped: the ranks exchange their
+ * buffers' descriptors first).
  *
  * Whether the kernel allows it is found at connect (cmaSetup): each rank
  * reads and writes back a random word of every peer. Yama's ptrace_scope >= 1,
@@ -40,7 +41,6 @@
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
-#include "tuner.h"
 
 /* What a rank tells the others before a call that may run through mappings (cmaAllMapped). */
 struct cmaDesc {
@@ -196,40 +196,6 @@ char *cmaStage(const struct loomComm *comm)
 }
 
 /* ---- one call ---- */
-
-/*
- * Finding out whether every rank passes loomMemAlloc buffers costs an
- * exchange of descriptors, a barrier, in every call that may qualify, and
- * most calls do not. With a core for each rank that is cheap; where ranks
- * share cores it costs far more, since it stops the ranks' calls from
- * overlapping. So the ranks ask only where each has a core of its own (the
- * most crowded host, agreed at init); elsewhere LOOM_ALGO naming cma turns
- * single copies on, and with loomMemAlloc buffers they then go through the
- * mappings too. And only from CMA_ASK_MIN_BYTES: below it the exchange cost
- * more than the mappings saved for ordinary buffers. The measurements are in
- * docs/performance.md ("Comparing with Open MPI", loomMemAlloc buffers).
- */
-#define CMA_ASK_MIN_BYTES (512 * 1024)
-
-int cmaAsks(const struct loomOp *op)
-{
-    const struct loomComm *comm = op->comm;
-    if (!comm->cmaOk || op->count == 0 || opBytes(op) < comm->cma->minBytes ||
-        opBytes(op) < CMA_ASK_MIN_BYTES || comm->tuneLocalRanks > comm->tuneCpus ||
-        !tunerZeroCopy(op->coll))
-        return 0;
-    switch (op->coll) {
-    case LOOM_COLL_ALLREDUCE:
-    case LOOM_COLL_REDUCESCATTER:
-    case LOOM_COLL_BROADCAST:
-    case LOOM_COLL_REDUCE:
-        return !tunerAllows(op->coll, LOOM_ALGO_CMA); /* named: the tuner takes them anyway */
-    case LOOM_COLL_ALLGATHER:
-        return 1;
-    default: /* AlltoAll: weighed by the tuner on any buffers */
-        return 0;
-    }
-}
 
 /* Whether the call's single copies read rank p's send buffer, and its receive buffer. */
 static void cmaUses(const struct loomOp *op, int p, int *send, int *recv)

@@ -20,17 +20,8 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * Whether the ranks ask each other, before op, whether every buffer its
- * single copies would read is loomMemAlloc memory (cmaAllMapped): for
- * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of at least
- * 512 KiB and LOOM_CMA_MIN_BYTES, where each rank has a core, unless
- * LOOM_ALGO rules cma out (or names it: then the tuner takes it anyway).
- * The caller checks for host buffers and no group. Every rank of a call
- * decides alike.
- */
-int cmaAsks(const struct loomOp *op);
-/*
- * Collective (every rank of op->comm calls it where cmaAsks said yes): the
+ * Collective (every rank of op->comm calls it where the tuner says to ask,
+ * tunerAsksMapped, src/tuner.h): the
  * ranks exchange their buffers' descriptors; *mapped = 1 where every buffer
  * op's single copies read on another rank is loomMemAlloc memory (the same
  * answer on every rank): the caller then runs op's single-copy schedule.

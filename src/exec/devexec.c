@@ -179,21 +179,6 @@ static loomResult_t mappedAlloc(const struct cudaLib *lib, size_t bytes, const c
     return loomSuccess;
 }
 
-/* ---- which plans launch ---- */
-
-int devexecWanted(const struct loomOp *ops, int nops)
-{
-    for (int i = 0; i < nops; i++)
-        if (!kexecUsable(ops[i].comm))
-            return 0;
-    return nops > 0;
-}
-
-int devexecLaunchable(const struct loomOp *ops, int nops)
-{
-    return devexecWanted(ops, nops) && cudaPlanIsDevice(ops, nops);
-}
-
 /* ---- a communicator's launch state ---- */
 
 /*

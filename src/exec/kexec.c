@@ -50,16 +50,6 @@
 #include "param.h"
 
 /*
- * LL up to this many bytes per call (the tuner's size) on host buffers,
- * unless LOOM_PROTO says otherwise. It is the CPU's constant, measured on
- * the CPU (docs/performance.md, "LL against Simple on host buffers"): a
- * line buys a CPU nothing past the smallest calls, since an x86 store is
- * already ordered after the data before it. A device build's threshold
- * belongs with the device tuner's constants, not here.
- */
-#define KEXEC_HOST_LL_MAX_BYTES 16
-
-/*
  * An idle worker polls, yielding, this long for its next job before it
  * sleeps; it never spins with pauses, which would hold a core that the
  * caller or a peer needs (a block's threads outnumber the cores easily).
@@ -175,8 +165,6 @@ static void connsRefresh(struct loomComm *comm, int ch)
 
 loomResult_t kexecSetup(struct loomComm *comm, int allShm)
 {
-    if (strcmp(paramStr(LOOM_PARAM_EXECUTOR), "kernel") != 0)
-        return loomSuccess;
     if (!allShm) {
         INFO(LOOM_INIT, "kernel executor: a link leaves shared memory; host buffers keep the "
                         "host executor");
@@ -206,7 +194,7 @@ loomResult_t kexecSetup(struct loomComm *comm, int allShm)
     memset(k->workers, 0, nw * sizeof(*k->workers));
     comm->kexec = k;
     INFO(LOOM_INIT, "kernel executor: host buffers run the plan interpreter, %d thread(s) a block",
-         (int)paramInt(LOOM_PARAM_KERNEL_THREADS));
+         k->threads);
     return loomSuccess;
 }
 
@@ -248,18 +236,6 @@ void kexecFree(struct loomComm *comm)
 int kexecUsable(const struct loomComm *comm)
 {
     return comm->kexec != NULL;
-}
-
-int kexecProto(const struct loomComm *comm, size_t bytes)
-{
-    if (!kexecUsable(comm))
-        return LOOM_PROTO_SIMPLE;
-    const char *forced = paramStr(LOOM_PARAM_PROTO);
-    if (strcmp(forced, "LL") == 0)
-        return LOOM_PROTO_LL;
-    if (strcmp(forced, "Simple") == 0)
-        return LOOM_PROTO_SIMPLE;
-    return bytes <= KEXEC_HOST_LL_MAX_BYTES ? LOOM_PROTO_LL : LOOM_PROTO_SIMPLE;
 }
 
 /* ---- waiting and watching (the host side of port.h) ---- */
@@ -597,7 +573,7 @@ loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
     loomResult_t err = execPrepare(lanes, nlanes);
     if (err != loomSuccess)
         return err;
-    run.threads = (int)paramInt(LOOM_PARAM_KERNEL_THREADS);
+    run.threads = lanes[0].comm->kexec->threads; /* LOOM_KERNEL_THREADS: every comm's */
     LOOMCHECK(blocksBuild(lanes, nlanes, &run));
     for (int b = 0; b < run.nblocks; b++)
         connsRefresh(tlBlocks[b].comm, tlBlocks[b].channel);

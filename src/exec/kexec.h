@@ -10,23 +10,18 @@
 #include "exec.h"
 
 /*
- * At init, after the transports: when LOOM_EXECUTOR=kernel and every link
- * of comm is shared memory (allShm), builds the interpreter's view of the
- * connectors (comm->kexec); otherwise leaves comm->kexec NULL, and host
- * buffers keep the host executor. loomSystemError when out of memory.
+ * At init, after the transports, where LOOM_EXECUTOR=kernel (the tuner read
+ * it: tunerKernelWanted): when every link of comm is shared memory (allShm),
+ * builds the interpreter's view of the connectors (comm->kexec); otherwise
+ * leaves comm->kexec NULL, and host buffers keep the host executor. The
+ * tuner then names the executor in its decisions (tunerExecutor).
+ * loomSystemError when out of memory.
  */
 loomResult_t kexecSetup(struct loomComm *comm, int allShm);
 /* Frees comm->kexec (NULL is fine). */
 void kexecFree(struct loomComm *comm);
-/* 1 if the kernel executor runs comm's host-buffer calls. */
+/* 1 if comm has the kernel executor (kexecSetup made it). */
 int kexecUsable(const struct loomComm *comm);
-/*
- * The protocol (LOOM_PROTO_*, interp.h) of a host-buffer call of comm that
- * moves `bytes` (the tuner's size): Simple unless the kernel executor runs
- * it; then LOOM_PROTO if set, else LL up to KEXEC_HOST_LL_MAX_BYTES. The same on
- * every rank for the same call and settings.
- */
-int kexecProto(const struct loomComm *comm, size_t bytes);
 /*
  * Runs host-buffer lanes whose communicators kexecUsable accepts, to
  * completion: one block of LOOM_KERNEL_THREADS threads per (communicator,

@@ -7,7 +7,8 @@
  * allowed algorithms as the model itself prices them, a restriction is
  * obeyed, predicted times grow with the size and with hops that cross the
  * network, chunks fit the slot, and loomTuningGet reports what the plan
- * would use. Which algorithm wins at which size depends on the calibration
+ * would use; the decision record on the executor, the protocol and when
+ * the ranks ask about mappings. Which algorithm wins at which size depends on the calibration
  * and is checked against measurements by bench/tuning-check, not here; no
  * timing is measured here either.
  */
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interp.h"
 #include "loom.h"
 #include "tuner.h"
 
@@ -419,6 +421,90 @@ START_TEST(test_tuning_get)
 }
 END_TEST
 
+/*
+ * A communicator as tunerInit reads it: ranks each with a core, single
+ * copies possible, `kernel` whether it has the kernel executor. The
+ * kernel executor's state is a stand-in (a test double: tunerInit only asks
+ * whether there is one).
+ */
+static struct loomComm *recordComm(int kernel, int localRanks, size_t cmaMin)
+{
+    static char kexecStandIn;
+    struct loomComm *comm = calloc(1, sizeof(*comm));
+    ck_assert_ptr_nonnull(comm);
+    comm->nranks = 4;
+    comm->nChannels = 1;
+    comm->slotBytes = 64 << 10;
+    comm->tuneLocalRanks = localRanks;
+    comm->tuneCpus = 4;
+    comm->cmaOk = !kernel;
+    comm->cmaMinBytes = cmaMin;
+    comm->kexec = kernel ? (struct kexecComm *)(void *)&kexecStandIn : NULL;
+    ck_assert_int_eq(tunerInit(comm), loomSuccess);
+    return comm;
+}
+
+static void recordFree(struct loomComm *comm)
+{
+    tunerFree(comm);
+    free(comm);
+}
+
+/* The decision record with LOOM_PROTO, LOOM_ALGO and LOOM_CMA_MIN_BYTES unset. */
+START_TEST(test_decision_record)
+{
+    struct loomTuning t;
+    struct loomComm *host = recordComm(0, 4, 0), *kernel = recordComm(1, 4, 0);
+    ck_assert_int_eq(tunerExecutor(host, 0), LOOM_EXECUTOR_HOST);
+    ck_assert_int_eq(tunerExecutor(host, 1), LOOM_EXECUTOR_CUDA);
+    ck_assert_int_eq(tunerExecutor(kernel, 0), LOOM_EXECUTOR_KERNEL);
+    ck_assert_int_eq(tunerExecutor(kernel, 1), LOOM_EXECUTOR_LAUNCH);
+    /* The protocol: LL for the smallest calls where the interpreter runs, a step a line. */
+    tunerChoose(host, LOOM_COLL_ALLREDUCE, 8, LOOM_EXECUTOR_HOST, &t);
+    ck_assert_int_eq(t.proto, LOOM_PROTO_SIMPLE);
+    ck_assert_int_eq(t.executor, LOOM_EXECUTOR_HOST);
+    ck_assert_int_eq(t.mapped, 0);
+    int runs[] = {LOOM_EXECUTOR_KERNEL, LOOM_EXECUTOR_LAUNCH};
+    for (int i = 0; i < 2; i++) {
+        tunerChoose(kernel, LOOM_COLL_ALLREDUCE, 16, runs[i], &t);
+        ck_assert_int_eq(t.proto, LOOM_PROTO_LL);
+        ck_assert_uint_le(t.chunkBytes, LOOM_LL_BYTES);
+        ck_assert_int_eq(t.executor, runs[i]);
+        tunerChoose(kernel, LOOM_COLL_ALLREDUCE, 17, runs[i], &t);
+        ck_assert_int_eq(t.proto, LOOM_PROTO_SIMPLE);
+        tunerChoose(kernel, LOOM_COLL_ALLTOALLV, 8, runs[i], &t); /* sizes differ by rank */
+        ck_assert_int_eq(t.proto, LOOM_PROTO_SIMPLE);
+    }
+    /* A group that falls back to the host-driven executors: the CUDA one has no lines; the
+     * host executor keeps the communicator's protocol, which the plan refuses (plan.c). */
+    tunerChoose(kernel, LOOM_COLL_ALLREDUCE, 8, LOOM_EXECUTOR_CUDA, &t);
+    ck_assert_int_eq(t.proto, LOOM_PROTO_SIMPLE);
+    tunerChoose(kernel, LOOM_COLL_ALLREDUCE, 8, LOOM_EXECUTOR_HOST, &t);
+    ck_assert_int_eq(t.proto, LOOM_PROTO_LL);
+    /* Mappings: asked from 512 KiB, for the collectives that have them unasked. */
+    ck_assert(!tunerAsksMapped(host, LOOM_COLL_ALLGATHER, (512 << 10) - 1));
+    ck_assert(tunerAsksMapped(host, LOOM_COLL_ALLGATHER, 512 << 10));
+    ck_assert(tunerAsksMapped(host, LOOM_COLL_ALLREDUCE, 1 << 20));
+    ck_assert(!tunerAsksMapped(host, LOOM_COLL_ALLTOALL, 1 << 20));    /* weighed, never asked */
+    ck_assert(!tunerAsksMapped(kernel, LOOM_COLL_ALLGATHER, 1 << 20)); /* no single copies */
+    tunerChooseMapped(host, LOOM_COLL_ALLREDUCE, 1 << 20, &t);
+    ck_assert_int_eq(t.algo, LOOM_ALGO_CMA);
+    ck_assert_int_eq(t.mapped, 1);
+    ck_assert_int_eq(t.executor, LOOM_EXECUTOR_HOST);
+    ck_assert_int_eq(t.proto, LOOM_PROTO_SIMPLE);
+    recordFree(host);
+    recordFree(kernel);
+    /* Ranks that share cores never ask; LOOM_CMA_MIN_BYTES above 512 KiB moves the bound. */
+    host = recordComm(0, 8, 0);
+    ck_assert(!tunerAsksMapped(host, LOOM_COLL_ALLGATHER, 64 << 20));
+    recordFree(host);
+    host = recordComm(0, 4, 2 << 20);
+    ck_assert(!tunerAsksMapped(host, LOOM_COLL_ALLGATHER, 1 << 20));
+    ck_assert(tunerAsksMapped(host, LOOM_COLL_ALLGATHER, 2 << 20));
+    recordFree(host);
+}
+END_TEST
+
 static TCase *tcase(const char *name, const TTest *test)
 {
     TCase *tc = tcase_create(name);
@@ -437,6 +523,7 @@ static Suite *tunerSuite(void)
     suite_add_tcase(s, tcase("across hosts", test_model_across_hosts));
     suite_add_tcase(s, tcase("restrictions", test_model_obeys_restrictions));
     suite_add_tcase(s, tcase("loomTuningGet", test_tuning_get));
+    suite_add_tcase(s, tcase("decision record", test_decision_record));
     return s;
 }
 
