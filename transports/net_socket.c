@@ -12,9 +12,17 @@
  *   socket 1:                  [part 1 of k+1]
  *   socket 2:                  [part 2 of k+1]
  *
- * Socket 0 is always moved by the proxy thread itself, so a small message
- * costs one sendmsg() and two recv() calls and no hand-off, with
- * TCP_NODELAY. Sockets 1.. are moved by helper threads (LOOM_SOCKET_NTHREADS,
+ * Socket 0 is always moved by the proxy thread itself (or by an executor
+ * waiting on it), so a small message costs one sendmsg() and two recv()
+ * calls and no hand-off, with TCP_NODELAY.
+ *
+ * Duplex: on one rail without TLS, socket 0 of a pair's two connections on
+ * a channel (this rank -> peer and peer -> this rank) is one TCP
+ * connection, which the lower rank connects (twinsPair). Each direction of
+ * it is the stream above; a message one way then carries the ACK of what
+ * came the other way, where on a socket a direction every small message
+ * cost a pure ACK of its own (~6 us on veth, as much as a message:
+ * docs/performance.md). Sockets 1.. are moved by helper threads (LOOM_SOCKET_NTHREADS,
  * or one per core the rank has beyond two; each owns some of them), or by
  * the proxy when there are none. Every socket has a queue of transfers,
  * filled only by the proxy and emptied in order by
@@ -25,9 +33,20 @@
  * k % LOOM_STEPS is free, and until then TCP's own flow control holds the
  * sender back. The only thing that ever travels from receiver to sender is
  * a failure notice (net.h), on socket 0, at most one per connection: the
- * receiver stopped on an error and tells the sender why. That direction
- * carries nothing else, so the notice never waits behind data; the sender's
- * proxy reads it when it goes idle (sockPollNotice).
+ * receiver stopped on an error and tells the sender why. Without duplex
+ * that direction carries nothing else, so the notice never waits behind
+ * data; the sender's proxy reads it when it goes idle (sockPollNotice).
+ * With duplex it goes between two messages of the other direction (a
+ * notice starts with "LMNF", which no message header does) and is read
+ * where a header was due (noticeRead), or, when no receive is posted,
+ * looked for there by sockPollNotice (noticePeek); it then waits behind
+ * the messages sent before it, which the peer reads as its slots free.
+ *
+ * Teardown: a connection ends when its peer closes (the receiver reads the
+ * end between two messages, endedBetweenMessages) or fails; a duplex
+ * socket 0 belongs to one of its two links (the other is `shared`: not
+ * watched, not closed) and is closed once, with the rest, at teardown,
+ * after the proxy drained what this rank sends.
  *
  * Rails: when LOOM_SOCKET_IFNAME lists several interfaces that are up,
  * each is a rail (socketFindRails: sorted by name, so rail r is the same
@@ -148,6 +167,7 @@ static void ackLater(int fd)
 
 static int sockPost(struct sockLink *l, const struct sockOp *op);
 static void noticeFlush(struct sockConn *sc);
+static int noticeMidway(const struct sockConn *sc);
 static void helperWake(struct sockState *st, struct sockLink *l);
 
 /* The header of message `slot` is in: check it and post the other parts. Proxy thread only. */
@@ -174,14 +194,59 @@ static int sockOnHeader(struct sockState *st, struct sockConn *sc, struct sockOp
     return 0;
 }
 
-static int opRecv(struct sockState *st, struct sockLink *l, struct sockOp *op, int *err)
+/*
+ * Duplex: reads the rest of a notice that came on socket 0 of recv connection sc where a
+ * message header was due, into the twin send connection, as sockPollNotice does without
+ * duplex. Returns as recvSome does; 1 once the notice is in.
+ */
+static int noticeRead(struct sockState *st, struct sockConn *sc, int *err)
 {
-    size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
-    if (op->done < hdrLen) {
-        int r = recvSome(l->fd, (char *)op->hdr + op->done, hdrLen - op->done, &op->done, err);
+    struct sockConn *tw = sc->twin;
+    for (;;) {
+        long missing = netNoticeDecode(tw->notice, tw->noticeDone, &tw->nc->notice);
+        if (missing < 0) {
+            *err = SOCK_ERR_FRAME;
+            return -1;
+        }
+        if (missing == 0)
+            break;
+        int r = recvSome(sc->links[0].fd, (char *)tw->notice + tw->noticeDone, (size_t)missing,
+                         &tw->noticeDone, err);
         if (r <= 0)
             return r;
-        if (sockOnHeader(st, l->conn, op) != 0) {
+    }
+    sc->noticeReading = 0;
+    if (!tw->noticeOver) { /* one per connection */
+        tw->noticeOver = 1;
+        tw->nc->noticeIn = 1;
+        if (st->proxyBell)
+            bellRing(st->proxyBell); /* its pass before sleeping posts it (net.c) */
+    }
+    return 1;
+}
+
+static int opRecv(struct sockState *st, struct sockLink *l, struct sockOp *op, int *err)
+{
+    struct sockConn *sc = l->conn;
+    size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
+    while (op->done < hdrLen) {
+        int r = sc->noticeReading ? noticeRead(st, sc, err)
+                                  : recvSome(l->fd, (char *)op->hdr + op->done, hdrLen - op->done,
+                                             &op->done, err);
+        if (r <= 0)
+            return r;
+        if (op->done < hdrLen)
+            continue; /* a notice was read: the header is still due */
+        /* Duplex: a notice, not a message (no header's size reads "LMNF": > LOOM_BUFFSIZE's
+         * largest). */
+        if (sc->twin != NULL && memcmp(op->hdr, "LMNF", 4) == 0) {
+            memcpy(sc->twin->notice, op->hdr, NET_HEADER_BYTES);
+            sc->twin->noticeDone = NET_HEADER_BYTES;
+            sc->noticeReading = 1;
+            op->done = 0;
+            continue;
+        }
+        if (sockOnHeader(st, sc, op) != 0) {
             *err = SOCK_ERR_FRAME;
             return -1;
         }
@@ -490,9 +555,11 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
         postRecvs(sc);
     if (sc->noticeDone < sc->noticeLen)
         noticeFlush(sc);
+    if (sc->twin != NULL && sc->twin->noticeDone < sc->twin->noticeLen)
+        noticeFlush(sc->twin); /* the notice goes out between two messages of this one */
     for (int i = 0; i < sc->nsocks; i++) {
         struct sockLink *l = &sc->links[i];
-        if (l->helper < 0)
+        if (l->helper < 0 && !(i == 0 && noticeMidway(sc)))
             linkAdvance(st, l);
         if (!atomic_load_explicit(&l->err, memory_order_acquire))
             partsDue |= linkPending(l);
@@ -518,7 +585,8 @@ static int sockWaitFd(void *state, struct netConn *c, short *events)
 {
     struct sockConn *sc = c->priv;
     (void)state;
-    if (sc == NULL || sc->rails != NULL || tlsWanted() || sc->noticeDone < sc->noticeLen)
+    if (sc == NULL || sc->rails != NULL || tlsWanted() || sc->noticeDone < sc->noticeLen ||
+        (sc->twin != NULL && sc->twin->noticeDone < sc->twin->noticeLen))
         return -1;
     for (int i = 1; i < sc->nsocks; i++)
         if (linkPending(&sc->links[i]))
@@ -530,10 +598,28 @@ static int sockWaitFd(void *state, struct netConn *c, short *events)
     return l->fd;
 }
 
-/* ---- failure notices, against the data on socket 0 ---- */
+/* ---- failure notices, on socket 0 ---- */
+
+/* Duplex: 1 when the twin send connection sc is not halfway through a message on socket 0. */
+static int atMessageBoundary(const struct sockConn *sc)
+{
+    const struct sockLink *l = &sc->links[0];
+    uint32_t head = atomic_load_explicit(&l->qHead, memory_order_acquire);
+    return head == atomic_load_explicit(&l->qTail, memory_order_acquire) ||
+           l->q[head % SOCK_QUEUE].done == 0;
+}
+
+/* Duplex: 1 when the notice of send connection sc's twin is partly out: no message may start. */
+static int noticeMidway(const struct sockConn *sc)
+{
+    return sc->twin != NULL && sc->nc->isSend && sc->twin->noticeDone > 0 &&
+           sc->twin->noticeDone < sc->twin->noticeLen;
+}
 
 static void noticeFlush(struct sockConn *sc)
 {
+    if (sc->twin != NULL && sc->noticeDone == 0 && !atMessageBoundary(sc->twin))
+        return; /* the twin's progress sends it once the message it is sending is out */
     while (sc->noticeDone < sc->noticeLen) {
         ssize_t s =
             tlsSend(sc->links[0].fd, sc->notice + sc->noticeDone, sc->noticeLen - sc->noticeDone);
@@ -563,6 +649,33 @@ static void sockNotify(void *state, struct netConn *c, const uint8_t *msg, size_
     noticeFlush(sc);
 }
 
+/*
+ * Duplex: a notice on socket 0 of send connection sc comes in the data of its twin, whose
+ * receives read it (noticeRead). When the twin has no receive posted (every slot full), a
+ * whole notice waiting where the next header is due is taken here instead; one partly in
+ * waits for the next look.
+ */
+static void noticePeek(struct sockConn *sc)
+{
+    struct sockConn *tw = sc->twin;
+    struct sockLink *l = &tw->links[0];
+    uint8_t buf[NET_NOTICE_MAX_BYTES];
+    if (tw->noticeReading || linkPending(l) || atomic_load_explicit(&l->err, memory_order_acquire))
+        return;
+    ssize_t n = recv(l->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+    if (n < NET_NOTICE_HEADER_BYTES)
+        return;
+    long more = netNoticeDecode(buf, NET_NOTICE_HEADER_BYTES, &sc->nc->notice);
+    if (more < 0 || (size_t)n < NET_NOTICE_HEADER_BYTES + (size_t)more)
+        return; /* data (read by the twin's next receive), or not all in yet */
+    size_t len = NET_NOTICE_HEADER_BYTES + (size_t)more;
+    if (recv(l->fd, buf, len, MSG_DONTWAIT) == (ssize_t)len &&
+        netNoticeDecode(buf, len, &sc->nc->notice) == 0) {
+        sc->nc->noticeIn = 1;
+        sc->noticeOver = 1;
+    }
+}
+
 static void sockPollNotice(void *state, struct netConn *c)
 {
     struct sockConn *sc = c->priv;
@@ -572,6 +685,10 @@ static void sockPollNotice(void *state, struct netConn *c)
     }
     if (sc == NULL || sc->links[0].fd < 0 || sc->noticeOver || c->noticeIn)
         return;
+    if (sc->twin != NULL) {
+        noticePeek(sc);
+        return;
+    }
     for (;;) {
         long missing = netNoticeDecode(sc->notice, sc->noticeDone, &c->notice);
         if (missing == 0) {
@@ -629,7 +746,7 @@ static void sockAttach(void *state, struct loomProxy *proxy)
         struct sockConn *sc = st->conns[i];
         for (int s = 0; s < sc->nsocks; s++) {
             struct sockLink *l = &sc->links[s];
-            if (l->helper >= 0 || l->watched || l->fd < 0)
+            if (l->helper >= 0 || l->watched || l->fd < 0 || l->shared)
                 continue;
             l->watched = 1;
             if (proxyWatch(proxy, l->fd) != loomSuccess)
@@ -663,6 +780,8 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
              comm->rank, sc->nc->peer, comm->peers[sc->nc->peer].hostname, sc->nc->channel);
     for (int s = 0; s < sc->nsocks; s++) {
         int rail = s % sc->nrails;
+        if (s == 0 && sc->twin != NULL && comm->rank > sc->nc->peer)
+            continue; /* duplex: the peer connects socket 0 (twinsPair) */
         if (socketAddrFromBootstrap(&peer->addr[rail], &addr) != loomSuccess)
             return loomSetError(loomInternalError, "%s: its published address is malformed", who);
         /* The peer listens from its init on: a refusal means it has left. From this rank's
@@ -673,6 +792,10 @@ static loomResult_t connectOne(struct sockState *st, struct sockConn *sc,
         helloEncode(peer->nonce, comm->rank, sc->nc->channel, s, sc->nsocks, hello);
         LOOMCHECK(
             socketSendAll(sc->links[s].fd, hello, sizeof(hello), deadline, &comm->abortFlag, who));
+        if (s == 0 && sc->twin != NULL) {
+            sc->twin->links[0].fd = sc->links[0].fd;
+            sc->twin->links[0].shared = 1;
+        }
     }
     return loomSuccess;
 }
@@ -901,6 +1024,39 @@ static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
     return loomSuccess;
 }
 
+/*
+ * Duplex: each send connection of a pair and the recv connection of the same channel share
+ * socket 0 when one rail carries them and TLS is off (a TLS session a direction would need
+ * both ends to agree who speaks first; rails resend by parts of their own). The lower rank
+ * connects it (its send connection's socket 0), the higher one accepts it for its recv
+ * connection and its send connection takes it over in connectFinish (twinsJoin).
+ */
+static void twinsPair(struct netConn **conns, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct sockConn *s = conns[i]->priv;
+        for (int j = 0; conns[i]->isSend && !tlsWanted() && s->nrails == 1 && j < n; j++) {
+            struct sockConn *r = conns[j]->priv;
+            if (!conns[j]->isSend && conns[j]->channel == conns[i]->channel && r->nrails == 1) {
+                s->twin = r;
+                r->twin = s;
+            }
+        }
+    }
+}
+
+static void twinsJoin(struct netConn **conns, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct sockConn *sc = conns[i]->priv;
+        if (conns[i]->isSend && sc->twin != NULL && sc->links[0].fd < 0 &&
+            sc->twin->links[0].fd >= 0) {
+            sc->links[0].fd = sc->twin->links[0].fd;
+            sc->links[0].shared = 1;
+        }
+    }
+}
+
 static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n, const void *pub,
                                      void *record)
 {
@@ -938,6 +1094,7 @@ static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n,
             earlyAdopt(st, sc);
         }
     }
+    twinsPair(conns, n);
     for (int i = 0; i < n; i++) {
         if (!conns[i]->isSend)
             continue;
@@ -1009,6 +1166,7 @@ static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n
         LOOMCHECK(acceptWait(st, deadline, who));
         LOOMCHECK(acceptPending(st));
     }
+    twinsJoin(conns, n);
     LOOMCHECK(tlsSettle(st, conns, n, deadline));
     /* Helpers take the connections of the first batch the core connects (init's) once all of
      * it is in; later ones stay with the proxy. */
@@ -1030,7 +1188,8 @@ static void sockTeardown(void *state)
     helpersStop(st);
     for (int i = 0; i < st->nconns; i++) {
         for (int s = 0; s < SOCK_MAX; s++)
-            socketClose(st->conns[i]->links[s].fd);
+            if (!st->conns[i]->links[s].shared)
+                socketClose(st->conns[i]->links[s].fd);
         st->conns[i]->nc->priv = NULL;
         railsFree(st->conns[i]);
         free(st->conns[i]);

@@ -54,6 +54,7 @@ struct sockLink {
     int watched; /* the proxy watches fd */
     int index;   /* 0 .. nsocks-1 */
     int helper;  /* helper thread that moves it, -1: the proxy */
+    int shared;  /* fd belongs to the twin connection's link 0 (duplex): not closed, not watched */
     struct sockConn *conn;
     _Atomic uint32_t qHead; /* transfers finished (consumer) */
     _Atomic uint32_t qTail; /* transfers posted (producer: the proxy) */
@@ -74,12 +75,17 @@ struct sockConn {
     int nsocks;
     int nrails; /* socket s runs over rail s % nrails on both ends */
     int connected;
-    /* A failure notice on socket 0, against the data: out on a recv connection, in on a send one.
+    /*
+     * The other direction of the same peer and channel when socket 0 is one TCP connection for
+     * both (duplex: one rail, no TLS); NULL otherwise.
      */
+    struct sockConn *twin;
+    /* A failure notice on socket 0: out on a recv connection, in on a send one. */
     uint8_t notice[NET_NOTICE_MAX_BYTES];
     size_t noticeLen;  /* out: bytes queued */
     size_t noticeDone; /* out: bytes sent; in: bytes received */
     int noticeOver;    /* in: the socket ended or sent something else; stop reading it */
+    int noticeReading; /* duplex recv connection: a notice's header came where a message's was */
     struct sockLink links[SOCK_MAX];
     struct sockMsg msgs[LOOM_STEPS];
     struct railConn *rails; /* over several rails: net_rails.c moves it; NULL: one rail */
