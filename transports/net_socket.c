@@ -1047,8 +1047,10 @@ static void twinsPair(struct netConn **conns, int n)
     }
 }
 
-static void twinsJoin(struct netConn **conns, int n)
+/* Returns the number of duplex send connections among conns. */
+static int twinsJoin(struct netConn **conns, int n)
 {
+    int duplex = 0;
     for (int i = 0; i < n; i++) {
         struct sockConn *sc = conns[i]->priv;
         if (conns[i]->isSend && sc->twin != NULL && sc->links[0].fd < 0 &&
@@ -1056,7 +1058,9 @@ static void twinsJoin(struct netConn **conns, int n)
             sc->links[0].fd = sc->twin->links[0].fd;
             sc->links[0].shared = 1;
         }
+        duplex += conns[i]->isSend && sc->twin != NULL;
     }
+    return duplex;
 }
 
 static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n, const void *pub,
@@ -1168,7 +1172,11 @@ static loomResult_t sockConnectFinish(void *state, struct netConn **conns, int n
         LOOMCHECK(acceptWait(st, deadline, who));
         LOOMCHECK(acceptPending(st));
     }
-    twinsJoin(conns, n);
+    if (twinsJoin(conns, n) > 0)
+        INFO(LOOM_NET,
+             "NET/socket: rank %d and rank %d (%s): socket 0 of each channel carries both "
+             "directions (duplex)",
+             comm->rank, conns[0]->peer, comm->peers[conns[0]->peer].hostname);
     LOOMCHECK(tlsSettle(st, conns, n, deadline));
     /* Helpers take the connections of the first batch the core connects (init's) once all of
      * it is in; later ones stay with the proxy. */

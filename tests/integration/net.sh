@@ -16,7 +16,8 @@
 #    (LOOM_ALGO=tree, 3 x 2: a tree over hosts, a chain in each), over TCP
 #    only (3 ranks), and with large messages cut over 4 sockets moved by 2
 #    helper threads; the last message of a sender that leaves at once, over
-#    2 and 4 sockets, arrives whole.
+#    2 and 4 sockets, arrives whole, and both ranks say socket 0 carries
+#    both directions (duplex: one rail, no TLS).
 # 3. Errors say what to do: LOOM_SOCKET_IFNAME matching nothing lists the
 #    interfaces; LOOM_NET=ib without a device names the rank; a rank killed
 #    mid-run is reported by its peers as a closed connection, not a hang.
@@ -81,6 +82,9 @@ for split in "2 0" "4 2"; do
         show_log "$log"
     elif ! grep -q "$1 socket(s) a connection (LOOM_SOCKET_NSOCKS), $2 helper thread(s) (LOOM_SOCKET_NTHREADS)" "$log"; then
         record_failure "LOOM_SOCKET_NSOCKS=$1 LOOM_SOCKET_NTHREADS=$2 are not what NET/socket says it took"
+        show_log "$log"
+    elif [ "$(grep -c "socket 0 of each channel carries both directions (duplex)" "$log")" -ne 2 ]; then
+        record_failure "over one rail without TLS, the two ranks do not both say socket 0 is duplex"
         show_log "$log"
     fi
 done
