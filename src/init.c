@@ -35,6 +35,7 @@
 #include "enqueue.h"
 #include "plan.h"
 #include "exec.h"
+#include "executor.h"
 #include "kexec.h"
 #include "lifecycle.h"
 #include "mem.h"
@@ -454,7 +455,10 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     LOOMCHECK(commAllocChannels(comm));
     LOOMCHECK(commConnect(comm));
     LOOMCHECK(p2pSetup(comm));
-    LOOMCHECK(tunerInit(comm)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
+    int served[LOOM_EXECUTOR_NUM];
+    for (int k = 0; k < LOOM_EXECUTOR_NUM; k++)
+        served[k] = executorOf(k)->serves(comm);
+    LOOMCHECK(tunerInit(comm, served)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
     compressSetup(comm);
     LOOMCHECK(plannerInit(comm));
     return bootstrapBarrier(comm->bootstrap);

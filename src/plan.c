@@ -4,7 +4,7 @@
  *   operations -> executor (the tuner's, one for the call or group)
  *              -> tuner (the decision record: algorithm, chunk, lanes, protocol)
  *              -> scratch -> schedules -> lanes
- *              -> execRun (or one launch: src/exec/devexec.c)
+ *              -> the executor's run (src/exec/executor.h)
  *
  * Schedules depend only on (collective, algorithm, count, element size, root
  * or peer, lane range, chunk), never on buffer addresses, so each
@@ -27,6 +27,7 @@
 #include "debug.h"
 #include "enqueue.h"
 #include "exec.h"
+#include "executor.h"
 #include "interp.h"
 #include "kexec.h"
 #include "plan.h"
@@ -439,6 +440,25 @@ static loomResult_t memoLanes(struct loomOp *op, int *nlanes)
     return loomSuccess;
 }
 
+/*
+ * Runs lanes with executor x. A group mixing communicators whose calls chose
+ * LL (the interpreter's) with others falls back to an executor without
+ * lines: refused, since the peers of those communicators may run them alone
+ * with LL.
+ */
+static loomResult_t planRunLanes(const struct loomExecutor *x, struct loomLane *lanes, int nlanes,
+                                 const struct loomExecCall *call)
+{
+    for (int i = 0; !x->lines && i < nlanes; i++)
+        if (lanes[i].proto == LOOM_PROTO_LL)
+            return loomSetError(loomInvalidUsage,
+                                "rank %d: this group mixes communicators the kernel executor "
+                                "runs with others, and some of its calls chose LL, which only the "
+                                "kernel executor speaks; set LOOM_PROTO=Simple",
+                                lanes[0].comm->rank);
+    return executorRun(x, lanes, nlanes, call);
+}
+
 /* A device plan as one launch of the plan interpreter (src/exec/devexec.c). */
 static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *dev)
 {
@@ -449,7 +469,8 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
-        res = devexecRun(dev, tlLanes, nlanes, s, ops, nops);
+        struct loomExecCall call = {.dev = dev, .stream = s, .ops = ops, .nops = nops};
+        res = planRunLanes(&loomExecLaunch, tlLanes, nlanes, &call);
     }
     cudaPlanEnd(dev, res);
     return res;
@@ -485,8 +506,10 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
     int executor = planExecutor(ops, nops, dev != NULL);
     if (executor == LOOM_EXECUTOR_LAUNCH)
         return planLaunch(ops, nops, dev);
+    const struct loomExecutor *x = executorOf(executor);
+    struct loomExecCall call = {.dev = dev, .ops = ops, .nops = nops};
     for (int i = 0; i < nops; i++)
-        devexecReclaim(ops[i].comm); /* a host-driven run after launches on the comm */
+        executorReclaim(x, ops[i].comm); /* e.g. a host-driven run after launches on the comm */
     /* Host buffers that every rank allocated with loomMemAlloc: single copies through the
      * mappings (cma.c), where the tuner says to ask. Before the memo: every rank must ask,
      * whatever its previous call was. */
@@ -497,7 +520,7 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
     }
     if (dev == NULL && nops == 1 && !mapped && memoMatches(&ops[0])) {
         loomResult_t res = memoLanes(&ops[0], &nlanes);
-        return res == loomSuccess ? execRun(tlLanes, nlanes, NULL) : res;
+        return res == loomSuccess ? planRunLanes(x, tlLanes, nlanes, &call) : res;
     }
     loomResult_t res = planLanes(ops, nops, dev, executor, mapped, &nlanes);
     if (dev == NULL && nops == 1)
@@ -506,7 +529,7 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
               loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
               dev ? " (device)" : "");
-        res = execRun(tlLanes, nlanes, dev);
+        res = planRunLanes(x, tlLanes, nlanes, &call);
     }
     cudaPlanEnd(dev, res);
     return res;

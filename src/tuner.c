@@ -911,7 +911,7 @@ static size_t askMin(const struct loomComm *comm, loomColl_t coll)
     return comm->cmaMinBytes > TUNE_ASK_MIN_BYTES ? comm->cmaMinBytes : TUNE_ASK_MIN_BYTES;
 }
 
-loomResult_t tunerInit(struct loomComm *comm)
+loomResult_t tunerInit(struct loomComm *comm, const int served[LOOM_EXECUTOR_NUM])
 {
     pthread_once(&tuneOnce, tuneRead);
     struct loomTunerState *st = calloc(1, sizeof(*st));
@@ -922,11 +922,12 @@ loomResult_t tunerInit(struct loomComm *comm)
     for (int device = 0; device < 2; device++)
         for (int c = 0; c < LOOM_COLL_NUM; c++)
             tableFill(st, (loomColl_t)c, device);
-    /* The kernel executor runs where it was asked for and set up (every link shared memory). */
-    int kernel = comm->kexec != NULL;
+    /* The interpreter where it serves comm (asked for and set up: every link shared memory);
+     * else the host-driven executors, which serve every communicator. */
+    int kernel = served[LOOM_EXECUTOR_KERNEL];
     st->executor[0] = kernel ? LOOM_EXECUTOR_KERNEL : LOOM_EXECUTOR_HOST;
-    st->executor[1] = kernel ? LOOM_EXECUTOR_LAUNCH : LOOM_EXECUTOR_CUDA;
-    st->ll = kernel && tuneProto != LOOM_PROTO_SIMPLE;
+    st->executor[1] = served[LOOM_EXECUTOR_LAUNCH] ? LOOM_EXECUTOR_LAUNCH : LOOM_EXECUTOR_CUDA;
+    st->ll = kernel && tuneProto != LOOM_PROTO_SIMPLE; /* LL: only the interpreter's */
     st->llMaxBytes = tuneProto == LOOM_PROTO_LL ? SIZE_MAX : TUNE_LL_MAX_BYTES;
     for (int c = 0; c < LOOM_COLL_NUM; c++)
         st->askMinBytes[c] = askMin(comm, (loomColl_t)c);

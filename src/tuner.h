@@ -21,16 +21,8 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "executor.h"
 #include "schedule.h"
-
-/*
- * What runs a call (struct loomTuning's executor): the host executor
- * (src/exec/exec.c), the plan interpreter on the CPU (src/exec/kexec.c,
- * LOOM_EXECUTOR=kernel on host buffers), the host-driven CUDA executor
- * (src/exec/cudaexec.c, device buffers) and the interpreter launched on the
- * GPU (src/exec/devexec.c, LOOM_EXECUTOR=kernel on device buffers).
- */
-enum { LOOM_EXECUTOR_HOST, LOOM_EXECUTOR_KERNEL, LOOM_EXECUTOR_CUDA, LOOM_EXECUTOR_LAUNCH };
 
 /* A decision for one call: everything that says how it runs. */
 struct loomTuning {
@@ -40,7 +32,7 @@ struct loomTuning {
     int trees;          /* tree: 2 splits each lane over both trees, 1 uses the first only */
     double predictedUs; /* the model's time for the call (-1: not the model's choice) */
     int proto;          /* LOOM_PROTO_* (src/device/interp.h): LL only where the interpreter runs */
-    int executor;       /* LOOM_EXECUTOR_* */
+    int executor;       /* LOOM_EXECUTOR_* (src/exec/executor.h) */
     int mapped; /* 1: single copies through loomMemAlloc mappings (tunerChooseMapped), asked anew
                  * at every call, so not a plan to repeat without asking */
 };
@@ -83,10 +75,11 @@ struct loomTunerState {
 
 /*
  * Builds comm->tuner from the communicator's shape (ranks, hosts, CPUs,
- * slot size, single copies, the kernel executor), which must be final.
- * loomSystemError when out of memory; comm->tuner is then NULL.
+ * slot size, single copies), which must be final, and from which executors
+ * serve it (served[LOOM_EXECUTOR_*]: what each one's serves said; init.c
+ * asks them). loomSystemError when out of memory; comm->tuner is then NULL.
  */
-loomResult_t tunerInit(struct loomComm *comm);
+loomResult_t tunerInit(struct loomComm *comm, const int served[LOOM_EXECUTOR_NUM]);
 /* Frees comm->tuner (NULL is fine). */
 void tunerFree(struct loomComm *comm);
 

@@ -3,10 +3,10 @@
  * its call site, so the core reads the same with or without a GPU.
  *
  *   opcheck.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
- *   plan.c     planExecute  -> cudaPlanBegin / cudaPlanEnd around execRun, or
- *                              devexecRun (one launch of the interpreter, devexec.c)
+ *   plan.c     planExecute  -> cudaPlanBegin / cudaPlanEnd around the executor's run
+ *                              (src/exec/executor.h: cudaexec.c's or devexec.c's)
  *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
- *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,
+ *   exec.c     execLoop(dev) -> cudaExecStep instead of computing on the CPU,
  *                              cudaExecRetire publishes the counters of finished steps
  *   stream.c   loomStreamCreateCuda, enqueue, run, sync, destroy -> cudaStream*
  *   init.c     peer exchange, connect, free -> p2pPeerInfo, p2pSetup, p2pFree
@@ -141,18 +141,11 @@ void *cudaStreamHandle(const struct cudaStreamSync *cs);
 /* ---- the launched interpreter (devexec.c) ---- */
 
 /*
- * Runs the lanes of a device plan (after cudaPlanBegin) of ops as one launch
- * of loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the
- * application's stream and the call returns at once; the other Loom CUDA
- * streams of a group's ops join it with events (the launch waits for the
- * work queued on them, and they for the launch); a failure is reported
- * by loomStreamSynchronize/Query on any of them and as the communicators'
- * async error. Otherwise it goes on ex's stream and the call returns when
- * it has ended, with its error. loomSuccess, or the error (recorded).
+ * Its run is loomExecLaunch's (src/exec/executor.h): one launch of
+ * loomInterpret for a device plan's lanes; its reclaim, before another
+ * executor runs on comm, waits for comm's launches to end and takes its
+ * positions back.
  */
-loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
-                        struct loomStream *stream, const struct loomOp *ops, int nops);
-/* Before a host-driven run on comm: waits for comm's launches to end, takes its positions back. */
 void devexecReclaim(struct loomComm *comm);
 /* After loomStreamSynchronize's wait on the CUDA stream: retires the launches made on s. */
 void devexecSettle(const struct loomStream *s);

@@ -38,6 +38,7 @@
 #include "cma.h"
 #include "debug.h"
 #include "exec.h"
+#include "executor.h"
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
@@ -301,7 +302,7 @@ loomResult_t cmaAllMapped(struct loomOp *op, int *mapped)
                             .op = loomSum,
                             .elemSize = 1};
     *mapped = 0;
-    LOOMCHECK(execRun(&lane, 1, NULL));
+    LOOMCHECK(executorRun(&loomExecHost, &lane, 1, &(struct loomExecCall){0}));
     for (int p = 0; p < comm->nranks; p++) {
         int send, recv;
         cmaUses(op, p, &send, &recv);

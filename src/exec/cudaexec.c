@@ -46,6 +46,7 @@
 #include "cudacore.h"
 #include "cudalib.h"
 #include "debug.h"
+#include "executor.h"
 #include "kernels.h"
 #include "reduce.h"
 
@@ -689,3 +690,12 @@ long cudaExecRetire(struct cudaExec *ex, loomResult_t *err)
     }
     return n;
 }
+
+/* The host executor's loop, each step computed by the GPU (cudaExecStep, cudaExecRetire). */
+static loomResult_t cudaRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
+{
+    return execLoop(lanes, nlanes, call->dev);
+}
+
+const struct loomExecutor loomExecCuda = {
+    .name = "cuda", .serves = executorServesAll, .prepare = execPrepare, .run = cudaRun};

@@ -74,6 +74,7 @@
 #include "debug.h"
 #include "interp.h"
 #include "kernels.h"
+#include "executor.h"
 #include "kexec.h"
 
 #define DEVEXEC_WATCH_NS (200 * 1000LL) /* the watchdog's period while launches are in flight */
@@ -1056,15 +1057,23 @@ static loomResult_t captureGraph(const struct cudaLib *lib, cuStream_t cs, cuGra
     return loomSuccess;
 }
 
-loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
-                        struct loomStream *stream, const struct loomOp *ops, int nops)
+/*
+ * Runs the lanes of a device plan (after cudaPlanBegin) of ops as one launch
+ * of loomInterpret. On a Loom CUDA stream (`stream`) the launch goes on the
+ * application's stream and the call returns at once; the other Loom CUDA
+ * streams of a group's ops join it with events (the launch waits for the
+ * work queued on them, and they for the launch); a failure is reported
+ * by loomStreamSynchronize/Query on any of them and as the communicators'
+ * async error. Otherwise it goes on ex's stream and the call returns when
+ * it has ended, with its error. loomSuccess, or the error (recorded).
+ */
+static loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
+                               struct loomStream *stream, const struct loomOp *ops, int nops)
 {
     const struct cudaLib *lib;
     struct devLaunch *L = NULL;
+    loomResult_t err;
     LOOMCHECK(cudaLibGet(&lib));
-    loomResult_t err = execPrepare(lanes, nlanes); /* connects the peers named the first time */
-    if (err != loomSuccess)
-        return err;
     cuGraph_t graph = NULL;
     if (stream != NULL)
         LOOMCHECK(captureGraph(lib, cudaPlanStream(ex), &graph));
@@ -1184,3 +1193,15 @@ void devexecFree(struct loomComm *comm)
     free(dc->onDevice);
     free(dc);
 }
+
+static loomResult_t launchRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
+{
+    return devexecRun(call->dev, lanes, nlanes, call->stream, call->ops, call->nops);
+}
+
+const struct loomExecutor loomExecLaunch = {.name = "launch",
+                                            .lines = 1,
+                                            .serves = kexecUsable,
+                                            .prepare = execPrepare,
+                                            .run = launchRun,
+                                            .reclaim = devexecReclaim};

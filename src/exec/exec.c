@@ -40,7 +40,8 @@
  * woken by the kernel as a program calling recv() is, while the proxy keeps
  * off them; otherwise it yields between polls.
  *
- * Device plans (execRun's `dev`, device buffers) walk the same steps, but a ready
+ * Device plans (execLoop's `dev`: device buffers, for the host-driven CUDA
+ * executor of cudaexec.c) walk the same steps, but a ready
  * step is handed to the GPU (src/exec/cudaexec.c) instead of computed here,
  * and its counters are published by cudaExecRetire once the GPU is done with
  * it; the positions advance at issue, so later steps can be issued behind
@@ -69,8 +70,8 @@
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"
+#include "executor.h"
 #include "interp.h"
-#include "kexec.h"
 #include "mem.h"
 #include "reduce.h"
 
@@ -795,30 +796,13 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
     }
 }
 
-loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
+loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
     struct execWait w = {0};
     loomResult_t err = loomSuccess;
     long progress;
     int left, spinLimit = lanes[0].comm->spin;
 
-    if (dev == NULL) {
-        int kernel = 1, ll = 0;
-        for (int i = 0; i < nlanes; i++) {
-            kernel &= kexecUsable(lanes[i].comm);
-            ll |= lanes[i].proto == LOOM_PROTO_LL;
-        }
-        if (kernel)
-            return kexecRun(lanes, nlanes);
-        if (ll) /* a group mixing communicators the kernel executor runs and others */
-            return loomSetError(loomInvalidUsage,
-                                "rank %d: this group mixes communicators the kernel executor "
-                                "runs with others, and some of its calls chose LL, which only the "
-                                "kernel executor speaks; set LOOM_PROTO=Simple",
-                                lanes[0].comm->rank);
-    }
-    if ((err = execPrepare(lanes, nlanes)) != loomSuccess)
-        return err;
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
         l->it = (struct loomPlanIter){0, 0};
@@ -896,3 +880,17 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     }
     return err;
 }
+
+loomResult_t execRun(struct loomLane *lanes, int nlanes)
+{
+    return execLoop(lanes, nlanes, NULL);
+}
+
+static loomResult_t hostRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
+{
+    (void)call;
+    return execLoop(lanes, nlanes, NULL);
+}
+
+const struct loomExecutor loomExecHost = {
+    .name = "host", .serves = executorServesAll, .prepare = execPrepare, .run = hostRun};

@@ -36,13 +36,19 @@ struct loomLane {
 struct cudaExec;
 
 /*
- * Runs every lane to completion. Returns loomSuccess, loomTimeout (no progress
- * for the comm's timeout), loomRemoteError (abort, or a peer died), or
- * loomInvalidUsage (the peers disagree on a message size). On an error the
- * communicators involved are marked broken. `dev` is NULL for host buffers,
- * else the CUDA executor that computes the steps (src/cuda/cudacore.h).
+ * The host executor's run (loomExecHost, executor.h): runs every lane, on
+ * host buffers, to completion, after execPrepare. Returns loomSuccess,
+ * loomTimeout (no progress for the comm's timeout), loomRemoteError (abort,
+ * or a peer died), or loomInvalidUsage (the peers disagree on a message
+ * size). On an error the communicators involved are marked broken.
  */
-loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
+loomResult_t execRun(struct loomLane *lanes, int nlanes);
+/*
+ * Its loop, which the host-driven CUDA executor (cudaexec.c) runs too on
+ * device buffers: `dev` (NULL for host buffers) computes the steps
+ * (src/cuda/cudacore.h).
+ */
+loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev);
 
 /*
  * The failure machinery, shared with the kernel executor (kexec.c), whose

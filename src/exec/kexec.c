@@ -44,6 +44,7 @@
 
 #include "array.h"
 #include "debug.h"
+#include "executor.h"
 #include "interp.h"
 #include "kexec.h"
 #include "op.h"
@@ -567,12 +568,12 @@ void kexecThreadCleanup(void)
     tlOwnerCap = 0;
 }
 
-loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
+/* Runs host-buffer lanes whose communicators it serves to completion (kexec.h). */
+static loomResult_t kernelRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
 {
     struct kexecRunState run = {0};
-    loomResult_t err = execPrepare(lanes, nlanes);
-    if (err != loomSuccess)
-        return err;
+    loomResult_t err;
+    (void)call;
     run.threads = lanes[0].comm->kexec->threads; /* LOOM_KERNEL_THREADS: every comm's */
     LOOMCHECK(blocksBuild(lanes, nlanes, &run));
     for (int b = 0; b < run.nblocks; b++)
@@ -591,3 +592,6 @@ loomResult_t kexecRun(struct loomLane *lanes, int nlanes)
     execMarkBroken(lanes, nlanes, err, post);
     return err;
 }
+
+const struct loomExecutor loomExecKernel = {
+    .name = "kernel", .lines = 1, .serves = kexecUsable, .prepare = execPrepare, .run = kernelRun};

@@ -23,12 +23,11 @@ void kexecFree(struct loomComm *comm);
 /* 1 if comm has the kernel executor (kexecSetup made it). */
 int kexecUsable(const struct loomComm *comm);
 /*
- * Runs host-buffer lanes whose communicators kexecUsable accepts, to
- * completion: one block of LOOM_KERNEL_THREADS threads per (communicator,
- * channel), the calling thread being the first. Same results and errors as
- * execRun.
+ * Its run is loomExecKernel's (executor.h): host-buffer lanes whose
+ * communicators kexecUsable accepts, to completion: one block of
+ * LOOM_KERNEL_THREADS threads per (communicator, channel), the calling
+ * thread being the first. Same results and errors as execRun.
  */
-loomResult_t kexecRun(struct loomLane *lanes, int nlanes);
 /*
  * Shared with the launched kernel's watchdog (src/exec/devexec.c): brings
  * exec.c's view of n lanes (step, cur, more, done) up to date from the

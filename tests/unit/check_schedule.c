@@ -47,6 +47,7 @@
 
 #include "comms.h"
 #include "exec.h"
+#include "executor.h"
 #include "schedule.h"
 
 #define MAX_RANKS 128 /* the tree schedules run up to here */
@@ -1960,9 +1961,11 @@ static int diffRank(int rank, int nranks, loomComm_t comm)
                                      .op = loomSum,
                                      .elemSize = sizeof(uint64_t)};
     }
-    loomResult_t res = execRun(lanes, diffLanes, NULL);
+    struct loomExecCall call = {0};
+    loomResult_t res = executorRun(&loomExecHost, lanes, diffLanes, &call);
     if (res != loomSuccess)
-        return testRankFail(rank, 4, "execRun of coll %d: %s", c->coll, loomGetLastError(comm));
+        return testRankFail(rank, 4, "the host executor's run of coll %d: %s", c->coll,
+                            loomGetLastError(comm));
     for (int b = 0; b < 2; b++) {
         for (size_t i = 0; i < sim->len[b]; i++) {
             if (!diffMatches(&sim->buf[b][i], buf[b][i]))

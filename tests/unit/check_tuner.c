@@ -423,13 +423,14 @@ END_TEST
 
 /*
  * A communicator as tunerInit reads it: ranks each with a core, single
- * copies possible, `kernel` whether it has the kernel executor. The
- * kernel executor's state is a stand-in (a test double: tunerInit only asks
- * whether there is one).
+ * copies possible unless `kernel`: the plan interpreter serves it.
  */
 static struct loomComm *recordComm(int kernel, int localRanks, size_t cmaMin)
 {
-    static char kexecStandIn;
+    int served[LOOM_EXECUTOR_NUM] = {[LOOM_EXECUTOR_HOST] = 1,
+                                     [LOOM_EXECUTOR_KERNEL] = kernel,
+                                     [LOOM_EXECUTOR_CUDA] = 1,
+                                     [LOOM_EXECUTOR_LAUNCH] = kernel};
     struct loomComm *comm = calloc(1, sizeof(*comm));
     ck_assert_ptr_nonnull(comm);
     comm->nranks = 4;
@@ -439,8 +440,7 @@ static struct loomComm *recordComm(int kernel, int localRanks, size_t cmaMin)
     comm->tuneCpus = 4;
     comm->cmaOk = !kernel;
     comm->cmaMinBytes = cmaMin;
-    comm->kexec = kernel ? (struct kexecComm *)(void *)&kexecStandIn : NULL;
-    ck_assert_int_eq(tunerInit(comm), loomSuccess);
+    ck_assert_int_eq(tunerInit(comm, served), loomSuccess);
     return comm;
 }
 

@@ -1,0 +1,82 @@
+/*
+ * executor.h — what runs a plan's lanes: one interface, four executors.
+ *
+ *   LOOM_EXECUTOR_HOST    the host executor (exec.c): host buffers
+ *   LOOM_EXECUTOR_KERNEL  the plan interpreter on the CPU (kexec.c):
+ *                         host buffers under LOOM_EXECUTOR=kernel
+ *   LOOM_EXECUTOR_CUDA    the host-driven CUDA executor (cudaexec.c): the
+ *                         host executor's loop, each step computed by the GPU
+ *   LOOM_EXECUTOR_LAUNCH  the plan interpreter launched on the GPU
+ *                         (devexec.c): device buffers under LOOM_EXECUTOR=kernel
+ *
+ * The tuner asks each which communicators it serves when one is built and
+ * names the executor in its decision record (src/tuner.h); the planner
+ * takes one per call or group from it and runs the lanes through
+ * executorRun. What they share of the failure machinery (execfail.c) they
+ * get through it too: executorRun prepares every plan (a failure heard of,
+ * the peers connected the first time) before the executor runs it, and
+ * each run marks the communicators broken on its own errors, as exec.h says.
+ */
+#ifndef LOOM_EXECUTOR_H_
+#define LOOM_EXECUTOR_H_
+
+#include "core.h"
+#include "exec.h"
+#include "op.h"
+
+enum {
+    LOOM_EXECUTOR_HOST,
+    LOOM_EXECUTOR_KERNEL,
+    LOOM_EXECUTOR_CUDA,
+    LOOM_EXECUTOR_LAUNCH,
+    LOOM_EXECUTOR_NUM
+};
+
+struct cudaExec;
+struct loomStream;
+
+/* What a run is given besides its lanes. */
+struct loomExecCall {
+    struct cudaExec *dev;      /* device buffers: this thread's CUDA side (cudaPlanBegin) */
+    struct loomStream *stream; /* LAUNCH: the Loom CUDA stream it goes on; NULL: the call waits */
+    const struct loomOp *ops;  /* the call, or the group */
+    int nops;
+};
+
+struct loomExecutor {
+    const char *name;
+    int lines; /* runs LL steps (LOOM_PROTO_LL) */
+    /* 1 if it can run comm's calls (asked once, when comm is built). */
+    int (*serves)(const struct loomComm *comm);
+    /* Before a plan's first step (execPrepare for all four). */
+    loomResult_t (*prepare)(struct loomLane *lanes, int nlanes);
+    /*
+     * Runs the lanes to completion (a launch on a Loom CUDA stream: until it
+     * is launched). loomSuccess, or the error, recorded, with the
+     * communicators marked broken (exec.h, execRun, says which errors).
+     */
+    loomResult_t (*run)(struct loomLane *lanes, int nlanes, const struct loomExecCall *call);
+    /*
+     * Before another executor runs on comm: takes back what this one still
+     * holds of comm (NULL: never anything).
+     */
+    void (*reclaim)(struct loomComm *comm);
+};
+
+/* The four, each defined beside its code. */
+extern const struct loomExecutor loomExecHost, loomExecKernel, loomExecCuda, loomExecLaunch;
+
+/* serves for an executor that runs every communicator's calls. */
+int executorServesAll(const struct loomComm *comm);
+
+/* The executor of a kind (LOOM_EXECUTOR_*). */
+const struct loomExecutor *executorOf(int kind);
+
+/* x's prepare, then x's run. */
+loomResult_t executorRun(const struct loomExecutor *x, struct loomLane *lanes, int nlanes,
+                         const struct loomExecCall *call);
+
+/* Before x runs on comm: every other executor's reclaim. */
+void executorReclaim(const struct loomExecutor *x, struct loomComm *comm);
+
+#endif /* LOOM_EXECUTOR_H_ */
