@@ -459,6 +459,10 @@ static loomResult_t planRunLanes(const struct loomExecutor *x, struct loomLane *
     return executorRun(x, lanes, nlanes, call);
 }
 
+/* What the launched executor sees of Loom streams (stream.c). */
+static const struct loomExecStreams planStreams = {
+    .isCuda = streamIsCuda, .handle = streamCudaHandle, .recordError = streamRecordError};
+
 /* A device plan as one launch of the plan interpreter (src/exec/devexec.c). */
 static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *dev)
 {
@@ -469,7 +473,8 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
               nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
-        struct loomExecCall call = {.dev = dev, .stream = s, .ops = ops, .nops = nops};
+        struct loomExecCall call = {
+            .dev = dev, .stream = s, .streams = &planStreams, .ops = ops, .nops = nops};
         res = planRunLanes(&loomExecLaunch, tlLanes, nlanes, &call);
     }
     cudaPlanEnd(dev, res);

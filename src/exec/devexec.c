@@ -122,6 +122,7 @@ struct devLaunch {
     int blockCap;
     struct loomStream *stream;  /* the Loom CUDA stream, or NULL: a caller waits */
     struct loomStream **joined; /* the group's other Loom CUDA streams (they wait on event) */
+    const struct loomExecStreams *streams; /* what those are, the core's (executor.h) */
     int njoined, joinedCap;
     cuEvent_t joinEvent; /* recorded on each joined stream before the launch */
     /* the watchdog's */
@@ -476,7 +477,7 @@ static loomResult_t joinedFind(struct devLaunch *L, const struct loomOp *ops, in
     L->njoined = 0;
     for (int i = 0; i < nops; i++) {
         struct loomStream *s = ops[i].stream;
-        int seen = s == NULL || s == L->stream || !streamIsCuda(s);
+        int seen = s == NULL || s == L->stream || !L->streams->isCuda(s);
         for (int j = 0; j < L->njoined && !seen; j++)
             seen = L->joined[j] == s;
         if (seen)
@@ -503,7 +504,7 @@ static loomResult_t joinedFind(struct devLaunch *L, const struct loomOp *ops, in
 static loomResult_t joinBefore(struct devLaunch *L, cuStream_t on)
 {
     for (int j = 0; j < L->njoined; j++) {
-        cuResult_t r = L->lib->eventRecord(L->joinEvent, streamCudaHandle(L->joined[j]));
+        cuResult_t r = L->lib->eventRecord(L->joinEvent, L->streams->handle(L->joined[j]));
         if (r == CUL_SUCCESS)
             r = L->lib->streamWaitEvent(on, L->joinEvent, 0);
         if (r != CUL_SUCCESS)
@@ -516,7 +517,7 @@ static loomResult_t joinBefore(struct devLaunch *L, cuStream_t on)
 static loomResult_t joinAfter(struct devLaunch *L)
 {
     for (int j = 0; j < L->njoined; j++) {
-        cuResult_t r = L->lib->streamWaitEvent(streamCudaHandle(L->joined[j]), L->event, 0);
+        cuResult_t r = L->lib->streamWaitEvent(L->streams->handle(L->joined[j]), L->event, 0);
         if (r != CUL_SUCCESS)
             return cudaLibError(L->lib, r, "ordering a group's other streams after its launch");
     }
@@ -742,9 +743,9 @@ static void launchRetire(struct devLaunch *L, cuResult_t r, const char *lost)
             atomic_compare_exchange_strong(&L->lanes[i].comm->asyncError, &none, (int)err);
         }
         if (L->stream && !L->graph)
-            streamRecordError(L->stream, err, L->why);
+            L->streams->recordError(L->stream, err, L->why);
         for (int j = 0; j < L->njoined; j++)
-            streamRecordError(L->joined[j], err, L->why);
+            L->streams->recordError(L->joined[j], err, L->why);
         launchCascade(L);
     }
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
@@ -1068,7 +1069,8 @@ static loomResult_t captureGraph(const struct cudaLib *lib, cuStream_t cs, cuGra
  * it has ended, with its error. loomSuccess, or the error (recorded).
  */
 static loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int nlanes,
-                               struct loomStream *stream, const struct loomOp *ops, int nops)
+                               struct loomStream *stream, const struct loomExecStreams *streams,
+                               const struct loomOp *ops, int nops)
 {
     const struct cudaLib *lib;
     struct devLaunch *L = NULL;
@@ -1080,6 +1082,7 @@ static loomResult_t devexecRun(struct cudaExec *ex, struct loomLane *lanes, int 
     LOOMCHECK(launchTake(lib, &L));
     L->ctx = cudaPlanContext(ex);
     L->stream = stream;
+    L->streams = streams;
     if (graph != NULL) {
         if ((err = lanesOrder(L, lanes, nlanes)) != loomSuccess ||
             (err = joinedFind(L, ops, nops)) != loomSuccess ||
@@ -1196,7 +1199,7 @@ void devexecFree(struct loomComm *comm)
 
 static loomResult_t launchRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
 {
-    return devexecRun(call->dev, lanes, nlanes, call->stream, call->ops, call->nops);
+    return devexecRun(call->dev, lanes, nlanes, call->stream, call->streams, call->ops, call->nops);
 }
 
 const struct loomExecutor loomExecLaunch = {.name = "launch",

@@ -35,11 +35,24 @@ enum {
 struct cudaExec;
 struct loomStream;
 
+/*
+ * What the launched executor needs of the core's Loom streams (stream.c),
+ * handed down with each call rather than called upstairs: whether a stream
+ * wraps a CUDA stream, the cudaStream_t it wraps, and recording an error on
+ * it (a launch that fails after its call returned).
+ */
+struct loomExecStreams {
+    int (*isCuda)(const struct loomStream *s);
+    void *(*handle)(const struct loomStream *s);
+    void (*recordError)(struct loomStream *s, loomResult_t res, const char *line);
+};
+
 /* What a run is given besides its lanes. */
 struct loomExecCall {
     struct cudaExec *dev;      /* device buffers: this thread's CUDA side (cudaPlanBegin) */
     struct loomStream *stream; /* LAUNCH: the Loom CUDA stream it goes on; NULL: the call waits */
-    const struct loomOp *ops;  /* the call, or the group */
+    const struct loomExecStreams *streams; /* LAUNCH: the ops' streams seen through these */
+    const struct loomOp *ops;              /* the call, or the group */
     int nops;
 };
 
