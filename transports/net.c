@@ -28,11 +28,11 @@
  * comm->lost: the executor reports the peer when it waits for it, and other
  * links carry on. A rank that stops on an error tells its peers on other
  * hosts through comm->notifyPeer (netNotifyPeer): the backend sends
- * the notice against the data of the connection from that peer (TCP over
- * rails or TLS, InfiniBand: where nothing else travels, so it never waits
- * behind messages the peer no longer reads; TCP duplex: between two of this
- * rank's messages to the peer, net_socket.c); the peer's backend receives it
- * and net.c posts it on that rank's doorbell (bellPostNotice). Before a lost
+ * the notice against the data of the connection from that peer, where
+ * nothing else travels (TCP with duplex socket 0: against socket 1's,
+ * net_socket.c), so it never waits behind messages the peer no longer
+ * reads; the peer's backend receives it when its proxy goes idle and net.c
+ * posts it on that rank's doorbell (bellPostNotice). Before a lost
  * connection is reported, the notices already in from that peer are read,
  * so a survivor names the first failure, not the peer that left after it. Destroy lets the proxy
  * drain what the executor handed over before the sockets close, so a rank may destroy its

@@ -16,9 +16,9 @@
  * waiting on it), so a small message costs one sendmsg() and two recv()
  * calls and no hand-off, with TCP_NODELAY.
  *
- * Duplex: on one rail without TLS, socket 0 of a pair's two connections on
- * a channel (this rank -> peer and peer -> this rank) is one TCP
- * connection, which the lower rank connects (twinsPair). Each direction of
+ * Duplex: on one rail without TLS and with nsocks >= 2, socket 0 of a pair's
+ * two connections on a channel (this rank -> peer and peer -> this rank) is
+ * one TCP connection, which the lower rank connects (twinsPair). Each direction of
  * it is the stream above; a message one way then carries the ACK of what
  * came the other way, where on a socket a direction every small message
  * cost a pure ACK of its own (~6 us on veth, as much as a message:
@@ -32,15 +32,16 @@
  * No credits are needed: the receiver reads message k only once slot
  * k % LOOM_STEPS is free, and until then TCP's own flow control holds the
  * sender back. The only thing that ever travels from receiver to sender is
- * a failure notice (net.h), on socket 0, at most one per connection: the
- * receiver stopped on an error and tells the sender why. Without duplex
- * that direction carries nothing else, so the notice never waits behind
- * data; the sender's proxy reads it when it goes idle (sockPollNotice).
- * With duplex it goes between two messages of the other direction (a
- * notice starts with "LMNF", which no message header does) and is read
- * where a header was due (noticeRead), or, when no receive is posted,
- * looked for there by sockPollNotice (noticePeek); it then waits behind
- * the messages sent before it, which the peer reads as its slots free.
+ * a failure notice (net.h), at most one per connection: the receiver
+ * stopped on an error and tells the sender why. It goes back on a socket
+ * whose reverse direction carries nothing else (noticeLink): socket 0
+ * without duplex, socket 1 with it (socket 0 then carries the other
+ * direction's messages; socket 1 forward carries only large messages'
+ * parts). So the notice never waits behind data the peer no longer reads,
+ * is written at once into an empty direction (nothing to lose at a
+ * teardown right after), and the sender's proxy reads it when it goes idle
+ * (sockPollNotice), at the latest PROXY_SLEEP_MS later when a helper
+ * thread owns socket 1 (the proxy does not watch it then).
  *
  * Teardown: a connection ends when its peer closes (the receiver reads the
  * end between two messages, endedBetweenMessages) or fails; a duplex
@@ -169,7 +170,6 @@ static void ackLater(int fd)
 
 static int sockPost(struct sockLink *l, const struct sockOp *op);
 static void noticeFlush(struct sockConn *sc);
-static int noticeMidway(const struct sockConn *sc);
 static void helperWake(struct sockState *st, struct sockLink *l);
 
 /* The header of message `slot` is in: check it and post the other parts. Proxy thread only. */
@@ -196,58 +196,14 @@ static int sockOnHeader(struct sockState *st, struct sockConn *sc, struct sockOp
     return 0;
 }
 
-/*
- * Duplex: reads the rest of a notice that came on socket 0 of recv connection sc where a
- * message header was due, into the twin send connection, as sockPollNotice does without
- * duplex. Returns as recvSome does; 1 once the notice is in.
- */
-static int noticeRead(struct sockState *st, struct sockConn *sc, int *err)
-{
-    struct sockConn *tw = sc->twin;
-    for (;;) {
-        long missing = netNoticeDecode(tw->notice, tw->noticeDone, &tw->nc->notice);
-        if (missing < 0) {
-            *err = SOCK_ERR_FRAME;
-            return -1;
-        }
-        if (missing == 0)
-            break;
-        int r = recvSome(sc->links[0].fd, (char *)tw->notice + tw->noticeDone, (size_t)missing,
-                         &tw->noticeDone, err);
-        if (r <= 0)
-            return r;
-    }
-    sc->noticeReading = 0;
-    if (!tw->noticeOver) { /* one per connection */
-        tw->noticeOver = 1;
-        tw->nc->noticeIn = 1;
-        if (st->proxyBell)
-            bellRing(st->proxyBell); /* its pass before sleeping posts it (net.c) */
-    }
-    return 1;
-}
-
 static int opRecv(struct sockState *st, struct sockLink *l, struct sockOp *op, int *err)
 {
     struct sockConn *sc = l->conn;
     size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
-    while (op->done < hdrLen) {
-        int r = sc->noticeReading ? noticeRead(st, sc, err)
-                                  : recvSome(l->fd, (char *)op->hdr + op->done, hdrLen - op->done,
-                                             &op->done, err);
+    if (op->done < hdrLen) {
+        int r = recvSome(l->fd, (char *)op->hdr + op->done, hdrLen - op->done, &op->done, err);
         if (r <= 0)
             return r;
-        if (op->done < hdrLen)
-            continue; /* a notice was read: the header is still due */
-        /* Duplex: a notice, not a message (no header's size reads "LMNF": > LOOM_BUFFSIZE's
-         * largest). */
-        if (sc->twin != NULL && memcmp(op->hdr, "LMNF", 4) == 0) {
-            memcpy(sc->twin->notice, op->hdr, NET_HEADER_BYTES);
-            sc->twin->noticeDone = NET_HEADER_BYTES;
-            sc->noticeReading = 1;
-            op->done = 0;
-            continue;
-        }
         if (sockOnHeader(st, sc, op) != 0) {
             *err = SOCK_ERR_FRAME;
             return -1;
@@ -557,11 +513,9 @@ static loomResult_t sockProgress(void *state, struct netConn *c, int *moved)
         postRecvs(sc);
     if (sc->noticeDone < sc->noticeLen)
         noticeFlush(sc);
-    if (sc->twin != NULL && sc->twin->noticeDone < sc->twin->noticeLen)
-        noticeFlush(sc->twin); /* the notice goes out between two messages of this one */
     for (int i = 0; i < sc->nsocks; i++) {
         struct sockLink *l = &sc->links[i];
-        if (l->helper < 0 && !(i == 0 && noticeMidway(sc)))
+        if (l->helper < 0)
             linkAdvance(st, l);
         if (!atomic_load_explicit(&l->err, memory_order_acquire))
             partsDue |= linkPending(l);
@@ -587,8 +541,7 @@ static int sockWaitFd(void *state, struct netConn *c, short *events)
 {
     struct sockConn *sc = c->priv;
     (void)state;
-    if (sc == NULL || sc->rails != NULL || tlsWanted() || sc->noticeDone < sc->noticeLen ||
-        (sc->twin != NULL && sc->twin->noticeDone < sc->twin->noticeLen))
+    if (sc == NULL || sc->rails != NULL || tlsWanted() || sc->noticeDone < sc->noticeLen)
         return -1;
     for (int i = 1; i < sc->nsocks; i++)
         if (linkPending(&sc->links[i]))
@@ -600,31 +553,23 @@ static int sockWaitFd(void *state, struct netConn *c, short *events)
     return l->fd;
 }
 
-/* ---- failure notices, on socket 0 ---- */
+/* ---- failure notices, back where nothing else travels ---- */
 
-/* Duplex: 1 when the twin send connection sc is not halfway through a message on socket 0. */
-static int atMessageBoundary(const struct sockConn *sc)
+/*
+ * The socket of connection sc whose reverse direction carries the notice: socket 0, or with
+ * duplex socket 1 (twinsPair pairs only connections of two sockets or more), as socket 0's
+ * reverse then carries the twin's messages, which a notice would wait behind.
+ */
+static int noticeLink(const struct sockConn *sc)
 {
-    const struct sockLink *l = &sc->links[0];
-    uint32_t head = atomic_load_explicit(&l->qHead, memory_order_acquire);
-    return head == atomic_load_explicit(&l->qTail, memory_order_acquire) ||
-           l->q[head % SOCK_QUEUE].done == 0;
-}
-
-/* Duplex: 1 when the notice of send connection sc's twin is partly out: no message may start. */
-static int noticeMidway(const struct sockConn *sc)
-{
-    return sc->twin != NULL && sc->nc->isSend && sc->twin->noticeDone > 0 &&
-           sc->twin->noticeDone < sc->twin->noticeLen;
+    return sc->twin != NULL ? 1 : 0;
 }
 
 static void noticeFlush(struct sockConn *sc)
 {
-    if (sc->twin != NULL && sc->noticeDone == 0 && !atMessageBoundary(sc->twin))
-        return; /* the twin's progress sends it once the message it is sending is out */
+    int fd = sc->links[noticeLink(sc)].fd;
     while (sc->noticeDone < sc->noticeLen) {
-        ssize_t s =
-            tlsSend(sc->links[0].fd, sc->notice + sc->noticeDone, sc->noticeLen - sc->noticeDone);
+        ssize_t s = tlsSend(fd, sc->notice + sc->noticeDone, sc->noticeLen - sc->noticeDone);
         if (s > 0)
             sc->noticeDone += (size_t)s;
         else if (s < 0 && errno == EINTR)
@@ -644,38 +589,12 @@ static void sockNotify(void *state, struct netConn *c, const uint8_t *msg, size_
         railsNotify(sc, msg, len);
         return;
     }
-    if (sc == NULL || sc->links[0].fd < 0 || sc->noticeLen > 0 || len > sizeof(sc->notice))
+    if (sc == NULL || sc->links[noticeLink(sc)].fd < 0 || sc->noticeLen > 0 ||
+        len > sizeof(sc->notice))
         return; /* one notice per connection: the first failure is the one that counts */
     memcpy(sc->notice, msg, len);
     sc->noticeLen = len;
     noticeFlush(sc);
-}
-
-/*
- * Duplex: a notice on socket 0 of send connection sc comes in the data of its twin, whose
- * receives read it (noticeRead). When the twin has no receive posted (every slot full), a
- * whole notice waiting where the next header is due is taken here instead; one partly in
- * waits for the next look.
- */
-static void noticePeek(struct sockConn *sc)
-{
-    struct sockConn *tw = sc->twin;
-    struct sockLink *l = &tw->links[0];
-    uint8_t buf[NET_NOTICE_MAX_BYTES];
-    if (tw->noticeReading || linkPending(l) || atomic_load_explicit(&l->err, memory_order_acquire))
-        return;
-    ssize_t n = recv(l->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
-    if (n < NET_NOTICE_HEADER_BYTES)
-        return;
-    long more = netNoticeDecode(buf, NET_NOTICE_HEADER_BYTES, &sc->nc->notice);
-    if (more < 0 || (size_t)n < NET_NOTICE_HEADER_BYTES + (size_t)more)
-        return; /* data (read by the twin's next receive), or not all in yet */
-    size_t len = NET_NOTICE_HEADER_BYTES + (size_t)more;
-    if (recv(l->fd, buf, len, MSG_DONTWAIT) == (ssize_t)len &&
-        netNoticeDecode(buf, len, &sc->nc->notice) == 0) {
-        sc->nc->noticeIn = 1;
-        sc->noticeOver = 1;
-    }
 }
 
 static void sockPollNotice(void *state, struct netConn *c)
@@ -685,12 +604,8 @@ static void sockPollNotice(void *state, struct netConn *c)
         railsPollNotice(state, sc);
         return;
     }
-    if (sc == NULL || sc->links[0].fd < 0 || sc->noticeOver || c->noticeIn)
+    if (sc == NULL || sc->links[noticeLink(sc)].fd < 0 || sc->noticeOver || c->noticeIn)
         return;
-    if (sc->twin != NULL) {
-        noticePeek(sc);
-        return;
-    }
     for (;;) {
         long missing = netNoticeDecode(sc->notice, sc->noticeDone, &c->notice);
         if (missing == 0) {
@@ -706,7 +621,10 @@ static void sockPollNotice(void *state, struct netConn *c)
             sc->noticeOver = 1;
             return;
         }
-        ssize_t r = tlsRecv(sc->links[0].fd, sc->notice + sc->noticeDone, (size_t)missing);
+        /* Duplex: a helper may be sending on this socket meanwhile; a socket takes one
+         * reader and one writer at once (no TLS with duplex). */
+        ssize_t r =
+            tlsRecv(sc->links[noticeLink(sc)].fd, sc->notice + sc->noticeDone, (size_t)missing);
         if (r > 0)
             sc->noticeDone += (size_t)r;
         else if (r < 0 && errno == EINTR)
@@ -1028,8 +946,9 @@ static loomResult_t sockInit(struct loomComm *comm, void **state, void *pub)
 
 /*
  * Duplex: each send connection of a pair and the recv connection of the same channel share
- * socket 0 when one rail carries them and TLS is off (a TLS session a direction would need
- * both ends to agree who speaks first; rails resend by parts of their own). The lower rank
+ * socket 0 when one rail carries them, TLS is off (a TLS session a direction would need
+ * both ends to agree who speaks first; rails resend by parts of their own) and they have a
+ * socket 1, whose reverse direction carries failure notices (noticeLink). The lower rank
  * connects it (its send connection's socket 0), the higher one accepts it for its recv
  * connection and its send connection takes it over in connectFinish (twinsJoin).
  */
@@ -1037,9 +956,11 @@ static void twinsPair(struct netConn **conns, int n)
 {
     for (int i = 0; i < n; i++) {
         struct sockConn *s = conns[i]->priv;
-        for (int j = 0; conns[i]->isSend && !tlsWanted() && s->nrails == 1 && j < n; j++) {
+        for (int j = 0;
+             conns[i]->isSend && !tlsWanted() && s->nrails == 1 && s->nsocks >= 2 && j < n; j++) {
             struct sockConn *r = conns[j]->priv;
-            if (!conns[j]->isSend && conns[j]->channel == conns[i]->channel && r->nrails == 1) {
+            if (!conns[j]->isSend && conns[j]->channel == conns[i]->channel && r->nrails == 1 &&
+                r->nsocks >= 2) {
                 s->twin = r;
                 r->twin = s;
             }

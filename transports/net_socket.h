@@ -80,12 +80,11 @@ struct sockConn {
      * both (duplex: one rail, no TLS); NULL otherwise.
      */
     struct sockConn *twin;
-    /* A failure notice on socket 0: out on a recv connection, in on a send one. */
+    /* A failure notice (noticeLink): out on a recv connection, in on a send one. */
     uint8_t notice[NET_NOTICE_MAX_BYTES];
     size_t noticeLen;  /* out: bytes queued */
     size_t noticeDone; /* out: bytes sent; in: bytes received */
     int noticeOver;    /* in: the socket ended or sent something else; stop reading it */
-    int noticeReading; /* duplex recv connection: a notice's header came where a message's was */
     struct sockLink links[SOCK_MAX];
     struct sockMsg msgs[LOOM_STEPS];
     struct railConn *rails; /* over several rails: net_rails.c moves it; NULL: one rail */

@@ -32,7 +32,12 @@
  * a chain of loomRecv (0 on 1, 1 on 2, 2 on 3) and rank 3 is killed; only
  * rank 2, on 3's host, can see the death, and ranks 0 and 1 must hear it
  * from rank 2 over the network (loomRemoteError naming rank 3) rather than
- * wait out a long LOOM_TIMEOUT (loomTimeout).
+ * wait out a long LOOM_TIMEOUT (loomTimeout). Another one tests that a
+ * notice does not wait behind data: rank 2 (h2) sends rank 0 (h1) more small
+ * messages than rank 0's slots hold while rank 0 is outside any call, then
+ * waits on rank 3, which is killed; rank 0 then sends to rank 2, which no
+ * longer reads, and must return rank 2's reason (rank 3 died) at once, not
+ * time out or report that rank 2 closed its connection.
  *
  * LOOM_FAULT_MIN_TIMEOUT=S raises every case's LOOM_TIMEOUT to at least S
  * seconds: the timeout bounds init and the first AllReduce too, which on
@@ -70,7 +75,13 @@ enum release { RELEASE_BY_PARITY, RELEASE_FROM_THREAD };
 /* What the ranks do while the fault strikes: AllReduces, or wait in a chain of loomRecv. */
 /* WORK_CMA: the AllReduce loop with LOOM_ALGO=allreduce:cma (single-copy steps);
  * WORK_CMA_A2A: a loop of AlltoAll with LOOM_ALGO=alltoall:cma (single-copy steps). */
-enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA, WORK_CMA_A2A };
+/* WORK_QUEUED: the notice behind queued data (see the top, queuedWork). */
+enum work { WORK_ALLREDUCE, WORK_CHAIN, WORK_CMA, WORK_CMA_A2A, WORK_QUEUED };
+/* WORK_QUEUED: messages of 1 KiB, 4 x LOOM_STEPS (8) of them from rank 2 to rank 0, sent while
+ * rank 0 stays out of any call for 3 s (the fault comes 50 ms after all are ready). */
+#define QUEUED_COUNT 256
+#define QUEUED_MSGS 32
+#define QUEUED_IDLE_MS 3000
 #define HOSTS_SHM 0 /* every rank on this host */
 
 struct report {
@@ -173,6 +184,28 @@ static loomResult_t chainWait(loomComm_t comm, int rank, int nranks, float *buf)
     return loomRecv(buf, 1024, loomFloat32, rank + 1, comm, NULL);
 }
 
+/* WORK_QUEUED: what each of the 4 ranks does once all are ready (see the top). */
+static loomResult_t queuedWork(loomComm_t comm, int rank, float *buf)
+{
+    loomResult_t res = loomSuccess;
+    switch (rank) {
+    case 0:
+        testSleepMs(QUEUED_IDLE_MS);
+        while (res == loomSuccess)
+            res = loomSend(buf, QUEUED_COUNT, loomFloat32, 2, comm, NULL);
+        return res;
+    case 1:
+        return loomRecv(buf, QUEUED_COUNT, loomFloat32, 2, comm, NULL);
+    case 2:
+        for (int i = 0; i < QUEUED_MSGS && res == loomSuccess; i++)
+            res = loomSend(buf, QUEUED_COUNT, loomFloat32, 0, comm, NULL);
+        return res == loomSuccess ? loomRecv(buf, QUEUED_COUNT, loomFloat32, 3, comm, NULL) : res;
+    default:
+        for (;;)
+            pause();
+    }
+}
+
 static void rankRelease(struct report *rep, loomComm_t comm)
 {
     rep->aborted = rep->rank % 2 == 0;
@@ -220,6 +253,8 @@ static int rankMain(int rank, int nranks, const loomUniqueId *id, void *arg)
             return testRankFail(rank, 13, "could not tell the parent it is ready");
         if (res == loomSuccess && job->work == WORK_CHAIN)
             res = chainWait(comm, rank, nranks, buf);
+        if (res == loomSuccess && job->work == WORK_QUEUED)
+            res = queuedWork(comm, rank, buf);
     }
     rep.returnedAt = testNowSec();
     rep.result = res;
@@ -521,7 +556,9 @@ static const struct faultCase faultCases[] = {
  * - SIGKILL of rank 3 in the AllReduce loop: the survivors of both hosts
  *   hear of it (loomRemoteError, rank 3 and h2 named) long before LOOM_TIMEOUT;
  * - SIGSTOP of rank 1: the others return loomTimeout after LOOM_TIMEOUT;
- * - chain: the notice of rank 3's death crosses from h2 to h1 (see the top).
+ * - chain: the notice of rank 3's death crosses from h2 to h1 (see the top);
+ * - queued: the same notice while data rank 0 has not read waits ahead of it
+ *   (see the top): rank 0 must name rank 3, not time out.
  */
 static const struct faultCase tcpCases[] = {
     {.label = "tcp SIGKILL",
@@ -547,6 +584,16 @@ static const struct faultCase tcpCases[] = {
      .timeoutSec = 60,
      .release = RELEASE_BY_PARITY,
      .work = WORK_CHAIN,
+     .perHost = 2,
+     .victim = 3,
+     .sig = SIGKILL,
+     .want = loomRemoteError,
+     .names = "rank 3 (pid"},
+    {.label = "tcp queued",
+     .nranks = NRANKS,
+     .timeoutSec = 30,
+     .release = RELEASE_BY_PARITY,
+     .work = WORK_QUEUED,
      .perHost = 2,
      .victim = 3,
      .sig = SIGKILL,

@@ -13,6 +13,9 @@
 #   tcp chain    ranks 0 and 1 (h1) wait on live ranks while rank 3 (h2) is
 #                killed: they hear of it from rank 2 over the network
 #                (loomRemoteError), not by their own 60 s timeout
+#   tcp queued   rank 2 (h2) stops on rank 3's death while rank 0 (h1) has
+#                not read what rank 2 sent it: rank 0 still names rank 3
+#                (the notice does not wait behind that data)
 # and no /dev/shm segment of any rank is left. The ranks are forked by the
 # test, not started by mpirun: mpirun ends the whole job as soon as one rank
 # dies, before the survivors could say what they saw.
@@ -38,4 +41,6 @@ sed 's/^/    /' "$log"
 grep -q "^tcp SIGKILL .* on h2)" "$log" || record_failure "no survivor named rank 3's host h2"
 [ "$(grep -c "^tcp chain .*loomRemoteError" "$log")" -eq 3 ] ||
     record_failure "the chain case did not end on all three survivors with loomRemoteError"
+[ "$(grep -c "^tcp queued .*loomRemoteError.*rank 3 (pid" "$log")" -eq 3 ] ||
+    record_failure "the queued case did not end on all three survivors naming rank 3"
 finish
