@@ -889,7 +889,7 @@ loomResult_t execRun(struct loomLane *lanes, int nlanes)
 static loomResult_t hostRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
 {
     (void)call;
-    return execLoop(lanes, nlanes, NULL);
+    return execRun(lanes, nlanes);
 }
 
 const struct loomExecutor loomExecHost = {
