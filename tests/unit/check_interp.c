@@ -36,15 +36,7 @@
 #include "comms.h"
 #include "interp.h"
 #include "reduce.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rngNext(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1dull;
-}
+#include "rng.h"
 
 /* Random elements that stay finite in every float type (small integers and halves). */
 static void fill(char *p, size_t count, loomDataType_t dt)

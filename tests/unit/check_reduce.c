@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "reduce.h"
+#include "rng.h"
 
 static const size_t lengths[] = {0, 1, 7, 1000, 4099};
 static const size_t offsets[] = {0, 1, 3};
@@ -26,19 +27,6 @@ static const int rankCounts[] = {1, 3, 8};
 enum placement { outOfPlace, dstIsA, dstIsB };
 #define GUARD 16
 #define GUARD_BYTE 0xa5
-
-/* ---- deterministic random numbers (xorshift64*) -----------------------------------------------
- */
-
-static uint64_t rngState = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rngNext(void)
-{
-    rngState ^= rngState >> 12;
-    rngState ^= rngState << 25;
-    rngState ^= rngState >> 27;
-    return rngState * 0x2545f4914f6cdd1dull;
-}
 
 /* ---- reference arithmetic ---------------------------------------------------------------------
  */
