@@ -7,19 +7,45 @@
  * FIFO slot. They are compiled by nvcc into one fatbin (sm_80, sm_90 and
  * compute_90 PTX for newer GPUs), which the library embeds and loads with the
  * driver API at run time; so these names are extern "C" and every kernel
- * takes one struct (kernels.h). The arithmetic lives in reduce.cuh, where
- * the unit tests run it on the CPU; nvcc runs with -fmad=false so that no
- * multiply is fused into an add.
+ * takes one struct (kernels.h). The arithmetic is the interpreter's
+ * (loomDevReduceShare, src/device/interp.h), so the two device executors
+ * compute alike; its host build is tested against reduce.c
+ * (tests/unit/check_arith.c). nvcc runs with -fmad=false so that no multiply
+ * is fused into an add.
  */
 #include "interp.h"
-#include "reduce.cuh"
+#include "kernels.h"
 
+/*
+ * One kernel per datatype x operation, each calling the interpreter's
+ * function of its own (dt, op) (i8Sum, ..., bf16Min; Avg is the sum's), so
+ * that everything is inlined. The two calls give the output count as a
+ * constant, which keeps the pointer arrays in registers. Device buffers are
+ * aligned to their element (the CUDA executor's chunks start at whole
+ * elements of them), which lets an element be loaded whole.
+ */
+#define LOOM_CAT_(a, b) a##b
+#define LOOM_CAT(a, b) LOOM_CAT_(a, b)
+#define LOOM_OPFN_sum Sum
+#define LOOM_OPFN_prod Prod
+#define LOOM_OPFN_max Max
+#define LOOM_OPFN_min Min
+#define LOOM_OPFN_avg Sum
+#define LOOM_ALIGNED(p, T) (char *)__builtin_assume_aligned((p), sizeof(T))
 #define LOOM_DEFINE_KERNEL(T, tname, OPE, oname)                                                   \
     extern "C" __global__ void __launch_bounds__(LOOM_KERNEL_THREADS)                              \
         loomReduce_##tname##_##oname(loomReduceArgs p)                                             \
     {                                                                                              \
-        loomdev::reduceRange<T, OPE>(p, (size_t)blockIdx.x * blockDim.x + threadIdx.x,             \
-                                     (size_t)gridDim.x * blockDim.x);                              \
+        char *o[2] = {LOOM_ALIGNED(p.out0, T), LOOM_ALIGNED(p.out1, T)};                           \
+        const char *a = LOOM_ALIGNED(p.a, T), *b = LOOM_ALIGNED(p.b, T);                           \
+        int post = p.final && OPE == loomAvg;                                                      \
+        uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;                            \
+        uint64_t nthreads = (uint64_t)gridDim.x * blockDim.x;                                      \
+        loomDevKernel_t f = LOOM_CAT(tname, LOOM_OPFN_##oname);                                    \
+        if (p.out1 != NULL)                                                                        \
+            loomDevReduceShare(f, sizeof(T), o, 2, a, b, p.count, post, p.nranks, tid, nthreads);  \
+        else                                                                                       \
+            loomDevReduceShare(f, sizeof(T), o, 1, a, b, p.count, post, p.nranks, tid, nthreads);  \
     }
 #define LOOM_KERNELS_OF_TYPE(E, tname, T) LOOM_KERNEL_OPS(LOOM_DEFINE_KERNEL, T, tname)
 

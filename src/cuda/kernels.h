@@ -11,9 +11,11 @@
  *   out0[i] = post(a[i])                when b == NULL (a copy that finishes an Avg)
  *
  * where post() divides by nranks when `final` is set and the operation is
- * loomAvg (Avg reduces as a sum), and is the identity otherwise: the same
- * definition as reduce.c's, so device and host results agree bit for bit.
- * Plain copies do not need a kernel (the executor uses cuMemcpyAsync).
+ * loomAvg (Avg reduces as a sum), and is the identity otherwise. The
+ * arithmetic is the interpreter's (src/device/interp.h), which agrees with
+ * reduce.c's bit for bit, NaN payloads aside (tests/unit/check_arith.c).
+ * Every pointer is aligned to its element. Plain copies do not need a
+ * kernel (the executor uses cuMemcpyAsync).
  *
  * "loomInterpret" is the plan interpreter (LOOM_KERNEL_INTERPRET below).
  *

@@ -240,21 +240,14 @@ LOOM_DEV_HALF(bf16)
 typedef void (*loomDevKernel_t)(char *const *o, int no, const char *const *a, int na, const char *b,
                                 uint64_t count, int post, int nranks);
 
-/*
- * Every o[m] = post(a[na-1] (op) ... (op) (a[0] (op) b)) for every datatype
- * and operation (b NULL: the chain starts from a[0]; na 1 and no b: post(a[0]));
- * post is the division of a finished Avg. loomAvg reduces as a sum.
- */
-static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *const *o, int no,
-                                              const char *const *a, int na, const char *b,
-                                              uint64_t count, int post, int nranks)
+/* The arithmetic of (dt, op): one of the functions above (loomAvg's is the sum's), or NULL. */
+static inline LOOM_HOSTDEV loomDevKernel_t loomDevKernelOf(int dt, int op)
 {
     int k = op == loomProd ? 1 : op == loomMax ? 2 : op == loomMin ? 3 : 0;
 #define LOOM_DEV_CASE(E, name)                                                                     \
     case E: {                                                                                      \
         loomDevKernel_t f[4] = {name##Sum, name##Prod, name##Max, name##Min};                      \
-        f[k](o, no, a, na, b, count, post, nranks);                                                \
-        break;                                                                                     \
+        return f[k];                                                                               \
     }
     switch (dt) {
         LOOM_DEV_CASE(loomInt8, i8)
@@ -268,9 +261,64 @@ static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *const *o, in
         LOOM_DEV_CASE(loomFloat64, f64)
         LOOM_DEV_CASE(loomBfloat16, bf16)
     default:
-        break;
+        return NULL;
     }
 #undef LOOM_DEV_CASE
+}
+
+/*
+ * Every o[m] = post(a[na-1] (op) ... (op) (a[0] (op) b)) for every datatype
+ * and operation (b NULL: the chain starts from a[0]; na 1 and no b: post(a[0]));
+ * post is the division of a finished Avg. loomAvg reduces as a sum.
+ */
+static inline LOOM_HOSTDEV void loomDevReduce(int dt, int op, char *const *o, int no,
+                                              const char *const *a, int na, const char *b,
+                                              uint64_t count, int post, int nranks)
+{
+    loomDevKernel_t f = loomDevKernelOf(dt, op);
+    if (f)
+        f(o, no, a, na, b, count, post, nranks);
+}
+
+/*
+ * Thread tid's share, of nthreads, of f(o, no, {a}, 1, b, count, post,
+ * nranks) (f one of the functions above, for elements of es bytes): 16-byte
+ * packs tid, tid + nthreads, ... when every pointer is 16-byte aligned, else
+ * single elements, and the tail after the packs one element at a time the
+ * same way. This is a reduction kernel of its own (kernels.cu, launched by
+ * the host-driven CUDA executor, cudaexec.c) rather than a block of the
+ * interpreter: consecutive threads take consecutive packs, so a warp's
+ * accesses coalesce. An output may be an input (in place): each pack or
+ * element is read before it is written, by the one thread that takes it.
+ */
+static inline LOOM_HOSTDEV void loomDevReduceShare(loomDevKernel_t f, uint64_t es, char *const *o,
+                                                   int no, const char *a, const char *b,
+                                                   uint64_t count, int post, int nranks,
+                                                   uint64_t tid, uint64_t nthreads)
+{
+    uint64_t per = 16 / es, first = 0;
+    uintptr_t at = (uintptr_t)a | (uintptr_t)b;
+    char *oo[LOOM_DEV_OUTS];
+    for (int m = 0; m < no; m++)
+        at |= (uintptr_t)o[m];
+    if ((at & 15) == 0) {
+        uint64_t packs = count / per;
+        for (uint64_t k = tid; k < packs; k += nthreads) {
+            uint64_t off = k * 16;
+            const char *aa = a + off;
+            for (int m = 0; m < no; m++)
+                oo[m] = o[m] + off;
+            f(oo, no, &aa, 1, b ? b + off : NULL, per, post, nranks);
+        }
+        first = packs * per;
+    }
+    for (uint64_t i = first + tid; i < count; i += nthreads) {
+        uint64_t off = i * es;
+        const char *aa = a + off;
+        for (int m = 0; m < no; m++)
+            oo[m] = o[m] + off;
+        f(oo, no, &aa, 1, b ? b + off : NULL, 1, post, nranks);
+    }
 }
 
 /*

@@ -17,8 +17,9 @@
  *   - events, stream waits on events and on 32-bit memory values (cyclic),
  *     stream and context synchronisation behave as documented;
  *   - the module image must be a fatbin that contains the names looked up,
- *     and a kernel is run by its name on the CPU with reduce.c (the real
- *     kernels are device code and never run here);
+ *     and a reduction kernel is run by its name on the CPU: the host build
+ *     of what its threads run (loomDevReduceShare, src/device/interp.h),
+ *     thread after thread of the launch's grid;
  *   - loading a module waits for the context's streams (a real driver did, and
  *     hung behind a stream held by Loom's own wait); here it fails after 2 s;
  *   - a launch of loomInterpret (the plan interpreter, src/device/interp.h)
@@ -510,10 +511,10 @@ struct cmd {
     loomRedOp_t op;
     const volatile uint32_t *flag;
     uint32_t value;
-    struct cuEventOpaque event;  /* CMD_WAIT_EVENT: a copy taken at enqueue */
-    struct loomDevBlock *blocks; /* CMD_INTERPRET: nblocks blocks of nthreads */
-    unsigned int nblocks, nthreads;
-    cuHostFn_t fn; /* CMD_HOST: fn(userData) */
+    struct cuEventOpaque event;     /* CMD_WAIT_EVENT: a copy taken at enqueue */
+    struct loomDevBlock *blocks;    /* CMD_INTERPRET: nblocks blocks of nthreads */
+    unsigned int nblocks, nthreads; /* CMD_REDUCE: nthreads of the grid, in all */
+    cuHostFn_t fn;                  /* CMD_HOST: fn(userData) */
     void *userData;
 };
 
@@ -863,19 +864,14 @@ static void cmdRun(struct cmd *c)
         memmove(c->dst, c->src, c->bytes);
         break;
     case CMD_REDUCE: {
+        /* What the kernel's threads run (kernels.cu), one after another. */
         const struct loomReduceArgs *a = &c->args;
-        size_t bytes = a->count * reduceTypeSize(c->dt);
-        if (a->b == NULL) {
-            memmove(a->out0, a->a, bytes);
-            if (a->final)
-                reducePostOp(a->out0, a->count, c->dt, c->op, a->nranks);
-        } else if (a->final) {
-            reduceApplyFinal(a->out0, a->a, a->b, a->count, c->dt, c->op, a->nranks);
-        } else {
-            reduceApply(a->out0, a->a, a->b, a->count, c->dt, c->op);
-        }
-        if (a->out1)
-            memcpy(a->out1, a->out0, bytes);
+        char *o[2] = {a->out0, a->out1};
+        loomDevKernel_t f = loomDevKernelOf(c->dt, c->op);
+        int post = a->final && c->op == loomAvg;
+        for (uint64_t t = 0; t < c->nthreads; t++)
+            loomDevReduceShare(f, reduceTypeSize(c->dt), o, a->out1 ? 2 : 1, a->a, a->b, a->count,
+                               post, a->nranks, t, c->nthreads);
         break;
     }
     case CMD_WAIT_FLAG:
@@ -1631,6 +1627,7 @@ EXPORT cuResult_t cuLaunchKernel(cuFunction_t f, unsigned int gx, unsigned int g
     c->kind = CMD_REDUCE;
     c->dt = f->dt;
     c->op = f->op;
+    c->nthreads = gx * bx;
     c->args = *a;
     c->args.out0 = translate(a->out0, bytes, 1);
     c->args.out1 = translate(a->out1, bytes, 1);
