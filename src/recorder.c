@@ -48,8 +48,9 @@ struct loomRecorder {
 };
 
 /*
- * The coarse clock (the last tick, 4 ms here): a few nanoseconds where the
- * precise one costs 20-250 ns on a virtual machine, twice a call. The
+ * The coarse clock (the last tick): a few nanoseconds where the precise one
+ * costs far more on a virtual machine, twice a call (docs/performance.md,
+ * "The flight recorder's cost"). The
  * recorder tells where a job hangs and since when, not how long a call
  * took (loom-perf does that).
  */

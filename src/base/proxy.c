@@ -3,9 +3,9 @@
  *
  * The thread does not poll busily: the executor polls the links it waits
  * on itself (and blocks in poll() on their sockets when it may: proxy.h),
- * and a busy proxy only takes CPU from it and from the peer
- * (measured on a loaded host: an 8-byte AllReduce between two hosts took
- * two to three times longer with a 50 us busy window). After a pass that
+ * and a busy proxy only takes CPU from it and from the peer (a short busy
+ * window made small calls between hosts slower, not faster:
+ * docs/performance.md, "Figures from the code's comments"). After a pass that
  * moved nothing it sleeps in epoll_wait on the transport's sockets and its
  * own eventfd; the kernel wakes it within microseconds when data, buffer
  * space or the doorbell comes. Before sleeping it flags itself (`sleeping`) and runs one

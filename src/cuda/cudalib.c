@@ -13,10 +13,11 @@
  * rescans when the loader reports that objects were added since the last
  * look. Even that look costs: glibc's dl_iterate_phdr takes the loader's
  * lock and searches every loaded object's headers for the caller before
- * the first callback (70 ns a call in loom-perf, growing with the objects
- * a process has loaded; a collective asks twice). So a "no" is trusted
- * while the coarse monotonic clock (a read of the kernel's tick, 5 ns where
- * CLOCK_MONOTONIC costs 60 ns on the development VM) still shows the tick
+ * the first callback (a quarter of a 1-rank call's time, growing with the
+ * objects a process has loaded; a collective asks twice: docs/performance.md,
+ * "no loader query on most calls"). So a "no" is trusted while the coarse
+ * monotonic clock (a read of the kernel's tick, about a tenth of what
+ * CLOCK_MONOTONIC costs) still shows the tick
  * of the scan that gave it: at most one tick, 1-10 ms. A device pointer can
  * exist only after the driver was loaded, initialised (cuInit), given a
  * context and asked for memory, which takes far longer (on the order of

@@ -145,7 +145,8 @@ loomResult_t cudaLibGet(const struct cudaLib **lib);
 /*
  * 1 if the driver is loaded in this process (by Loom or the application).
  * When it is not, no pointer can be device memory, so host-only programs
- * never load it. Costs about 50 ns when the answer is no, less after yes.
+ * never load it. While the answer is no it costs a read of the coarse clock,
+ * and a loader query once a clock tick.
  */
 int cudaLibLoaded(void);
 /*

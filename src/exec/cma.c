@@ -254,9 +254,10 @@ int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes)
  * free slot is never far), then every Recv, in rank order. Each message is
  * one slot (cmaSetup checks that a descriptor fits). Nothing is forwarded,
  * so the exchange ends as soon as the last rank has arrived and sent. (A
- * ring AllGather here took 1.2-1.5 ms of a 4.5 ms AlltoAll at 4 ranks on 2
- * cores: each of its n - 1 forwarding hops waited for a rank that shared its
- * core with one still copying.)
+ * ring AllGather here took, each time, about a third of an AlltoAll where
+ * ranks share cores: each of its n - 1 forwarding hops waited for a rank
+ * that shared its core with one still copying; docs/performance.md,
+ * "single copies: the exchanges around the copies".)
  */
 static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan *out)
 {

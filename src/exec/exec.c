@@ -18,8 +18,9 @@
  * noticed without help. The spin stage (LOOM_SPIN pauses, 20000 by default:
  * about half a millisecond) keeps a rank on its core while its peers run on
  * theirs: on a host busy with other work, a rank that yields after a few
- * microseconds loses its core for a whole time slice, and an 8-byte
- * AllReduce on 2 ranks took ~20 us instead of ~0.5 us (Open MPI polls
+ * microseconds loses its core for a whole time slice, which made an 8-byte
+ * AllReduce on 2 ranks an order of magnitude slower (docs/performance.md,
+ * "polling before yielding"; Open MPI polls
  * without yielding). With more ranks than cores a peer may need this very
  * core, so the spin stage is cut to 32 pauses there and sched_yield hands it
  * the core at once. The same holds whenever a peer the wait is for shares
@@ -29,7 +30,7 @@
  * a wait for a local peer last seen on this core skips the spin stage
  * (peerOnThisCore). Without that, two
  * blocking calls in a row on 2 ranks of the 2-core machine could settle
- * into turns of ~2 ms a call, each rank spinning out its stage while the
+ * into slow turns, each rank spinning out its stage while the
  * other waited for the core (`bench/first-calls`; docs/performance.md).
  * Yielding goes on for a millisecond, then the thread
  * sleeps. A wait on a network connector skips the spin

@@ -11,11 +11,10 @@
  * exec.c) says whether the offered elements lie in such a block: its
  * descriptor in the sender, its inode and the element's offset. The
  * reader opens /proc/<pid>/fd/<fd> once, checks the inode, maps the
- * block and from then on copies from its view with plain loads:
- * on the 2-core development VM a 16 MiB read that way ran at 13.5 GB/s
- * (memcpy) and 18.7 GB/s (non-temporal stores) against 6.3 GB/s through
- * process_vm_readv, which pins every page on every call (2 MiB: 29 against
- * 9.1). Opening another process's descriptors needs only the "read" ptrace
+ * block and from then on copies from its view with plain loads, two to
+ * three times faster than process_vm_readv, which pins every page on every
+ * call (docs/performance.md, "zero copy for loomMemAlloc buffers"). Opening
+ * another process's descriptors needs only the "read" ptrace
  * access (same user), which Yama's ptrace_scope = 1 does not restrict; where
  * it is refused anyway the reader falls back to process_vm_readv. Views are
  * mapped for writing where the file opens so (a PUSH step writes a reduced

@@ -709,16 +709,11 @@ void reduceCopy(void *dst, const void *src, size_t bytes)
 
 /*
  * A single copy reads a peer's whole block into the user's buffer in one
- * go, far past the cache, and glibc (2.36 here) keeps ordinary stores up to
- * three quarters of the last-level cache (24 MiB on the development VM), so
- * each destination line is first read for ownership. Streaming stores skip
- * that read. Measured on the 2-core VM, copying from a peer's mapped
- * loomMemAlloc block (best of 20): 2 MiB 29 GB/s memcpy against 20 GB/s
- * streaming (the source sat in the cache), 16 MiB 13.5 against 18.7,
- * 64 MiB 7.8 against 14.1. In single-copy AlltoAll on 2 ranks (20 calls,
- * three runs each) streaming from 1 MiB, from 4 MiB or never were within
- * the noise at 2 and 8 MiB, and at 32 MiB it took 4.3-4.6 ms against
- * 5.0-5.2 without.
+ * go, far past the cache, and glibc keeps ordinary stores up to three
+ * quarters of the last-level cache, so each destination line is first read
+ * for ownership. Streaming stores skip that read; they lose while the
+ * source still sits in the cache (2 MiB), and win from a few MiB, hence the
+ * threshold (docs/performance.md, "Figures from the code's comments").
  */
 #ifndef REDUCE_STREAM_BYTES
 #define REDUCE_STREAM_BYTES (4u << 20)
