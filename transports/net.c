@@ -435,6 +435,17 @@ static void netKick(void *ctx)
         bellRing(st->comm->bell); /* another thread of ours may wait on this comm */
 }
 
+/* The connector's unref (core.h): the lock keeps the proxy out, the backend its helpers. */
+static void netUnref(void *ctx)
+{
+    struct netConn *c = ctx;
+    struct netState *st = c->owner;
+    int b = st->backendOf[c->peer];
+    pthread_mutex_lock(&st->lock);
+    st->backends[b]->unref(st->bstate[b], c);
+    pthread_mutex_unlock(&st->lock);
+}
+
 static uint64_t netQuietUntil(void *ctx)
 {
     struct netState *st = ctx;
@@ -622,6 +633,7 @@ static loomResult_t netPublish(struct netState *st, int b, int from, int to)
         netWireConnector(k, (char *)c->fifo, comm->slotBytes, proxyBell(st->proxy), c->peer);
         k->progress = netKick;
         k->progressCtx = c;
+        k->unref = c->isSend && c->sendsRef && st->backends[b]->unref ? netUnref : NULL;
     }
     pthread_mutex_lock(&st->lock);
     atomic_store_explicit(&st->nconns, to, memory_order_release);

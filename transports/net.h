@@ -47,6 +47,7 @@ struct netConn {
     uint64_t posted; /* send: messages handed to the wire; recv: receives started */
     uint64_t done;   /* messages finished (send: left this process; recv: landed) */
     int lost;        /* the connection ended; nothing moves on it any more */
+    int sendsRef;    /* send: the backend takes LOOM_FIFO_REF messages (set at connect; unref) */
     char why[160];   /* why it ended, set by the backend with loomRemoteError */
     /* A failure notice the backend received from the peer (send connections), for net.c. */
     int noticeIn;
@@ -115,6 +116,15 @@ struct netBackend {
      * through it and its readiness says so; -1 when not. Lock held.
      */
     int (*waitFd)(void *state, struct netConn *c, short *events);
+    /*
+     * Optional, for the send connections it sets sendsRef on at connect: a
+     * message whose size word is flagged LOOM_FIFO_REF (fifo.h) is sent from
+     * the address its slot holds, not from the slot. unref copies what is
+     * not yet sent of each such message of c into its slot, and the rest
+     * goes from there; once it returns no thread of the backend (helpers
+     * included, which work without the lock) reads those addresses. Lock held.
+     */
+    void (*unref)(void *state, struct netConn *c);
 };
 
 extern const struct netBackend netSocketBackend;

@@ -29,6 +29,14 @@
  * whoever moves the socket; a transfer that finishes counts itself done in
  * its message, and a message is done when all its parts are.
  *
+ * A message the executor flagged LOOM_FIFO_REF (fifo.h) is sent from the
+ * address its slot holds, the caller's memory, instead of from the slot;
+ * sockUnref (the executor, before a call returns) copies what the socket
+ * has not taken yet into the slot and points the transfers there. The
+ * proxy's sockets are kept apart from it by net.c's lock, a helper's by the
+ * socket's mutex, which the helper holds while it moves the socket. Rails
+ * and TLS never get such messages (sendsRef).
+ *
  * No credits are needed: the receiver reads message k only once slot
  * k % LOOM_STEPS is free, and until then TCP's own flow control holds the
  * sender back. The only thing that ever travels from receiver to sender is
@@ -269,7 +277,9 @@ static int helperPass(struct sockHelper *h)
         struct sockLink *l = h->links[i];
         if (atomic_load_explicit(&l->err, memory_order_relaxed))
             continue;
+        pthread_mutex_lock(&l->mu);
         int r = linkAdvance(h->st, l);
+        pthread_mutex_unlock(&l->mu);
         if (r != 0)
             moved = 1; /* finished, or failed: either way the proxy must look */
     }
@@ -400,6 +410,7 @@ static loomResult_t helpersPlan(struct sockState *st)
     for (int i = 0; i < st->nconns; i++) {
         for (int s = 1; sockHelped(st->conns[i]) && s < st->conns[i]->nsocks; s++) {
             struct sockHelper *h = &st->helpers[next];
+            pthread_mutex_init(&st->conns[i]->links[s].mu, NULL);
             st->conns[i]->links[s].helper = next;
             h->links[h->nlinks++] = &st->conns[i]->links[s];
             next = (next + 1) % st->nhelpers;
@@ -419,7 +430,13 @@ static void postSends(struct sockState *st, struct sockConn *sc)
         struct sockMsg *m = &sc->msgs[slot];
         char *data = nc->slots + (size_t)slot * nc->slotBytes;
         size_t off, len;
-        m->bytes = (uint32_t)nc->fifo->bytes[slot];
+        uint64_t word = nc->fifo->bytes[slot];
+        m->bytes = (uint32_t)(word & ~LOOM_FIFO_FLAGS);
+        if (word & LOOM_FIFO_REF) { /* the caller's memory (sockUnref takes it back) */
+            memcpy(&data, data, sizeof(data));
+            st->refMsgs++;
+            st->refBytes += m->bytes;
+        }
         netHeaderEncode(m->bytes, (uint32_t)nc->posted, m->hdr);
         m->parts = netSplit(m->bytes, sc->nsocks, 0, &off, &len);
         atomic_store_explicit(&m->partsDone, 0, memory_order_relaxed);
@@ -553,6 +570,64 @@ static int sockWaitFd(void *state, struct netConn *c, short *events)
     return l->fd;
 }
 
+/*
+ * Part `part` of message m, posted on its socket: what is not yet sent is copied to the same
+ * place in the slot, and the rest goes from there. Held: net.c's lock (the proxy's sockets),
+ * the link's mutex (a helper's).
+ */
+static size_t unrefPart(struct sockConn *sc, uint64_t m, int part, char *slot, const char *ref)
+{
+    size_t copied = 0;
+    struct sockLink *l = &sc->links[part];
+    uint32_t tail = atomic_load_explicit(&l->qTail, memory_order_relaxed); /* the proxy's */
+    if (l->helper >= 0)
+        pthread_mutex_lock(&l->mu);
+    for (uint32_t q = atomic_load_explicit(&l->qHead, memory_order_acquire); q != tail; q++) {
+        struct sockOp *op = &l->q[q % SOCK_QUEUE];
+        if (op->msg != m)
+            continue;
+        size_t hdrLen = op->hdr ? NET_HEADER_BYTES : 0;
+        size_t sent = op->done > hdrLen ? op->done - hdrLen : 0, off = (size_t)(op->data - ref);
+        memcpy(slot + off + sent, op->data + sent, op->len - sent);
+        op->data = slot + off;
+        copied = op->len - sent;
+        break;
+    }
+    if (l->helper >= 0)
+        pthread_mutex_unlock(&l->mu);
+    return copied;
+}
+
+/*
+ * The backend's unref (net.h): every message of c that points to the caller's memory goes on
+ * from its slot. One not yet posted is copied whole; one on its sockets part by part, from
+ * where each socket stands. The address is read before the copy overwrites it.
+ */
+static void sockUnref(void *state, struct netConn *c)
+{
+    struct sockState *st = state;
+    struct sockConn *sc = c->priv;
+    uint64_t tail = atomic_load_explicit(&c->fifo->tail, memory_order_acquire);
+    for (uint64_t m = c->done; sc != NULL && m < tail; m++) {
+        int slotIndex = (int)(m % LOOM_STEPS);
+        uint64_t word = c->fifo->bytes[slotIndex];
+        char *slot = c->slots + (size_t)slotIndex * c->slotBytes;
+        const char *ref;
+        if (!(word & LOOM_FIFO_REF))
+            continue;
+        memcpy(&ref, slot, sizeof(ref));
+        if (m >= c->posted) {
+            memcpy(slot, ref, (size_t)(word & ~LOOM_FIFO_FLAGS));
+            st->unrefBytes += word & ~LOOM_FIFO_FLAGS;
+        } else {
+            for (int i = sc->msgs[slotIndex].parts - 1; i >= 0; i--)
+                st->unrefBytes += unrefPart(sc, m, i, slot, ref);
+        }
+        c->fifo->bytes[slotIndex] = word & ~LOOM_FIFO_REF;
+    }
+}
+
+/* ---- failure notices, on socket 0 ---- */
 /* ---- failure notices, back where nothing else travels ---- */
 
 /*
@@ -1014,6 +1089,9 @@ static loomResult_t sockConnectStart(void *state, struct netConn **conns, int n,
         sc->nsocks = sc->nsocks * sc->nrails > SOCK_MAX ? SOCK_MAX : sc->nsocks * sc->nrails;
         if (sc->nrails > 1)
             LOOMCHECK(railsCreate(sc));
+        /* Sends go from the caller's memory on one rail without TLS; rails resend, and
+         * OpenSSL wants a write it could not finish repeated from the same buffer. */
+        nc->sendsRef = nc->isSend && sc->nrails == 1 && !tlsWanted();
         for (int s = 0; s < SOCK_MAX; s++)
             sc->links[s] = (struct sockLink){.fd = -1, .index = s, .helper = -1, .conn = sc};
         if (!nc->isSend) {
@@ -1116,11 +1194,20 @@ static void sockTeardown(void *state)
     struct sockState *st = state;
     if (st == NULL)
         return;
+    if (st->refMsgs > 0)
+        INFO(LOOM_NET,
+             "NET/socket: rank %d sent %llu message(s), %.1f MiB, from the caller's memory; "
+             "%.1f MiB of it was copied into the slots as calls returned or overwrote it",
+             st->comm->rank, (unsigned long long)st->refMsgs, st->refBytes / 1048576.0,
+             st->unrefBytes / 1048576.0);
     helpersStop(st);
     for (int i = 0; i < st->nconns; i++) {
-        for (int s = 0; s < SOCK_MAX; s++)
+        for (int s = 0; s < SOCK_MAX; s++) {
             if (!st->conns[i]->links[s].shared)
                 socketClose(st->conns[i]->links[s].fd);
+            if (st->conns[i]->links[s].helper >= 0)
+                pthread_mutex_destroy(&st->conns[i]->links[s].mu);
+        }
         st->conns[i]->nc->priv = NULL;
         railsFree(st->conns[i]);
         free(st->conns[i]);
@@ -1149,4 +1236,5 @@ const struct netBackend netSocketBackend = {
     .notify = sockNotify,
     .pollNotice = sockPollNotice,
     .waitFd = sockWaitFd,
+    .unref = sockUnref,
 };

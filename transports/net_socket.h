@@ -59,6 +59,8 @@ struct sockLink {
     _Atomic uint32_t qHead; /* transfers finished (consumer) */
     _Atomic uint32_t qTail; /* transfers posted (producer: the proxy) */
     atomic_int err;
+    /* A helper's link: held by the helper while it moves the link, and by sockUnref. */
+    pthread_mutex_t mu;
     struct sockOp q[SOCK_QUEUE];
 };
 
@@ -134,6 +136,8 @@ struct sockState {
     uint32_t railsDown;
     uint32_t railsWarned; /* rails a failure was reported for */
     uint64_t railsCheckNs;
+    /* Sends from the caller's memory (LOOM_FIFO_REF), and the bytes sockUnref copied back. */
+    uint64_t refMsgs, refBytes, unrefBytes;
 };
 
 struct railConn;

@@ -65,6 +65,18 @@ struct loomConnector {
      */
     void (*progress)(void *ctx);
     void *progressCtx;
+    /*
+     * Network send connectors whose backend can send a message straight
+     * from the caller's memory: the executor then puts the address of the
+     * bytes in the slot and flags the size word LOOM_FIFO_REF (fifo.h)
+     * instead of copying them in. unref(progressCtx) copies what the backend
+     * has not yet sent of every such message into its slot and sends the
+     * rest from there, so that no thread reads the address once it returns:
+     * the executor calls it before a call returns, and before a step
+     * overwrites memory a message still points to. NULL: every message goes
+     * through the slot (shared memory, InfiniBand, rails, TLS).
+     */
+    void (*unref)(void *ctx);
     uint64_t *ll; /* LOOM_STEPS LL slots of LOOM_LL_LINES lines (fifo.h), or NULL: no LL here */
 };
 

@@ -32,12 +32,16 @@
  * Top bits of a slot's size word: the message sits in the connector's device
  * slots (p2p) rather than its host slots; the slot holds the address of the
  * sender's elements (an OFFER step of a single-copy schedule) rather than the
- * elements; the message went as LL lines.
+ * elements; the message went as LL lines; the slot holds the address of the
+ * message's bytes in this process, for the network backend to send from
+ * there (a network send FIFO only: the flag never travels, see
+ * loomConnector.unref in core.h).
  */
 #define LOOM_FIFO_DEVICE_DATA (1ULL << 63)
 #define LOOM_FIFO_OFFER (1ULL << 62)
 #define LOOM_FIFO_LL (1ULL << 61)
-#define LOOM_FIFO_FLAGS (LOOM_FIFO_DEVICE_DATA | LOOM_FIFO_OFFER | LOOM_FIFO_LL)
+#define LOOM_FIFO_REF (1ULL << 60)
+#define LOOM_FIFO_FLAGS (LOOM_FIFO_DEVICE_DATA | LOOM_FIFO_OFFER | LOOM_FIFO_LL | LOOM_FIFO_REF)
 
 /* Lines of one LL slot, and the data bytes they carry. */
 #define LOOM_LL_LINES 256

@@ -7,6 +7,9 @@
  * FIFO holds a message (tail > pos) and its send FIFO has a free slot
  * (head + LOOM_STEPS > pos); then it copies or reduces with reduce.c,
  * publishes the counters (release) and rings the other end's doorbell.
+ * A large send over TCP whose bytes are in the caller's memory puts their
+ * address in the slot instead (LOOM_FIFO_REF), and execRun takes such
+ * addresses back before it returns (refsTakeBack).
  * Nothing here blocks: execRun sweeps all lanes, and only when a sweep makes
  * no progress does it wait, in three stages:
  *
@@ -182,8 +185,16 @@ static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t
  * every outgoing slot gets the same values. `in` holds the messages' slots
  * (one per receive peer), `out` the outgoing ones (one per send peer).
  */
+static void sendFrom(char *slot, const char *from, size_t bytes, int byRef)
+{
+    if (byRef)
+        memcpy(slot, &from, sizeof(from)); /* the backend sends from there (LOOM_FIFO_REF) */
+    else
+        reduceCopy(slot, from, bytes);
+}
+
 static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *const *in,
-                        char *const *out)
+                        char *const *out, unsigned *ref)
 {
     size_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
@@ -209,13 +220,23 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
             reduceApplyFinal(to, in[0], src, s->count, l->dt, l->op, n);
         else
             reduceApply(to, in[0], src, s->count, l->dt, l->op);
+        if (!dst)
+            *ref = 0; /* the sum is in a slot */
         for (int k = first; k < s->nsend; k++)
-            reduceCopy(out[k], to, bytes);
+            sendFrom(out[k], to, bytes, (*ref >> k) & 1);
         return;
     }
     const char *from = (uses & LOOM_USES_RECV) ? in[0] : src;
+    if (from != src && dst && !final &&
+        s->nsend > 0) { /* forwarded: to dst, then sent from there */
+        reduceCopy(dst, from, bytes);
+        from = dst;
+        dst = NULL;
+    } else if (from != src) {
+        *ref = 0;
+    }
     for (int k = 0; k < s->nsend; k++)
-        reduceCopy(out[k], from, bytes);
+        sendFrom(out[k], from, bytes, (*ref >> k) & 1);
     if (dst) {
         if (from != src)
             reduceCopy(dst, from, bytes);
@@ -387,17 +408,110 @@ struct stepLinks {
     char *out[LOOM_STEP_MAXPEERS];
 };
 
+/* ---- sends from the caller's memory (LOOM_FIFO_REF; loomConnector.unref in core.h) ---- */
+
+/*
+ * The sends of step s (bit j: its j-th send peer) that may go from the
+ * caller's memory instead of through the slot: a host lane of at least
+ * EXEC_REF_MIN_BYTES that does not compress, over a link whose backend takes
+ * references, while the lane's list of such links has room. stepCompute
+ * clears the bits where the bytes are in a slot (a sum for the next hop, a
+ * message forwarded without dst). Smaller messages are copied: that costs
+ * less than taking them back from the backend when the call returns.
+ */
+#define EXEC_REF_MIN_BYTES (32 * 1024)
+static unsigned refsAllowed(const struct loomLane *l, const struct loomStep *s,
+                            const struct stepLinks *k, size_t bytes)
+{
+    unsigned mask = 0;
+    int room = EXEC_REF_LINKS - l->nrefs;
+    if (l->compress || bytes < EXEC_REF_MIN_BYTES)
+        return 0;
+    for (int j = 0; j < s->nsend; j++) {
+        int listed = 0;
+        if (k->sc[j]->unref == NULL)
+            continue;
+        for (int r = 0; r < l->nrefs; r++)
+            listed |= l->refs[r] == k->sc[j];
+        if (listed || room-- > 0)
+            mask |= 1u << j;
+    }
+    return mask;
+}
+
+static void refsNote(struct loomLane *l, struct loomConnector *sc)
+{
+    for (int r = 0; r < l->nrefs; r++)
+        if (l->refs[r] == sc)
+            return;
+    l->refs[l->nrefs++] = sc;
+}
+
+/*
+ * Whether a message of sc the backend may not have sent yet points into
+ * [lo, hi) (any message, with lo == hi == NULL). The size words and slots are
+ * this thread's: only the executor and its unref write them.
+ */
+static int refsPending(const struct loomConnector *sc, const char *lo, const char *hi)
+{
+    for (uint64_t m = atomic_load_explicit(&sc->fifo->head, memory_order_acquire); m < sc->pos;
+         m++) {
+        uint64_t word = sc->fifo->bytes[m % LOOM_STEPS];
+        const char *at;
+        if (!(word & LOOM_FIFO_REF))
+            continue;
+        memcpy(&at, sc->slots + (m % LOOM_STEPS) * sc->slotBytes, sizeof(at));
+        if (lo == NULL || (at < hi && at + (word & ~LOOM_FIFO_FLAGS) > lo))
+            return 1;
+    }
+    return 0;
+}
+
+/* Before a step writes [lo, hi) of the caller's memory: no message still to send reads it. */
+static void refsGuard(const struct loomLane *l, const char *lo, size_t bytes)
+{
+    for (int r = 0; r < l->nrefs; r++)
+        if (refsPending(l->refs[r], lo, lo + bytes))
+            l->refs[r]->unref(l->refs[r]->progressCtx);
+}
+
+/*
+ * Before execRun returns, whatever the outcome: each message still pointing
+ * to the caller's memory is sent as far as the socket takes it now, and the
+ * rest is copied into its slot by unref, so that the caller may reuse or free
+ * its buffers at once (and a rank leaving on an error leaves no thread
+ * reading them).
+ */
+static void refsTakeBack(struct loomLane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct loomLane *l = &lanes[i];
+        for (int r = 0; r < l->nrefs; r++) {
+            struct loomConnector *sc = l->refs[r];
+            if (refsPending(sc, NULL, NULL))
+                sc->progress(sc->progressCtx);
+            if (refsPending(sc, NULL, NULL))
+                sc->unref(sc->progressCtx);
+        }
+        l->nrefs = 0;
+    }
+}
+
 /*
  * Makes a step's effect visible: bumps the counters (host lanes publish them
  * at once). `bytes` is the message's size word; a FIFO with device slots
  * flags it as there on a device lane.
  */
-static void stepPublish(const struct loomLane *l, int dev, const struct loomStep *s,
-                        const struct stepLinks *k, uint64_t bytes)
+static void stepPublish(struct loomLane *l, int dev, const struct loomStep *s,
+                        const struct stepLinks *k, uint64_t bytes, unsigned ref)
 {
     for (int j = 0; j < s->nsend; j++) {
         struct loomConnector *sc = k->sc[j];
         uint64_t b = l->compress && sc->progress ? s->count * sizeof(uint16_t) : bytes;
+        if ((ref >> j) & 1) {
+            b |= LOOM_FIFO_REF;
+            refsNote(l, sc);
+        }
         sc->fifo->bytes[sc->pos % LOOM_STEPS] =
             b | (dev && sc->devSlots ? LOOM_FIFO_DEVICE_DATA : 0);
         sc->pos++;
@@ -514,6 +628,9 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             *err = loomSetError(loomInternalError, "a single-copy step in a device plan");
             return -1;
         }
+        unsigned ref = 0;
+        if (!dev && l->nrefs > 0 && (loomStepUses(s->op) & LOOM_USES_DST))
+            refsGuard(l, l->bufs[s->dstBuf] + s->dstOff * l->elemSize, bytes);
         if (dev) {
             *err = cudaExecStep(gpu, l, s, k.in, k.out, k.rc, k.sc);
             if (*err != loomSuccess)
@@ -527,9 +644,10 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
         } else if (l->compress && s->op != LOOM_STEP_COPY) {
             compressStep(l, s, k.in, linksOnNet(k.rc, s->nrecv), k.out, linksOnNet(k.sc, s->nsend));
         } else {
-            stepCompute(l, s, k.in, k.out);
+            ref = refsAllowed(l, s, &k, bytes);
+            stepCompute(l, s, k.in, k.out, &ref);
         }
-        stepPublish(l, dev, s, &k, s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes);
+        stepPublish(l, dev, s, &k, s->op == LOOM_STEP_OFFER ? bytes | LOOM_FIFO_OFFER : bytes, ref);
         laneNext(l);
         done++;
     }
@@ -809,6 +927,7 @@ loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         l->it = (struct loomPlanIter){0, 0};
         l->cur = 0;
         l->more = loomPlanNext(l->plan->steps, l->plan->nsteps, &l->it, &l->step);
+        l->nrefs = 0;
     }
     if (nlanes > 1)
         ownersClaim(lanes, nlanes);
@@ -873,6 +992,7 @@ loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     }
     if (w.netPolled)
         lanes[0].comm->netWaitEnd(lanes[0].comm, 0);
+    refsTakeBack(lanes, nlanes);
     if (nlanes > 1)
         ownersReset(lanes, nlanes);
     if (err != loomSuccess) {

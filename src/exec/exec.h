@@ -31,6 +31,10 @@ struct loomLane {
     int more;
     size_t cur; /* steps run */
     int done;
+    /* Send connectors that took a message by reference (LOOM_FIFO_REF) in this run: */
+#define EXEC_REF_LINKS 4
+    struct loomConnector *refs[EXEC_REF_LINKS];
+    int nrefs;
 };
 
 struct cudaExec;

@@ -17,7 +17,11 @@
 #    only (3 ranks), and with large messages cut over 4 sockets moved by 2
 #    helper threads; the last message of a sender that leaves at once, over
 #    2 and 4 sockets, arrives whole, and both ranks say socket 0 carries
-#    both directions (duplex: one rail, no TLS).
+#    both directions (duplex: one rail, no TLS);
+#    large messages sent from the caller's buffer arrive whole when a
+#    later step of the call overwrites it (recursive doubling in place) and
+#    when the caller overwrites and unmaps it the moment the call returns
+#    (lastsend --reuse).
 # 3. Errors say what to do: LOOM_SOCKET_IFNAME matching nothing lists the
 #    interfaces; LOOM_NET=ib without a device names the rank; a rank killed
 #    mid-run is reported by its peers as a closed connection, not a hang.
@@ -68,9 +72,35 @@ LOOM_SOCKET_NSOCKS=4 LOOM_SOCKET_NTHREADS=2 LOOM_BUFFSIZE=4M run_logged "$log" "
     --timeout 240 "$FAKE" 1 "$LOOM_PERF" -c 1 -n 2 -w 1 -C all -d float -b 1M -e 4M -f 4
 perf_check "$log" $? "3 fake hosts, 4 sockets and 2 helper threads, 1-4 MiB"
 
+# A step that overwrites memory a message still to send points to: in place, recursive
+# doubling sends the whole vector and writes the sum over it once the partner's has come,
+# while its own may still wait in the buffer for the socket (8 MiB slots, more than the
+# kernel takes at once). Without taking it back first, 4-32 MiB in place came out wrong.
+log=$TEST_TMPDIR/overwrite.log
+LOOM_SHM_DISABLE=1 LOOM_ALGO=doubling LOOM_BUFFSIZE=64M run_logged "$log" "$LOOMRUN" -n 2 \
+    --timeout 240 "$LOOM_PERF" -c 1 -n 3 -w 0 -C allreduce -d float -b 4M -e 32M -f 2
+perf_check "$log" $? "2 ranks over TCP, LOOM_ALGO=doubling in place, 8 MiB slots"
+
+# lastsend_check LOG STATUS ARRIVED WHAT INFO INFO_WHAT: the run in LOG exited 0 and said
+# ARRIVED (else "WHAT" is the failure), and its INFO lines say INFO (else "INFO_WHAT").
+lastsend_check() {
+    if [ "$2" -ne 0 ] || ! grep -q "$3" "$1"; then
+        record_failure "$4"
+        show_log "$1"
+    elif ! grep -q "$5" "$1"; then
+        record_failure "$6"
+        show_log "$1"
+    fi
+}
+
 # What a sender sent before it left arrives, however many sockets carry it: rank 1 is
 # stopped while rank 0 sends 256 KiB and exits, so rank 1 then finds each socket's end
 # behind its data at once, the end of socket 0 before the rest of the message on the others.
+# Large messages go to the socket from the caller's buffer, and a call must not return while
+# anything still reads it: with rank 1 stopped, rank 0 sends 32 MiB and broadcasts 32 MiB
+# (8 MiB slots: both return at once) and overwrites and unmaps each buffer as soon as the
+# call returns; rank 1 then checks every byte. The INFO line says rank 0 sent from its
+# buffers and copied into the slots what the kernel had not taken yet.
 for split in "2 0" "4 2"; do
     set -- $split
     log=$TEST_TMPDIR/lastsend$1.log
@@ -87,6 +117,14 @@ for split in "2 0" "4 2"; do
         record_failure "over one rail without TLS, the two ranks do not both say socket 0 is duplex"
         show_log "$log"
     fi
+    log=$TEST_TMPDIR/reuse$1.log
+    LOOM_SHM_DISABLE=1 LOOM_ALGO=ring LOOM_BUFFSIZE=64M LOOM_SOCKET_NSOCKS=$1 \
+        LOOM_SOCKET_NTHREADS=$2 LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=NET run_logged "$log" \
+        "$LOOMRUN" -n 2 "$top_builddir/tests/integration/lastsend" --reuse 33554432
+    lastsend_check "$log" $? "rank 1: both calls' 33554432 bytes arrived whole" \
+        "a buffer reused as its call returned changed what arrived ($1 sockets, $2 helper threads)" \
+        "rank 0 sent [0-9]* message(s), .* MiB, from the caller's memory; [1-9][0-9.]* MiB of it was copied" \
+        "rank 0 did not send from its buffers and copy the rest back as the calls returned ($1 sockets)"
 done
 
 # 3. Errors.
