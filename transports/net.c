@@ -638,7 +638,9 @@ static loomResult_t netPublish(struct netState *st, int b, int from, int to)
     pthread_mutex_lock(&st->lock);
     atomic_store_explicit(&st->nconns, to, memory_order_release);
     pthread_mutex_unlock(&st->lock);
+    pthread_mutex_lock(&st->lock); /* the proxy is running: attach may hand it sockets */
     st->backends[b]->attach(st->bstate[b], st->proxy);
+    pthread_mutex_unlock(&st->lock);
     bellRing(proxyBell(st->proxy)); /* what arrived before the proxy looked at these */
     return loomSuccess;
 }

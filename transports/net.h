@@ -91,7 +91,8 @@ struct netBackend {
     /* Before the proxy sleeps (lock held): 0 to sleep, -1 when it must look again at once. */
     int (*beforeSleep)(void *state);
     /*
-     * Once the proxy runs, and again after each connect: the backend has it
+     * Once the proxy runs, and again after each connect (lock held, as the
+     * proxy may be moving connections published before): the backend has it
      * watch the descriptors it does not watch yet (proxyWatch) and, the
      * first time, starts what rings its doorbell. Failures are reported and
      * recovered from inside (nothing returned).

@@ -388,7 +388,9 @@ static int sockHelped(const struct sockConn *sc)
     return sockComplete(sc) && sc->rails == NULL;
 }
 
-/* Hands sockets 1.. of every connection made so far to the helpers, round robin. */
+/* Plans which helper moves sockets 1.. of every connection made so far, round robin;
+ * sockAttach hands them over, with net.c's lock held, since the proxy may be moving some of
+ * those sockets already (the first peers' connections are published before the last ones). */
 static loomResult_t helpersPlan(struct sockState *st)
 {
     int extra = 0;
@@ -410,8 +412,6 @@ static loomResult_t helpersPlan(struct sockState *st)
     for (int i = 0; i < st->nconns; i++) {
         for (int s = 1; sockHelped(st->conns[i]) && s < st->conns[i]->nsocks; s++) {
             struct sockHelper *h = &st->helpers[next];
-            pthread_mutex_init(&st->conns[i]->links[s].mu, NULL);
-            st->conns[i]->links[s].helper = next;
             h->links[h->nlinks++] = &st->conns[i]->links[s];
             next = (next + 1) % st->nhelpers;
         }
@@ -729,11 +729,17 @@ static void sockAttach(void *state, struct loomProxy *proxy)
         st->helpersStarted = 1;
         for (int i = 0; i < st->nhelpers; i++) {
             struct sockHelper *h = &st->helpers[i];
+            for (int k = 0; k < h->nlinks; k++) {
+                pthread_mutex_init(&h->links[k]->mu, NULL);
+                h->links[k]->helper = i;
+            }
             if (helperStart(h) == loomSuccess)
                 continue;
             WARN("%s; the proxy thread moves its sockets instead", debugLastError(NULL));
-            for (int k = 0; k < h->nlinks; k++)
+            for (int k = 0; k < h->nlinks; k++) {
                 h->links[k]->helper = -1;
+                pthread_mutex_destroy(&h->links[k]->mu);
+            }
             h->nlinks = 0;
         }
     }
