@@ -367,7 +367,9 @@ loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int
  * and receives completes (everyone may send first). Groups nest; only the
  * outermost End runs them. Every operation in a group must use the same
  * stream. If one call in the group failed its checks, loomGroupEnd returns
- * that error and runs nothing.
+ * that error and runs nothing. The operations of a group run side by side:
+ * a buffer one of them writes must not overlap a buffer another reads or
+ * writes (as in NCCL); what is read then is undefined.
  */
 loomResult_t loomGroupStart(void);
 loomResult_t loomGroupEnd(void);

@@ -204,6 +204,7 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     int n = l->comm->nranks, first = 0;
 
     if (uses & LOOM_USES_SLOTLESS) {
+        *ref = 0; /* an offer is a descriptor in the slot, not the caller's bytes */
         if (s->op == LOOM_STEP_OFFER) { /* the PULLs, PUSH and DRAIN: stepTakeOffers, laneAdvance */
             struct loomOffer o;
             memOfferFill(src, bytes, &o);
