@@ -131,7 +131,12 @@ PERF_ENV=
 t0=$(date +%s)
 # 4. Faults.
 log=$TEST_TMPDIR/faults.log
-run_logged "$log" env CK_RUN_CASE=tcp LOOM_FAULT_MIN_TIMEOUT=20 \
+# "tcp queued" is skipped: its workload relies on TCP's socket buffers (rank
+# 2 sends 32 messages to rank 0 while rank 0 is outside any call); over
+# verbs only the slots' worth goes before credits come back, so ranks 0 and
+# 2 each wait to send to the other and time out before rank 3's death
+# reaches them (seen 2026-12-07): the case does not apply over IB.
+run_logged "$log" env CK_RUN_CASE=tcp LOOM_FAULT_MIN_TIMEOUT=20 LOOM_FAULT_SKIP="tcp queued" \
     "$top_builddir/tests/faults/check_faults"
 status=$?
 sed 's/^/    /' "$log"
