@@ -109,8 +109,10 @@ done
 # Session directories under this test's own directory: the hosts of two tests run at once
 # share host names and /tmp, where Open MPI's /tmp/ompi.HOST.UID would collide ("File exists").
 mkdir -p "$TEST_TMPDIR/ompi"
+# --bind-to none: each host sees all of this machine's cores and would bind its first rank
+# to core 0, so with one rank a host every rank of the job would run on the same core.
 exec "$MN_EXEC" h1 mpirun --allow-run-as-root --hostfile "\$hostfile" -np \$((k * m)) \\
-    --mca orte_tmpdir_base "$TEST_TMPDIR/ompi" \\
+    --bind-to none --mca orte_tmpdir_base "$TEST_TMPDIR/ompi" \\
     --mca plm_rsh_agent "$MN_AGENT" --mca oob_tcp_if_include eth0 \\
     --mca btl tcp,self --mca btl_tcp_if_include eth0 "\$@"
 EOS
