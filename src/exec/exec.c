@@ -79,8 +79,9 @@
 #include "mem.h"
 #include "reduce.h"
 
-#define EXEC_NET_WAIT_MAX 16 /* network connectors one blocking wait polls */
-#define EXEC_NET_WAIT_MS 1   /* the longest such poll: abort is seen within it */
+#define EXEC_NET_WAIT_MAX 16          /* network connectors one blocking wait polls */
+#define EXEC_NET_WAIT_MS 1            /* the longest such poll: abort is seen within it */
+#define EXEC_NET_SPIN_NS (100 * 1000) /* a network wait polls without sleeping this long first */
 
 static inline void cpuRelax(void)
 {
@@ -768,10 +769,14 @@ static int sweep(struct loomLane *lanes, int nlanes, struct cudaExec *dev, long 
 
 /*
  * Moves the network links the blocked lanes wait on, from this thread, and
- * returns 1 if there were any. Such a wait polls its sockets and yields
- * between polls, from the start and for EXEC_YIELD_NS, then sleeps (the
- * proxy moves the links meanwhile and rings): measured on a busy host, a
- * busy spin over system calls only starves the peer and the proxy of CPU.
+ * returns 1 if there were any. Such a wait first polls its sockets without
+ * sleeping for EXEC_NET_SPIN_NS (and at most LOOM_SPIN polls), yielding at
+ * every fourth poll; then it blocks in poll() on them, or yields between
+ * polls, until EXEC_YIELD_NS; then sleeps (the proxy moves the links
+ * meanwhile and rings). A thread asleep in poll() pays a wake-up when the
+ * message lands (halted vCPUs: tens of us, several times the round trip
+ * itself); the yields leave the core to whoever else needs it where ranks
+ * outnumber cores (figures in docs/performance.md, "Waiting on the network").
  */
 static int pollNetwork(const struct loomLane *lanes, int nlanes)
 {
@@ -792,11 +797,11 @@ static int pollNetwork(const struct loomLane *lanes, int nlanes)
 /*
  * Blocks until a network link the blocked lanes wait on may move (comm->netWait: poll() on
  * their sockets, as a program that calls recv() itself is woken by the kernel, with no hand-off
- * to the proxy), at most EXEC_NET_WAIT_MS. Returns 0 at once when the lanes wait for anything
- * else too: a link without a socket to wait on, shared memory, another lane, a second
+ * to the proxy), at most timeoutMs (0: only looks). Returns 0 at once when the lanes wait for
+ * anything else too: a link without a socket to wait on, shared memory, another lane, a second
  * communicator; they then yield as before.
  */
-static int netBlock(const struct loomLane *lanes, int nlanes)
+static int netBlock(const struct loomLane *lanes, int nlanes, int timeoutMs)
 {
     struct loomConnector *c[EXEC_NET_WAIT_MAX];
     struct loomComm *comm = lanes[0].comm;
@@ -827,7 +832,7 @@ static int netBlock(const struct loomLane *lanes, int nlanes)
         if (!blocked) /* it waits for another lane's connector, or runs now */
             return 0;
     }
-    return n > 0 && comm->netWait(comm, c, n, EXEC_NET_WAIT_MS);
+    return n > 0 && comm->netWait(comm, c, n, timeoutMs);
 }
 
 /* An abort or a peer's notice is waiting to be reported: do not go to sleep. */
@@ -961,8 +966,17 @@ loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
         }
         /* Nobody rings the doorbell when the GPU finishes a step: never sleep on it then. */
         int gpuBusy = dev && cudaExecPending(dev) > 0;
+        if (w.network && !gpuBusy && w.spins < spinLimit &&
+            loomClockNs() - w.idleSince < EXEC_NET_SPIN_NS) {
+            /* a poll() that returns at once, which also keeps the proxy off the sockets */
+            w.netPolled |= netBlock(lanes, nlanes, 0);
+            pollNetwork(lanes, nlanes);
+            if ((w.spins & 3) == 0)
+                sched_yield();
+            continue;
+        }
         if (w.network && !gpuBusy && loomClockNs() - w.idleSince < EXEC_YIELD_NS &&
-            !failurePending(lanes, nlanes) && netBlock(lanes, nlanes)) {
+            !failurePending(lanes, nlanes) && netBlock(lanes, nlanes, EXEC_NET_WAIT_MS)) {
             w.netPolled = 1;
             pollNetwork(lanes, nlanes);
             continue;

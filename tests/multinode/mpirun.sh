@@ -18,6 +18,8 @@
 #    round robin (--map-by node), so topology must regroup them by host; 1 MiB
 #    FIFOs (not 4 MiB: messages wrap them) and 4 sockets per connection with a
 #    helper thread, so that the largest messages are cut into parts.
+#    3b: the matrix on 2 x 1 with LOOM_SPIN unset (every other run here sets
+#    0): network waits then poll their sockets without sleeping first.
 # 4. No missed wake-ups: 4 hosts x 1 rank, 1000 8-byte AllReduces through
 #    the tree, LOOM_DEBUG=INFO. At destroy each rank says how many of its
 #    executor's and its network proxy's sleeps ran to their 100 ms cap and
@@ -86,6 +88,12 @@ run_logged "$log" "$MN_MPIRUN" 3 2 --map-by node $ENVS -x LOOM_ROOT_ADDR="$(mn_a
     -w 0 $ALL $SIZES
 perf_check "$log" $? "3x2 round robin, LOOM_ROOT_ADDR, LOOM_BUFFSIZE=1M, 4 sockets, 1 helper"
 grep -q "Rank  1 Pid .* on h2" "$log" || record_failure "--map-by node did not put rank 1 on h2"
+
+# 3b. The library's own waiting (LOOM_SPIN unset, as a user runs it): a wait on a network link
+# polls its sockets without sleeping for up to 100 us before it blocks in poll().
+log=$TEST_TMPDIR/spin.log
+run_logged "$log" "$MN_MPIRUN" 2 1 -x LOOM_TIMEOUT=60 $BOOT_ENV "$LOOM_PERF" -c 1 -n 1 -w 0 $ALL $SIZES
+perf_check "$log" $? "2x1, LOOM_SPIN unset"
 
 # 4. Missed wake-ups.
 log=$TEST_TMPDIR/wakeups.log
