@@ -36,6 +36,7 @@
 #include "plan.h"
 #include "exec.h"
 #include "executor.h"
+#include "interpview.h"
 #include "kexec.h"
 #include "lifecycle.h"
 #include "mem.h"
@@ -372,7 +373,7 @@ static loomResult_t commConnect(struct loomComm *comm)
     /* The kernel executor turns single copies off: it runs no OFFER, PULL or DRAIN. */
     if (tunerKernelWanted())
         LOOMCHECK(kexecSetup(comm, allShm));
-    return cmaSetup(comm, allShm && !kexecUsable(comm));
+    return cmaSetup(comm, allShm && !interpServes(comm));
 }
 
 /* Releases what the communicator owns (not the struct itself). */

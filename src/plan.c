@@ -520,8 +520,12 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
      * whatever its previous call was. */
     int mapped = 0;
     if (dev == NULL && nops == 1 && tunerAsksMapped(ops[0].comm, ops[0].coll, opBytes(&ops[0]))) {
+        struct loomLane exchange;
         LOOMCHECK(commUsable(&ops[0]));
-        LOOMCHECK(cmaAllMapped(&ops[0], &mapped));
+        cmaMappedLane(&ops[0], &exchange);
+        LOOMCHECK(
+            executorRun(executorOf(LOOM_EXECUTOR_HOST), &exchange, 1, &(struct loomExecCall){0}));
+        mapped = cmaAllMapped(&ops[0]);
     }
     if (dev == NULL && nops == 1 && !mapped && memoMatches(&ops[0])) {
         loomResult_t res = memoLanes(&ops[0], &nlanes);

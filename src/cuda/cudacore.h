@@ -4,9 +4,9 @@
  *
  *   opcheck.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
  *   plan.c     planExecute  -> cudaPlanBegin / cudaPlanEnd around the executor's run
- *                              (src/exec/executor.h: cudaexec.c's or devexec.c's)
+ *                              (src/exec/executor.h: loomExecCuda's or loomExecLaunch's)
  *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
- *   exec.c     execLoop(dev) -> cudaExecStep instead of computing on the CPU,
+ *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,
  *                              cudaExecRetire publishes the counters of finished steps
  *   stream.c   loomStreamCreateCuda, enqueue, run, sync, destroy -> cudaStream*
  *   init.c     peer exchange, connect, free -> p2pPeerInfo, p2pSetup, p2pFree
@@ -27,7 +27,7 @@ struct cudaExec;
 struct cudaStreamSync;
 struct loomDevConn;
 
-/* ---- operations (cudaexec.c) ---- */
+/* ---- operations and plans (src/exec/cudaplan.c) ---- */
 
 /*
  * The buffer checks of a call: host and device buffers mixed in one call,
@@ -47,7 +47,8 @@ loomResult_t cudaOpCheck(const struct loomOp *op, const char *fn);
 loomResult_t cudaPlanBegin(struct loomOp *ops, int nops, int ordered, struct cudaExec **ex);
 /* 1 if the plan of ops is on device buffers (as cudaPlanBegin sees it); no error is recorded. */
 int cudaPlanIsDevice(const struct loomOp *ops, int nops);
-/* After execRun: waits out anything still in flight after an error, restores the context. */
+/* After the executor's run: waits out anything still in flight after an error, restores the
+ * context. */
 void cudaPlanEnd(struct cudaExec *ex, loomResult_t res);
 /*
  * The stream the plan's own device work goes on (an in-place AlltoAll's
@@ -71,7 +72,7 @@ loomResult_t cudaKernelWait(void *ctx, void *stream, uint64_t flagDev, uint32_t 
 /* Loads ctx's kernels ahead of any wait on its streams (ctx current on this thread). */
 void cudaKernelsPreload(void *ctx);
 
-/* ---- the executor's step hooks (cudaexec.c) ---- */
+/* ---- the host-driven executor's device steps, which only exec.c calls (cudaexec.c) ---- */
 
 /* 1 if no more steps can be issued until some finish. */
 int cudaExecFull(const struct cudaExec *ex);

@@ -71,7 +71,7 @@
 #include "cudalib.h"
 #include "debug.h"
 #include "interp.h"
-#include "kexec.h"
+#include "interpview.h"
 #include "param.h"
 
 /* The shared words of one device FIFO, in its receiver's region: each group on its own line. */
@@ -265,7 +265,7 @@ static int p2pWirePeer(struct loomComm *comm, int p)
                 (char *)(uintptr_t)(peerBase + slotsOffset(comm, c, comm->peers[me].localRank));
         /* This end launches over the pair's device FIFOs (p2pDevConn): the FIFOs' readers see it
          * before the pair's connect (or init) ends. */
-        if (peerBase && kexecUsable(comm) && sc->connected && rc->connected && sc->fifo &&
+        if (peerBase && interpServes(comm) && sc->connected && rc->connected && sc->fifo &&
             rc->fifo) {
             atomic_fetch_or_explicit(&sc->fifo->devEnds, LOOM_FIFO_END_SEND, memory_order_release);
             atomic_fetch_or_explicit(&rc->fifo->devEnds, LOOM_FIFO_END_RECV, memory_order_release);

@@ -15,8 +15,9 @@
  * AllReduce and taken for the others where LOOM_ALGO names cma; and, unasked, for
  * AllReduce, ReduceScatter, AllGather, Broadcast and Reduce of ungrouped
  * host calls where every rank passes loomMemAlloc buffers (where the tuner
- * says to ask, tunerAsksMapped, cmaAllMapped: the ranks exchange their
- * buffers' descriptors first).
+ * says to ask, tunerAsksMapped: the ranks exchange their buffers'
+ * descriptors first, a lane cmaMappedLane builds and the planner runs, and
+ * cmaAllMapped reads the answer).
  *
  * Whether the kernel allows it is found at connect (cmaSetup): each rank
  * reads and writes back a random word of every peer. Yama's ptrace_scope >= 1,
@@ -38,20 +39,20 @@
 #include "cma.h"
 #include "debug.h"
 #include "exec.h"
-#include "executor.h"
 #include "mem.h"
 #include "param.h"
 #include "reduce.h"
 
-/* What a rank tells the others before a call that may run through mappings (cmaAllMapped). */
+/* What a rank tells the others before a call that may run through mappings (cmaMappedLane). */
 struct cmaDesc {
     struct loomOffer send, recv; /* the buffers, and the loomMemAlloc blocks holding them */
 };
 
 struct cmaState {
+    struct cmaDesc mine;   /* this rank's, sent by the exchange (cmaMappedLane) */
     struct cmaDesc *all;   /* [nranks] */
     char *stage;           /* comm->slotBytes: a peer's piece on its way into a PULL_REDUCE */
-    struct loomPlan xplan; /* the descriptor exchange (cmaAllMapped) */
+    struct loomPlan xplan; /* the descriptor exchange (cmaMappedLane) */
     size_t minBytes;
 };
 
@@ -249,7 +250,7 @@ int cmaWrite(pid_t pid, const void *local, uint64_t remote, size_t bytes)
 }
 
 /*
- * The plan of the descriptor exchange (cmaAllMapped), the same for every
+ * The plan of the descriptor exchange (cmaMappedLane), the same for every
  * call: every Send first (each to its own FIFO; one message a call, so a
  * free slot is never far), then every Recv, in rank order. Each message is
  * one slot (cmaSetup checks that a descriptor fits). Nothing is forwarded,
@@ -284,33 +285,32 @@ static loomResult_t cmaExchangePlan(const struct loomComm *comm, struct loomPlan
     return res;
 }
 
-loomResult_t cmaAllMapped(struct loomOp *op, int *mapped)
+void cmaMappedLane(struct loomOp *op, struct loomLane *lane)
 {
     struct loomComm *comm = op->comm;
     struct cmaState *st = comm->cma;
-    struct cmaDesc mine;
     size_t elem = op->count * reduceTypeSize(op->dt);
-    memOfferFill(op->sendbuff, elem * opSendBlocks(op), &mine.send);
-    memOfferFill(op->recvbuff, elem * opRecvBlocks(op), &mine.recv);
-    st->all[comm->rank] = mine;
-    /* Run as a lane of its own, not through the planner, so the exchange neither touches
-     * the schedule cache nor spoils the memo of the call's schedule. */
-    struct loomLane lane = {.comm = comm,
-                            .channel = 0,
-                            .plan = &st->xplan,
-                            .bufs = {(char *)&mine, (char *)st->all},
-                            .dt = loomUint8,
-                            .op = loomSum,
-                            .elemSize = 1};
-    *mapped = 0;
-    LOOMCHECK(executorRun(&loomExecHost, &lane, 1, &(struct loomExecCall){0}));
-    for (int p = 0; p < comm->nranks; p++) {
+    memOfferFill(op->sendbuff, elem * opSendBlocks(op), &st->mine.send);
+    memOfferFill(op->recvbuff, elem * opRecvBlocks(op), &st->mine.recv);
+    st->all[comm->rank] = st->mine;
+    *lane = (struct loomLane){.comm = comm,
+                              .channel = 0,
+                              .plan = &st->xplan,
+                              .bufs = {(char *)&st->mine, (char *)st->all},
+                              .dt = loomUint8,
+                              .op = loomSum,
+                              .elemSize = 1};
+}
+
+int cmaAllMapped(const struct loomOp *op)
+{
+    const struct cmaState *st = op->comm->cma;
+    for (int p = 0; p < op->comm->nranks; p++) {
         int send, recv;
         cmaUses(op, p, &send, &recv);
         /* Every rank looks at every descriptor, its own too, so all decide alike. */
         if ((send && st->all[p].send.memFd < 0) || (recv && st->all[p].recv.memFd < 0))
-            return loomSuccess;
+            return 0;
     }
-    *mapped = 1;
-    return loomSuccess;
+    return 1;
 }

@@ -8,6 +8,7 @@
 #define LOOM_CMA_H_
 
 #include "core.h"
+#include "exec.h"
 #include "op.h"
 
 /*
@@ -20,13 +21,17 @@ loomResult_t cmaSetup(struct loomComm *comm, int present);
 /* Releases what cmaSetup allocated (not collective). */
 void cmaTeardown(struct loomComm *comm);
 /*
- * Collective (every rank of op->comm calls it where the tuner says to ask,
- * tunerAsksMapped, src/tuner.h): the
- * ranks exchange their buffers' descriptors; *mapped = 1 where every buffer
+ * Whether op's single copies may go through loomMemAlloc mappings, asked
+ * where the tuner says to (tunerAsksMapped, src/tuner.h) by every rank of
+ * op->comm: the ranks exchange their buffers' descriptors as *lane (a lane
+ * of its own, which the planner runs on the host executor: not through its
+ * lanes, so the exchange neither touches the schedule cache nor spoils the
+ * memo of the call's schedule); then cmaAllMapped is 1 where every buffer
  * op's single copies read on another rank is loomMemAlloc memory (the same
  * answer on every rank): the caller then runs op's single-copy schedule.
  */
-loomResult_t cmaAllMapped(struct loomOp *op, int *mapped);
+void cmaMappedLane(struct loomOp *op, struct loomLane *lane);
+int cmaAllMapped(const struct loomOp *op);
 /*
  * Reads `bytes` at `remote` in process `pid` into `local` (a PULL step);
  * 0, or the errno of the failed read (ESRCH when the process is gone).

@@ -50,8 +50,11 @@
  * The watchdog: one thread per process, started by the first launch, looks
  * at every launch in flight every DEVEXEC_WATCH_NS. Ended (its event) ->
  * retired: the blocks' error records become the call's error, with the host
- * executor's lines (exec.c), recorded on the communicators and the Loom
- * stream, the communicators marked broken and the peers told. Running ->
+ * executor's lines (interpview.c, execfail.c), recorded on the communicators
+ * and the Loom stream, the communicators marked broken and the peers told
+ * (execfail.h: the failure services every executor uses; this file calls no
+ * other executor, and reaches the CUDA side of the plan, its context and
+ * streams, through cudaplan.c). Running ->
  * it reads only what may be read while the kernel writes: the counters this
  * rank publishes (progress), the communicator's abort flag, the failure
  * notices peers posted, and whether a peer whose FIFO is starved has exited;
@@ -75,7 +78,7 @@
 #include "interp.h"
 #include "kernels.h"
 #include "executor.h"
-#include "kexec.h"
+#include "interpview.h"
 
 #define DEVEXEC_WATCH_NS (200 * 1000LL) /* the watchdog's period while launches are in flight */
 #define DEVEXEC_ALIGN 64
@@ -116,7 +119,7 @@ struct devLaunch {
     struct loomDevBlock *blocks;  /* the staging copy: final once the launch has ended */
     struct loomDevLane *devLanes; /* block by block, staging */
     int nblocks;
-    struct loomLane *lanes; /* exec.c's view of devLanes, in the same order */
+    struct loomLane *lanes; /* the executors' view of devLanes (interpLanesSync), in order */
     int nlanes, laneCap;
     int *blockLanes; /* [nblocks]: lanes of each block */
     int blockCap;
@@ -202,7 +205,7 @@ static loomResult_t connFill(struct loomComm *comm, struct devexecComm *dc, int 
     if (dc->onDevice[i])
         d->pos = &dc->dpos[i];
     else
-        kexecConnView(d, c, &dc->pos[i], NULL);
+        interpConnView(d, c, &dc->pos[i], NULL);
     cuResult_t r = dc->lib->memcpyAsync((cuDevPtr_t)(uintptr_t)&dc->dconns[i],
                                         (cuDevPtr_t)(uintptr_t)d, sizeof(*d), stream);
     return r == CUL_SUCCESS ? loomSuccess
@@ -680,12 +683,12 @@ static void launchWatch(struct devLaunch *L, uint64_t now)
 static loomResult_t launchError(struct devLaunch *L, int *post)
 {
     *post = !L->heard;
-    kexecLanesSync(L->devLanes, L->lanes, L->nlanes);
+    interpLanesSync(L->devLanes, L->lanes, L->nlanes);
     for (int b = 0, at = 0; b < L->nblocks; at += L->blockLanes[b++]) {
         struct loomDevBlock d = L->blocks[b];
         d.lanes = &L->devLanes[at]; /* the staging copy, final now */
         if (d.status != LOOM_DEV_OK && d.status != LOOM_DEV_STOPPED)
-            return kexecBlockError(&d, &L->lanes[at], 1);
+            return interpBlockError(&d, &L->lanes[at], 1);
     }
     if (L->stopErr != loomTimeout || L->heard)
         return loomSetError(L->stopErr, "%s", L->stopWhy);
@@ -1204,7 +1207,7 @@ static loomResult_t launchRun(struct loomLane *lanes, int nlanes, const struct l
 
 const struct loomExecutor loomExecLaunch = {.name = "launch",
                                             .lines = 1,
-                                            .serves = kexecUsable,
+                                            .serves = interpServes,
                                             .prepare = execPrepare,
                                             .run = launchRun,
                                             .reclaim = devexecReclaim};

@@ -44,9 +44,10 @@
  * woken by the kernel as a program calling recv() is, while the proxy keeps
  * off them; otherwise it yields between polls.
  *
- * Device plans (execLoop's `dev`: device buffers, for the host-driven CUDA
- * executor of cudaexec.c) walk the same steps, but a ready
- * step is handed to the GPU (src/exec/cudaexec.c) instead of computed here,
+ * Device plans (execRun's `dev`: device buffers, the host-driven CUDA
+ * executor, loomExecCuda, defined here too) walk the same steps, but a ready
+ * step is handed to the GPU (cudaexec.c, this executor's device steps,
+ * which calls nothing here) instead of computed here,
  * and its counters are published by cudaExecRetire once the GPU is done with
  * it; the positions advance at issue, so later steps can be issued behind
  * it. A plan is finished when every step is issued and retired. While the
@@ -55,16 +56,16 @@
  * message sits in the connector's device slots (p2p) or its host slots.
  *
  * What ends a wait that makes no progress, and how the peers are told of a
- * failure, is execfail.c's, shared with the kernel executor.
+ * failure, is execfail.c's, and the futex sleep and the same-core hint are
+ * execwait.c's: services of the executor layer that every executor uses
+ * (exec.h); this file calls no other executor.
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,19 +91,6 @@ static inline void cpuRelax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-}
-
-long execFutexWait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
-                          .tv_nsec = (long)(ns % 1000000000ULL)};
-    return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
-}
-
-void execWake(struct loomComm *comm)
-{
-    if (comm->bell != NULL)
-        bellWakeAll(comm->bell);
 }
 
 /* ---- connector ownership between lanes of one plan ---- */
@@ -167,17 +155,6 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 }
 
 /* ---- one step ---- */
-
-static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t got, size_t want)
-{
-    int half = got * 2 == want || want * 2 == got; /* bfloat16 against float32 (compress.c)? */
-    return loomSetError(loomInvalidUsage,
-                        "rank %d received %llu bytes from rank %d where it expected %zu: the "
-                        "ranks called different operations or counts (calls must match in order, "
-                        "count and datatype on every rank)%s",
-                        lane->comm->rank, (unsigned long long)got, from, want,
-                        half ? ", or LOOM_NET_COMPRESS differs between them" : "");
-}
 
 /*
  * The local work of one step, as the op table (schedule.h) declares it: a
@@ -346,54 +323,6 @@ static inline void connectorPublished(struct loomConnector *c)
         c->progress(c->progressCtx);
     else
         bellRing(c->peerBell);
-}
-
-static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
-{
-    return loomSetError(
-        loomInvalidUsage,
-        "rank %d received %s from rank %d where it expected %s: the ranks chose "
-        "different algorithms for one call, or called different operations "
-        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
-        "kind of memory, and calls must match in order, count and datatype)",
-        lane->comm->rank, loomStepTakesOffers(s->op) ? "data" : "a buffer address (single copy)",
-        from, loomStepTakesOffers(s->op) ? "a buffer address (single copy)" : "data");
-}
-
-static loomResult_t kindMismatch(const struct loomLane *lane, int from)
-{
-    return loomSetError(loomInvalidUsage,
-                        "rank %d received CUDA device memory from rank %d where it passed host "
-                        "buffers: every rank must pass the same kind of memory to one call",
-                        lane->comm->rank, from);
-}
-
-static loomResult_t protoMismatch(const struct loomLane *lane, int from, uint64_t got)
-{
-    return loomSetError(loomInvalidUsage,
-                        "rank %d received %s message from rank %d where it expected %s one: the "
-                        "ranks chose different protocols (LOOM_PROTO and LOOM_EXECUTOR must be "
-                        "equal on every rank)",
-                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", from,
-                        (got & LOOM_FIFO_LL) ? "a Simple" : "an LL");
-}
-
-loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
-                                 uint64_t got, int device)
-{
-    size_t want = s->count * l->elemSize;
-    if (l->compress && l->comm->channels[l->channel].recv[from].progress)
-        want = s->count * sizeof(uint16_t); /* bfloat16 on the wire (compress.c) */
-    /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepTakesOffers(s->op))
-        return pathMismatch(l, s, from);
-    if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
-        return protoMismatch(l, from, got);
-    if ((got & ~LOOM_FIFO_FLAGS) != want)
-        return sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, want);
-    if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
-        return kindMismatch(l, from);
-    return loomSuccess;
 }
 
 /* A slot of c: in its device slots for a device lane when the FIFO has them. */
@@ -662,27 +591,6 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
 }
 
 /* ---- waiting ---- */
-/* The core this thread runs on, plus one (0: not known). */
-static int32_t thisCore(void)
-{
-    int cpu = sched_getcpu();
-    return cpu < 0 ? 0 : cpu + 1;
-}
-
-/* Publishes core `mine` in a doorbell, only when it changed, so the line stays shared. */
-static void bellMarkCore(struct loomDoorbell *own, int32_t mine)
-{
-    if (atomic_load_explicit(&own->cpu, memory_order_relaxed) != mine)
-        atomic_store_explicit(&own->cpu, mine, memory_order_relaxed);
-}
-
-/* Whether c's peer, on this host (its bell is not ours: a network one is), was last on `mine`. */
-static int peerSeenOn(const struct loomConnector *c, const struct loomDoorbell *own, int32_t mine)
-{
-    return c->peerBell != NULL && c->peerBell != own &&
-           atomic_load_explicit(&c->peerBell->cpu, memory_order_relaxed) == mine;
-}
-
 /*
  * Publishes the core this thread runs on in its lanes' doorbells, at the
  * start of every call and of every wait, and returns it plus one (0: not
@@ -690,9 +598,9 @@ static int peerSeenOn(const struct loomConnector *c, const struct loomDoorbell *
  */
 static int32_t coreMark(const struct loomLane *lanes, int nlanes)
 {
-    int32_t mine = thisCore();
+    int32_t mine = execThisCore();
     for (int i = 0; i < nlanes && mine; i++)
-        bellMarkCore(lanes[i].comm->bell, mine);
+        execBellMarkCore(lanes[i].comm->bell, mine);
     return mine;
 }
 
@@ -716,25 +624,8 @@ static int peerOnThisCore(const struct loomLane *lanes, int nlanes)
     for (int i = 0; i < nlanes && mine; i++) {
         const struct loomLane *l = &lanes[i];
         for (int j = 0; !l->done && j < l->step.nrecv + l->step.nsend; j++)
-            if (peerSeenOn(stepLink(l, j), l->comm->bell, mine))
+            if (execPeerSeenOn(stepLink(l, j), l->comm->bell, mine))
                 return 1;
-    }
-    return 0;
-}
-
-int execChannelPeerOnThisCore(struct loomComm *comm, int channel)
-{
-    int32_t mine = thisCore();
-    if (!mine)
-        return 0;
-    bellMarkCore(comm->bell, mine);
-    const struct loomChannel *ch = &comm->channels[channel];
-    for (int p = 0; p < comm->nranks; p++) {
-        for (int dir = 0; dir < 2; dir++) {
-            const struct loomConnector *c = dir ? &ch->recv[p] : &ch->send[p];
-            if (p != comm->rank && c->connected && peerSeenOn(c, comm->bell, mine))
-                return 1;
-        }
     }
     return 0;
 }
@@ -921,7 +812,8 @@ static void withdrawOffers(struct loomLane *lanes, int nlanes)
     }
 }
 
-loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
+/* Runs every lane to completion, after execPrepare; dev: device lanes, their steps on the GPU. */
+static loomResult_t execRun(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
 {
     struct execWait w = {0};
     loomResult_t err = loomSuccess;
@@ -1017,16 +909,33 @@ loomResult_t execLoop(struct loomLane *lanes, int nlanes, struct cudaExec *dev)
     return err;
 }
 
-loomResult_t execRun(struct loomLane *lanes, int nlanes)
+/*
+ * The two executors this loop is (executor.h): loomExecHost computes the
+ * steps on the CPU, loomExecCuda hands them to the GPU (call->dev, this
+ * thread's CUDA side: cudaPlanBegin), cudaexec.c being its device steps.
+ * Either returns loomSuccess, loomTimeout (no progress for the comm's
+ * timeout), loomRemoteError (abort, or a peer died), or loomInvalidUsage
+ * (the peers disagree on a message size); on an error the communicators
+ * involved are marked broken. Both run every communicator's calls.
+ */
+static int servesAll(const struct loomComm *comm)
 {
-    return execLoop(lanes, nlanes, NULL);
+    (void)comm;
+    return 1;
 }
 
 static loomResult_t hostRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
 {
     (void)call;
-    return execRun(lanes, nlanes);
+    return execRun(lanes, nlanes, NULL);
+}
+
+static loomResult_t cudaRun(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
+{
+    return execRun(lanes, nlanes, call->dev);
 }
 
 const struct loomExecutor loomExecHost = {
-    .name = "host", .serves = executorServesAll, .prepare = execPrepare, .run = hostRun};
+    .name = "host", .serves = servesAll, .prepare = execPrepare, .run = hostRun};
+const struct loomExecutor loomExecCuda = {
+    .name = "cuda", .serves = servesAll, .prepare = execPrepare, .run = cudaRun};

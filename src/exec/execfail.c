@@ -1,6 +1,9 @@
 /*
- * execfail.c — failures, for both executors (exec.c, kexec.c): what ends a
- * wait that makes no progress, and telling the peers.
+ * execfail.c — failures, for every executor (execfail.h): what ends a
+ * wait that makes no progress, a message that is not the one a step
+ * expects, and telling the peers. It calls no executor: the executors call
+ * it (the host executor's waits, a kernel executor's block, the launched
+ * kernel's watchdog), and the core asks it about peers.
  *
  * A wait ends on a local abort, on a notice a peer posted on this rank's
  * doorbell, on the death of a peer the blocked step waits for (its process
@@ -28,6 +31,9 @@
 #include "connect.h"
 #include "debug.h"
 #include "exec.h"
+#include "execfail.h"
+#include "execwait.h"
+#include "interp.h"
 #include "recorder.h"
 
 /*
@@ -196,6 +202,67 @@ static loomResult_t timedOut(const struct loomLane *b)
                         "(%s%s%s)%s; a peer is stopped, hung or called a different operation",
                         b->comm->rank, b->comm->timeoutSec, b->cur, from,
                         from[0] && to[0] ? ", " : "", to, stopped);
+}
+
+/* A message that is not the one a step expects: the ranks disagree (execMessageMismatch). */
+
+static loomResult_t sizeMismatch(const struct loomLane *lane, int from, uint64_t got, size_t want)
+{
+    int half = got * 2 == want || want * 2 == got; /* bfloat16 against float32 (compress.c)? */
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %llu bytes from rank %d where it expected %zu: the "
+                        "ranks called different operations or counts (calls must match in order, "
+                        "count and datatype on every rank)%s",
+                        lane->comm->rank, (unsigned long long)got, from, want,
+                        half ? ", or LOOM_NET_COMPRESS differs between them" : "");
+}
+
+static loomResult_t pathMismatch(const struct loomLane *lane, const struct loomStep *s, int from)
+{
+    return loomSetError(
+        loomInvalidUsage,
+        "rank %d received %s from rank %d where it expected %s: the ranks chose "
+        "different algorithms for one call, or called different operations "
+        "(LOOM_ALGO must be equal on every rank, every rank must pass the same "
+        "kind of memory, and calls must match in order, count and datatype)",
+        lane->comm->rank, loomStepTakesOffers(s->op) ? "data" : "a buffer address (single copy)",
+        from, loomStepTakesOffers(s->op) ? "a buffer address (single copy)" : "data");
+}
+
+static loomResult_t kindMismatch(const struct loomLane *lane, int from)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received CUDA device memory from rank %d where it passed host "
+                        "buffers: every rank must pass the same kind of memory to one call",
+                        lane->comm->rank, from);
+}
+
+static loomResult_t protoMismatch(const struct loomLane *lane, int from, uint64_t got)
+{
+    return loomSetError(loomInvalidUsage,
+                        "rank %d received %s message from rank %d where it expected %s one: the "
+                        "ranks chose different protocols (LOOM_PROTO and LOOM_EXECUTOR must be "
+                        "equal on every rank)",
+                        lane->comm->rank, (got & LOOM_FIFO_LL) ? "an LL" : "a Simple", from,
+                        (got & LOOM_FIFO_LL) ? "a Simple" : "an LL");
+}
+
+loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep *s, int from,
+                                 uint64_t got, int device)
+{
+    size_t want = s->count * l->elemSize;
+    if (l->compress && l->comm->channels[l->channel].recv[from].progress)
+        want = s->count * sizeof(uint16_t); /* bfloat16 on the wire (compress.c) */
+    /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
+    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepTakesOffers(s->op))
+        return pathMismatch(l, s, from);
+    if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
+        return protoMismatch(l, from, got);
+    if ((got & ~LOOM_FIFO_FLAGS) != want)
+        return sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, want);
+    if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
+        return kindMismatch(l, from);
+    return loomSuccess;
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */

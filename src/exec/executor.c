@@ -11,12 +11,6 @@ static const struct loomExecutor *const executors[LOOM_EXECUTOR_NUM] = {
     [LOOM_EXECUTOR_LAUNCH] = &loomExecLaunch,
 };
 
-int executorServesAll(const struct loomComm *comm)
-{
-    (void)comm;
-    return 1;
-}
-
 const struct loomExecutor *executorOf(int kind)
 {
     return executors[kind];

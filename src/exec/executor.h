@@ -4,18 +4,29 @@
  *   LOOM_EXECUTOR_HOST    the host executor (exec.c): host buffers
  *   LOOM_EXECUTOR_KERNEL  the plan interpreter on the CPU (kexec.c):
  *                         host buffers under LOOM_EXECUTOR=kernel
- *   LOOM_EXECUTOR_CUDA    the host-driven CUDA executor (cudaexec.c): the
- *                         host executor's loop, each step computed by the GPU
+ *   LOOM_EXECUTOR_CUDA    the host-driven CUDA executor: the host executor's
+ *                         loop (exec.c), each step issued to the GPU by its
+ *                         device steps (cudaexec.c)
  *   LOOM_EXECUTOR_LAUNCH  the plan interpreter launched on the GPU
  *                         (devexec.c): device buffers under LOOM_EXECUTOR=kernel
  *
  * The tuner asks each which communicators it serves when one is built and
  * names the executor in its decision record (src/tuner.h); the planner
  * takes one per call or group from it and runs the lanes through
- * executorRun. What they share of the failure machinery (execfail.c) they
- * get through it too: executorRun prepares every plan (a failure heard of,
- * the peers connected the first time) before the executor runs it, and
- * each run marks the communicators broken on its own errors, as exec.h says.
+ * executorRun: the executor's prepare (execPrepare for all four: a failure
+ * heard of, the peers connected the first time), then its run, which marks
+ * the communicators broken on its own errors.
+ *
+ * Who calls whom in src/exec/ (docs/design.md, "Executors"): no executor
+ * calls another. What they share are the executor layer's services, which
+ * call no executor: the failure services (execfail.h: what ends a wait, a
+ * message not as expected, marking the communicators broken and telling the
+ * peers), how a thread waits (execwait.h), the interpreter's views
+ * (interpview.h, kexec.c's and devexec.c's), the CUDA side of a device plan
+ * (cudaplan.h, the two device executors'), and what runs steps on the CPU
+ * (reduce.c, cma.c, mem.c). cudaexec.c is the host-driven CUDA executor's
+ * device steps, called by exec.c only. This table (executor.c) is the one
+ * place that names all four; the core and cma.c reach them through it.
  */
 #ifndef LOOM_EXECUTOR_H_
 #define LOOM_EXECUTOR_H_
@@ -49,7 +60,7 @@ struct loomExecStreams {
 
 /* What a run is given besides its lanes. */
 struct loomExecCall {
-    struct cudaExec *dev;      /* device buffers: this thread's CUDA side (cudaPlanBegin) */
+    struct cudaExec *dev;      /* device buffers: this thread's CUDA side (cudaplan.h) */
     struct loomStream *stream; /* LAUNCH: the Loom CUDA stream it goes on; NULL: the call waits */
     const struct loomExecStreams *streams; /* LAUNCH: the ops' streams seen through these */
     const struct loomOp *ops;              /* the call, or the group */
@@ -61,12 +72,13 @@ struct loomExecutor {
     int lines; /* runs LL steps (LOOM_PROTO_LL) */
     /* 1 if it can run comm's calls (asked once, when comm is built). */
     int (*serves)(const struct loomComm *comm);
-    /* Before a plan's first step (execPrepare for all four). */
+    /* Before a plan's first step (execPrepare, execfail.h, for all four). */
     loomResult_t (*prepare)(struct loomLane *lanes, int nlanes);
     /*
      * Runs the lanes to completion (a launch on a Loom CUDA stream: until it
      * is launched). loomSuccess, or the error, recorded, with the
-     * communicators marked broken (exec.h, execRun, says which errors).
+     * communicators marked broken (execfail.h: execMarkBroken; the host
+     * executor's errors are listed in exec.c, above its executors).
      */
     loomResult_t (*run)(struct loomLane *lanes, int nlanes, const struct loomExecCall *call);
     /*
@@ -76,11 +88,9 @@ struct loomExecutor {
     void (*reclaim)(struct loomComm *comm);
 };
 
-/* The four, each defined beside its code. */
+/* The four, each defined beside its code: host and cuda in exec.c, kernel in kexec.c, launch in
+ * devexec.c. */
 extern const struct loomExecutor loomExecHost, loomExecKernel, loomExecCuda, loomExecLaunch;
-
-/* serves for an executor that runs every communicator's calls. */
-int executorServesAll(const struct loomComm *comm);
 
 /* The executor of a kind (LOOM_EXECUTOR_*). */
 const struct loomExecutor *executorOf(int kind);

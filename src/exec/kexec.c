@@ -17,13 +17,14 @@
  * block's thread 0 selects steps and waits for FIFOs; while it waits it backs off (kexecIdle) as
  * the host executor does: LOOM_SPIN pauses (none where a peer of its channel was last seen on
  * its core: execChannelPeerOnThisCore), then yields for EXEC_YIELD_NS, then sleeps on the
- * doorbell (flag `sleeping`, re-check, futex, as in exec.c). Past the spin stage each wait is also
- * the block's watchdog: it runs the host executor's failure checks on the block's lanes
- * (execWaitFailure: abort, a peer's failure notice, a dead peer the step waits for, LOOM_TIMEOUT)
- * and on a failure raises the run's abort flag, which every block polls, and wakes them. That is
- * the flag a GPU kernel would poll, raised by a host thread; here the waiting thread itself plays
- * the host. Errors are the host executor's lines, the communicators are marked broken and peers
- * told by the same code (exec.c).
+ * doorbell (flag `sleeping`, re-check, futex, as in exec.c; execwait.h). Past the spin stage each
+ * wait is also the block's watchdog: it runs the failure checks every executor's waits run on the
+ * block's lanes (execWaitFailure, execfail.h: abort, a peer's failure notice, a dead peer the step
+ * waits for, LOOM_TIMEOUT) and on a failure raises the run's abort flag, which every block polls,
+ * and wakes them. That is the flag a GPU kernel would poll, raised by a host thread; here the
+ * waiting thread itself plays the host. Errors are the same lines as the host executor's, and the
+ * communicators are marked broken and peers told by the same code (execfail.c); what this file
+ * shares with the launched interpreter (devexec.c) is interpview.c's. It calls no other executor.
  *
  * Only links over shared memory run here (LL lines live in the shm
  * segment); a communicator with a network link keeps the host executor for
@@ -46,6 +47,7 @@
 #include "debug.h"
 #include "executor.h"
 #include "interp.h"
+#include "interpview.h"
 #include "kexec.h"
 #include "op.h"
 #include "param.h"
@@ -132,21 +134,6 @@ static __thread size_t tlOwnerCap;
 
 /* ---- setup ---- */
 
-void kexecConnView(struct loomDevConn *d, const struct loomConnector *c, uint64_t *pos, void *bell)
-{
-    memset(d, 0, sizeof(*d));
-    if (!c->connected || c->fifo == NULL)
-        return;
-    d->tail = (uint64_t *)(uintptr_t)&c->fifo->tail;
-    d->head = (uint64_t *)(uintptr_t)&c->fifo->head;
-    d->bytes = c->fifo->bytes;
-    d->slots = c->slots;
-    d->slotBytes = c->slotBytes;
-    d->ll = c->ll;
-    d->pos = pos;
-    d->bell = bell;
-}
-
 /* Fills the interpreter's view of the FIFOs of a channel connected since it was last looked at. */
 static void connsRefresh(struct loomComm *comm, int ch)
 {
@@ -157,9 +144,9 @@ static void connsRefresh(struct loomComm *comm, int ch)
     for (size_t p = 0; p < n; p++) {
         struct loomConnector *sc = &comm->channels[ch].send[p], *rc = &comm->channels[ch].recv[p];
         if (k->conns[ch][p].pos == NULL)
-            kexecConnView(&k->conns[ch][p], sc, &sc->pos, sc->peerBell);
+            interpConnView(&k->conns[ch][p], sc, &sc->pos, sc->peerBell);
         if (k->conns[ch][n + p].pos == NULL)
-            kexecConnView(&k->conns[ch][n + p], rc, &rc->pos, rc->peerBell);
+            interpConnView(&k->conns[ch][n + p], rc, &rc->pos, rc->peerBell);
     }
     k->connected[ch] = comm->nLinksUp;
 }
@@ -234,11 +221,6 @@ void kexecFree(struct loomComm *comm)
     comm->kexec = NULL;
 }
 
-int kexecUsable(const struct loomComm *comm)
-{
-    return comm->kexec != NULL;
-}
-
 /* ---- waiting and watching (the host side of port.h) ---- */
 
 void kexecNotify(void *bell)
@@ -254,20 +236,10 @@ static void runStop(struct kexecRunState *run)
         bellWakeAll(run->blocks[i].comm->bell);
 }
 
-void kexecLanesSync(const struct loomDevLane *dev, struct loomLane *lanes, int n)
-{
-    for (int i = 0; i < n; i++) {
-        lanes[i].step = dev[i].step;
-        lanes[i].cur = dev[i].cur;
-        lanes[i].more = dev[i].more;
-        lanes[i].done = dev[i].done;
-    }
-}
-
 /* The watchdog: 1 if the block must stop (the run's abort flag is then raised). */
 static int watch(struct kexecBlock *k, uint64_t now)
 {
-    kexecLanesSync(k->dev.lanes, k->lanes, k->nlanes);
+    interpLanesSync(k->dev.lanes, k->lanes, k->nlanes);
     loomResult_t err = execWaitFailure(k->lanes, k->nlanes, now, &k->wait);
     if (err == loomSuccess)
         return 0;
@@ -535,26 +507,10 @@ static loomResult_t runError(int *post)
         if (k->dev.status == LOOM_DEV_OK || k->dev.status == LOOM_DEV_STOPPED)
             continue;
         *post = 1;
-        return kexecBlockError(&k->dev, k->lanes, 0);
+        return interpBlockError(&k->dev, k->lanes, 0);
     }
     *post = 0;
     return loomSetError(loomInternalError, "the kernel executor stopped without a reason");
-}
-
-loomResult_t kexecBlockError(const struct loomDevBlock *d, const struct loomLane *lanes, int device)
-{
-    const struct loomLane *l = &lanes[d->errLane];
-    const struct loomStep *s = &d->lanes[d->errLane].step;
-    if (d->status == LOOM_DEV_MISMATCH) {
-        loomResult_t res = execMessageMismatch(l, s, d->errPeer, d->errGot, device);
-        if (res != loomSuccess)
-            return res;
-    }
-    return loomSetError(loomInternalError,
-                        "rank %d: the kernel executor cannot run step %llu (%s) of its plan "
-                        "(a single copy, or LL on a link without LL lines)",
-                        l->comm->rank, (unsigned long long)d->lanes[d->errLane].cur,
-                        loomStepName(s->op));
 }
 
 void kexecThreadCleanup(void)
@@ -594,4 +550,4 @@ static loomResult_t kernelRun(struct loomLane *lanes, int nlanes, const struct l
 }
 
 const struct loomExecutor loomExecKernel = {
-    .name = "kernel", .lines = 1, .serves = kexecUsable, .prepare = execPrepare, .run = kernelRun};
+    .name = "kernel", .lines = 1, .serves = interpServes, .prepare = execPrepare, .run = kernelRun};
