@@ -186,18 +186,6 @@ loomResult_t planExpand(const struct loomPlan *p, struct loomSchedule *out)
     return loomSuccess;
 }
 
-int planUsesPeer(const struct loomPlan *p, int dir, int peer)
-{
-    for (uint32_t k = 0; k < p->nsteps; k++) {
-        const struct loomPlanStep *t = &p->steps[k];
-        unsigned n = dir == 0 ? t->nsend : t->nrecv;
-        for (unsigned j = 0; j < n; j++)
-            if ((dir == 0 ? t->sendPeers[j] : t->recvPeers[j]) == peer)
-                return 1;
-    }
-    return 0;
-}
-
 /* Indexed by loomColl_t, then loomAlgo_t; NULL where a collective lacks the algorithm. */
 #define RING LOOM_ALGO_RING
 #define TREE LOOM_ALGO_TREE

@@ -378,8 +378,6 @@ void planFree(struct loomPlan *p);
 /* Appends every step of p, expanded, to *out (the simulator's view). loomSystemError if out of
  * memory. */
 loomResult_t planExpand(const struct loomPlan *p, struct loomSchedule *out);
-/* 1 if some step of p sends to (dir 0) or receives from (dir 1) peer. */
-int planUsesPeer(const struct loomPlan *p, int dir, int peer);
 
 /* Collectives and point-to-point kinds a schedule can be built for. */
 typedef enum {

@@ -27,8 +27,11 @@
  *
  * What a step reads, reduces, writes and sends comes from the op table
  * (loomStepUses), not from a case per op, so a new op costs a row there.
- * Lanes that share a connector take turns in plan order, as in the host
- * executor: the first lane that uses a connector owns it until it is done.
+ * Lanes that share a connector take turns in plan order: the first lane
+ * that uses a connector owns it until it is done. Those rules, and when a
+ * step is ready, are step.h's, which the host executors follow too; what
+ * is the interpreter's own here is how a block's threads wait, split a
+ * pass's elements, and move LL lines.
  * Single copies (OFFER, PULL, DRAIN) are not for this executor: the block
  * stops with LOOM_DEV_UNSUPPORTED, and the planner never gives it one.
  *
@@ -50,6 +53,7 @@
 #include "loom.h"
 #include "port.h"
 #include "schedule.h"
+#include "step.h"
 
 enum { LOOM_PROTO_SIMPLE = 0, LOOM_PROTO_LL = 1, LOOM_PROTO_NUM };
 
@@ -65,8 +69,6 @@ struct loomDevConn {
     void *bell;    /* the other end's doorbell (host), or NULL */
 };
 
-/* Outputs of one step at most: dst and every send peer. */
-#define LOOM_DEV_OUTS (LOOM_STEP_MAXPEERS + 1)
 /* The staging area of a block: one LL message per receive peer, then the one to send. */
 #define LOOM_DEV_STAGE_BYTES ((LOOM_STEP_MAXPEERS + 1) * LOOM_LL_BYTES)
 
@@ -298,7 +300,7 @@ static inline LOOM_HOSTDEV void loomDevReduceShare(loomDevKernel_t f, uint64_t e
 {
     uint64_t per = 16 / es, first = 0;
     uintptr_t at = (uintptr_t)a | (uintptr_t)b;
-    char *oo[LOOM_DEV_OUTS];
+    char *oo[LOOM_STEP_OUTS];
     for (int m = 0; m < no; m++)
         at |= (uintptr_t)o[m];
     if ((at & 15) == 0) {
@@ -334,7 +336,7 @@ static inline LOOM_HOSTDEV void loomDevApply(const struct loomPortThread *t,
     uint64_t es = l->elemSize, per = LOOM_PORT_PIECE / es;
     for (uint64_t e = (uint64_t)t->tid * per; e < count; e += (uint64_t)t->nthreads * per) {
         uint64_t n = count - e < per ? count - e : per, off = e * es;
-        char *oo[LOOM_DEV_OUTS];
+        char *oo[LOOM_STEP_OUTS];
         const char *aa[LOOM_STEP_MAXPEERS];
         for (int m = 0; m < no; m++)
             oo[m] = o[m] + off;
@@ -421,53 +423,28 @@ static inline LOOM_HOSTDEV void loomDevClearLines(const struct loomPortThread *t
         portStoreLine(&lines[i], 0);
 }
 
-/* ---- connector ownership among the lanes of a block ---- */
+/* ---- connector ownership among the lanes of a block (step.h) ---- */
 
-static inline LOOM_HOSTDEV int loomDevLaneUses(const struct loomDevLane *l, int dir, int peer)
-{
-    for (uint32_t k = 0; k < l->nsteps; k++) {
-        const struct loomPlanStep *s = &l->steps[k];
-        int n = dir ? s->nrecv : s->nsend;
-        for (int j = 0; j < n; j++)
-            if ((dir ? s->recvPeers[j] : s->sendPeers[j]) == peer)
-                return 1;
-    }
-    return 0;
-}
-
+/* The block's table: owner[dir * nranks + peer]. */
 static inline LOOM_HOSTDEV void loomDevOwnersClaim(struct loomDevBlock *b)
 {
-    int32_t n = b->nranks;
-    for (int32_t k = 0; k < 2 * n; k++)
-        b->owner[k] = -1;
-    for (uint32_t i = 0; i < b->nlanes; i++) {
-        const struct loomDevLane *l = &b->lanes[i];
-        for (uint32_t k = 0; k < l->nsteps; k++) {
-            const struct loomPlanStep *s = &l->steps[k];
-            for (int j = 0; j < s->nsend; j++)
-                if (b->owner[s->sendPeers[j]] < 0)
-                    b->owner[s->sendPeers[j]] = (int32_t)i;
-            for (int j = 0; j < s->nrecv; j++)
-                if (b->owner[n + s->recvPeers[j]] < 0)
-                    b->owner[n + s->recvPeers[j]] = (int32_t)i;
-        }
-    }
+    for (int32_t k = 0; k < 2 * b->nranks; k++)
+        b->owner[k] = LOOM_OWNER_NONE;
+    for (uint32_t i = 0; i < b->nlanes; i++)
+        loomOwnersTake(b->owner, (size_t)b->nranks, b->lanes[i].steps, b->lanes[i].nsteps,
+                       (int32_t)i, LOOM_OWNER_NONE);
 }
 
 /* Hands each connector lane i owned to the next lane that uses it. */
 static inline LOOM_HOSTDEV void loomDevOwnersRelease(struct loomDevBlock *b, uint32_t i)
 {
-    for (int32_t k = 0; k < 2 * b->nranks; k++) {
-        if (b->owner[k] != (int32_t)i)
-            continue;
-        b->owner[k] = -1;
-        for (uint32_t j = i + 1; j < b->nlanes; j++) {
-            if (!b->lanes[j].done && loomDevLaneUses(&b->lanes[j], k >= b->nranks, k % b->nranks)) {
-                b->owner[k] = (int32_t)j;
-                break;
-            }
-        }
-    }
+    size_t stride = (size_t)b->nranks;
+    loomOwnersHandOff(b->owner, stride, b->nranks, (int32_t)i);
+    for (uint32_t j = i + 1; j < b->nlanes; j++)
+        if (!b->lanes[j].done)
+            loomOwnersTake(b->owner, stride, b->lanes[j].steps, b->lanes[j].nsteps, (int32_t)j,
+                           LOOM_OWNER_HANDED);
+    loomOwnersSettle(b->owner, stride, b->nranks);
 }
 
 /* ---- one step ---- */
@@ -507,19 +484,20 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
         int32_t from = s->recvPeers[j];
         struct loomDevConn *rc = &l->recv[from];
         uint64_t pos = *rc->pos;
-        if (b->owner && b->owner[b->nranks + from] != (int32_t)i)
+        if (!loomOwns(b->owner, (size_t)b->nranks, 1, from, (int32_t)i))
             return 0;
         if (ll && (rc->ll == NULL || bytes > LOOM_LL_BYTES))
             return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, from, 0);
         if (ll) {
             const uint64_t *line = rc->ll + (pos % LOOM_STEPS) * LOOM_LL_LINES;
-            if ((uint32_t)(portLoadLine(line) >> 32) != LOOM_LL_FLAG(pos, b->llMod))
+            if (!loomLineIn(portLoadLine(line), pos, b->llMod))
                 return loomDevWaitOn(b, from);
-        } else if (portLoadAcquire(rc->tail) <= pos) {
+        } else if (!loomMessageIn(portLoadAcquire(rc->tail), pos)) {
             return loomDevWaitOn(b, from);
         }
+        /* A size word flagged device data is the host-driven CUDA executor's: not a peer's here. */
         uint64_t got = portLoadAcquire(&rc->bytes[pos % LOOM_STEPS]);
-        if (got != (bytes | (ll ? LOOM_FIFO_LL : 0)))
+        if (loomMessageCheck(got, bytes, 0, ll, 0) != LOOM_MSG_OK)
             return loomDevFail(b, LOOM_DEV_MISMATCH, i, from, got);
         b->in[j] = ll ? b->stage + (uint64_t)j * LOOM_LL_BYTES
                       : rc->slots + (pos % LOOM_STEPS) * rc->slotBytes;
@@ -528,11 +506,11 @@ static inline LOOM_HOSTDEV int loomDevReady(struct loomDevBlock *b, uint32_t i)
         int32_t to = s->sendPeers[j];
         struct loomDevConn *sc = &l->send[to];
         uint64_t pos = *sc->pos;
-        if (b->owner && b->owner[to] != (int32_t)i)
+        if (!loomOwns(b->owner, (size_t)b->nranks, 0, to, (int32_t)i))
             return 0;
         if (ll && (sc->ll == NULL || bytes > LOOM_LL_BYTES))
             return loomDevFail(b, LOOM_DEV_UNSUPPORTED, i, to, 0);
-        if (portLoadAcquire(sc->head) + LOOM_STEPS <= pos)
+        if (!loomSlotFree(portLoadAcquire(sc->head), pos))
             return loomDevWaitOn(b, to);
         b->out[j] = ll ? b->stage + LOOM_STEP_MAXPEERS * LOOM_LL_BYTES
                        : sc->slots + (pos % LOOM_STEPS) * sc->slotBytes;
@@ -577,7 +555,7 @@ static inline LOOM_HOSTDEV int32_t loomDevSelect(struct loomDevBlock *b)
     }
 }
 
-/* All threads: the local work of the selected step, as the op table declares it. */
+/* All threads: the local work of the selected step, as the op table declares it (step.h). */
 static inline LOOM_HOSTDEV void loomDevCompute(struct loomDevBlock *b, struct loomPortThread *t)
 {
     const struct loomDevLane *l = &b->lanes[b->sel];
@@ -586,48 +564,31 @@ static inline LOOM_HOSTDEV void loomDevCompute(struct loomDevBlock *b, struct lo
     uint64_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
     char *dst = l->bufs[s->dstBuf] + s->dstOff * es;
-    int post = (s->flags & LOOM_STEP_FINAL) && l->op == loomAvg && l->nranks > 1;
     int ll = l->proto == LOOM_PROTO_LL;
     int nin = (uses & LOOM_USES_RECV) ? s->nrecv : 0;
     /* LL stages the one outgoing message once, for every send peer's lines. */
     int nout = (uses & LOOM_USES_SEND) ? (ll ? s->nsend > 0 : s->nsend) : 0;
-    int toDst = (uses & LOOM_USES_DST) != 0, clear = 0, nto = 0;
-    char *to[LOOM_DEV_OUTS];
+    int clear = 0;
+    struct loomStepWork w;
 
     if (nin && ll) {
         for (int j = 0; j < nin; j++)
             loomDevReadLines(b, t, &l->recv[s->recvPeers[j]], bytes, b->stage + j * LOOM_LL_BYTES);
         portBarrier(t);
     }
-    if (uses & LOOM_USES_REDUCE) {
-        /* A fan-in folds every message into src in one pass, to dst and every slot alike. */
-        if (toDst)
-            to[nto++] = dst;
-        for (int j = 0; j < nout; j++)
-            to[nto++] = b->out[j];
-        loomDevApply(t, l, to, nto, b->in, nin, src, s->count, post);
-    } else {
-        /* A message, or src, to dst (post-processed when final) and to the outgoing slots (as is).
-         */
-        const char *from = nin ? b->in[0] : src;
-        int overlap = toDst && !nin && dst != src && dst < src + bytes && src < dst + bytes;
-        int joint = toDst && nout && !post && !overlap && from != dst; /* one pass writes all */
-        if (joint)
-            to[nto++] = dst;
-        for (int j = 0; j < nout; j++)
-            to[nto++] = b->out[j];
-        if (nto)
-            loomDevApply(t, l, to, nto, &from, 1, NULL, s->count, 0);
-        if (overlap) { /* an in-place copy whose ends overlap: one thread, in a safe direction */
-            const char *moved = dst;
+    /* Each pass writes all its outputs at once: each input read once, each output written once. */
+    loomStepWorkOf(&w, s, l->op, l->nranks, src, dst, b->in, b->out, nout, bytes);
+    for (int k = 0; k < w.npass; k++) {
+        struct loomStepPass *p = &w.pass[k];
+        if (p->overlap) { /* an in-place copy whose ends overlap: one thread, in a safe direction */
             portBarrier(t);
             if (t->tid == 0)
-                loomDevMove(dst, src, bytes);
+                loomDevMove(p->to[0], p->in[0], bytes);
             portBarrier(t);
-            if (post)
-                loomDevApply(t, l, &dst, 1, &moved, 1, NULL, s->count, post);
-        } else if (toDst && !joint && (from != dst || post)) {
-            loomDevApply(t, l, &dst, 1, &from, 1, NULL, s->count, post);
+            if (p->divide)
+                loomDevApply(t, l, p->to, 1, (const char *const *)p->to, 1, NULL, s->count, 1);
+        } else {
+            loomDevApply(t, l, p->to, p->nto, p->in, p->nin, p->with, s->count, p->divide);
         }
     }
     if (nout && ll) {
@@ -637,14 +598,14 @@ static inline LOOM_HOSTDEV void loomDevCompute(struct loomDevBlock *b, struct lo
     }
     for (int j = 0; j < nin; j++) {
         const struct loomDevConn *rc = &l->recv[s->recvPeers[j]];
-        clear |= rc->ll && LOOM_LL_WRAPS(*rc->pos, b->llMod);
+        clear |= loomLinesClear(rc->ll, *rc->pos, b->llMod);
     }
     if (clear) {
         if (ll)
             portBarrier(t); /* every thread has read its lines */
         for (int j = 0; j < nin; j++) {
             const struct loomDevConn *rc = &l->recv[s->recvPeers[j]];
-            if (rc->ll && LOOM_LL_WRAPS(*rc->pos, b->llMod))
+            if (loomLinesClear(rc->ll, *rc->pos, b->llMod))
                 loomDevClearLines(t, rc);
         }
     }

@@ -43,6 +43,7 @@
 #include "cudaplan.h"
 #include "debug.h"
 #include "kernels.h"
+#include "step.h"
 
 /* ---- steps ---- */
 
@@ -82,43 +83,43 @@ static loomResult_t reduceAsync(struct cudaExec *ex, const struct loomLane *l, v
 }
 
 /*
- * The device work of one step, as the op table (schedule.h) declares it:
- * stepCompute of exec.c. A fan-in is a chain of reductions into the step's
- * output, in the host's order (the same bits); a fan-out copies the values
- * to the slots the first kernel did not write.
+ * The device work of one step, as the op table declares it (loomStepWorkOf,
+ * src/device/step.h), pass by pass: a reduction is a chain of kernels into
+ * the pass's first output, in the host's order (the same bits), the last
+ * writing its second output too, and copies of the first to the rest; a copy
+ * is a cuMemcpyAsync to each output, or a kernel where it divides (Avg).
  */
 static loomResult_t stepIssue(struct cudaExec *ex, const struct loomLane *l,
                               const struct loomStep *s, const char *const *in, char *const *out)
 {
     size_t es = l->elemSize, bytes = s->count * es;
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
-    int final = (s->flags & LOOM_STEP_FINAL) != 0;
     unsigned uses = loomStepUses(s->op);
     char *dst = (uses & LOOM_USES_DST) ? l->bufs[s->dstBuf] + s->dstOff * es : NULL;
-    int copied = 0; /* outgoing slots already written */
+    struct loomStepWork w;
 
     if (uses == 0 || (uses & LOOM_USES_SLOTLESS))
         return loomSetError(loomInternalError, "step operation %d on the GPU", s->op);
-    if (uses & LOOM_USES_REDUCE) {
-        char *to = dst ? dst : out[0];
-        const char *acc = src;
-        for (int k = 0; k + 1 < s->nrecv; k++, acc = to)
-            LOOMCHECK(reduceAsync(ex, l, to, NULL, in[k], acc, s->count, 0));
-        char *also = dst && s->nsend > 0 ? out[0] : NULL;
-        LOOMCHECK(reduceAsync(ex, l, to, also, in[s->nrecv - 1], acc, s->count, final));
-        copied = dst ? (also != NULL) : 1;
-        for (int k = copied; k < s->nsend; k++)
-            LOOMCHECK(copyAsync(ex, out[k], to, bytes));
-        return loomSuccess;
+    loomStepWorkOf(&w, s, l->op, l->comm->nranks, src, dst, in, out, s->nsend, bytes);
+    for (int k = 0; k < w.npass; k++) {
+        const struct loomStepPass *p = &w.pass[k];
+        if (p->reduce) {
+            const char *acc = p->with;
+            for (int j = 0; j + 1 < p->nin; j++, acc = p->to[0])
+                LOOMCHECK(reduceAsync(ex, l, p->to[0], NULL, p->in[j], acc, s->count, 0));
+            char *also = p->nto > 1 ? p->to[1] : NULL;
+            LOOMCHECK(
+                reduceAsync(ex, l, p->to[0], also, p->in[p->nin - 1], acc, s->count, p->divide));
+            for (int j = 2; j < p->nto; j++)
+                LOOMCHECK(copyAsync(ex, p->to[j], p->to[0], bytes));
+        } else if (p->divide) {
+            LOOMCHECK(reduceAsync(ex, l, p->to[0], NULL, p->in[0], NULL, s->count, 1));
+        } else {
+            for (int j = 0; j < p->nto; j++)
+                LOOMCHECK(copyAsync(ex, p->to[j], p->in[0], bytes));
+        }
     }
-    const char *from = (uses & LOOM_USES_RECV) ? in[0] : src;
-    for (int k = 0; k < s->nsend; k++)
-        LOOMCHECK(copyAsync(ex, out[k], from, bytes));
-    if (dst == NULL)
-        return loomSuccess;
-    if (final && l->op == loomAvg)
-        return reduceAsync(ex, l, dst, NULL, from, NULL, s->count, 1);
-    return copyAsync(ex, dst, from, bytes);
+    return loomSuccess;
 }
 
 loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const struct loomStep *s,

@@ -579,25 +579,19 @@ static int starvedOn(const struct devLaunch *L, const struct loomLane *l,
 {
     const struct loomChannel *ch = &l->comm->channels[l->channel];
     const struct loomConnector *rc = &ch->recv[p], *sc = &ch->send[p];
-    int named = 0;
     const struct loomPlanStep *steps = stagingOf(L, d->steps);
-    for (uint32_t k = 0; k < d->nsteps && !named; k++) {
-        const struct loomPlanStep *s = &steps[k];
-        for (int j = 0; j < s->nrecv; j++)
-            named |= s->recvPeers[j] == p;
-        for (int j = 0; j < s->nsend; j++)
-            named |= s->sendPeers[j] == p;
-    }
-    if (!named || !rc->connected || !sc->connected)
+    if (!loomPlanUsesPeer(steps, d->nsteps, 1, p) && !loomPlanUsesPeer(steps, d->nsteps, 0, p))
+        return 0;
+    if (!rc->connected || !sc->connected)
         return 0;
     const struct devexecComm *dc = l->comm->devexec;
     size_t at = (size_t)l->channel * 2 * (size_t)l->comm->nranks + (size_t)p;
     if (dc->onDevice[at] || dc->onDevice[at + (size_t)l->comm->nranks])
         return 0; /* its counters are in GPU memory: the blocks' waits say (blockWaitsOnDead) */
-    return atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <=
-               atomic_load_explicit(&rc->fifo->head, memory_order_acquire) ||
-           atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <=
-               atomic_load_explicit(&sc->fifo->tail, memory_order_acquire);
+    return !loomMessageIn(atomic_load_explicit(&rc->fifo->tail, memory_order_acquire),
+                          atomic_load_explicit(&rc->fifo->head, memory_order_acquire)) ||
+           !loomSlotFree(atomic_load_explicit(&sc->fifo->head, memory_order_acquire),
+                         atomic_load_explicit(&sc->fifo->tail, memory_order_acquire));
 }
 
 /*

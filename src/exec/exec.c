@@ -7,6 +7,10 @@
  * FIFO holds a message (tail > pos) and its send FIFO has a free slot
  * (head + LOOM_STEPS > pos); then it copies or reduces with reduce.c,
  * publishes the counters (release) and rings the other end's doorbell.
+ * Those rules, which lane owns a connector and what a step's passes are,
+ * are src/device/step.h's, shared with the plan interpreter: what is this
+ * file's is the waiting, the network, the device slots, single copies and
+ * sends from the caller's buffer.
  * A large send over TCP whose bytes are in the caller's memory puts their
  * address in the slot instead (LOOM_FIFO_REF), and execRun takes such
  * addresses back before it returns (refsTakeBack).
@@ -79,6 +83,7 @@
 #include "interp.h"
 #include "mem.h"
 #include "reduce.h"
+#include "step.h"
 
 #define EXEC_NET_WAIT_MAX 16          /* network connectors one blocking wait polls */
 #define EXEC_NET_WAIT_MS 1            /* the longest such poll: abort is seen within it */
@@ -93,33 +98,28 @@ static inline void cpuRelax(void)
 #endif
 }
 
-/* ---- connector ownership between lanes of one plan ---- */
+/* ---- connector ownership between lanes of one plan (src/device/step.h) ---- */
 
-static inline int ownerIndex(const struct loomComm *comm, int dir, int channel, int peer)
+/*
+ * The owner table of lane l's channel: owner[dir * ownerStride(comm) + peer]
+ * (comm->owner spans every channel of the communicator).
+ */
+static inline int32_t *ownerTable(const struct loomLane *l)
 {
-    return (dir * comm->nChannels + channel) * comm->nranks + peer;
+    return l->comm->owner + (size_t)l->channel * l->comm->nranks;
 }
 
-/* Whether the lane's plan talks to peer in direction dir (0 send, 1 receive). */
-static int laneUses(const struct loomLane *lane, int dir, int peer)
+static inline size_t ownerStride(const struct loomComm *comm)
 {
-    return planUsesPeer(lane->plan, dir, peer);
+    return (size_t)comm->nChannels * comm->nranks;
 }
 
 static void ownersClaim(struct loomLane *lanes, int nlanes)
 {
     for (int i = 0; i < nlanes; i++) {
         struct loomLane *l = &lanes[i];
-        for (uint32_t k = 0; k < l->plan->nsteps; k++) {
-            const struct loomPlanStep *s = &l->plan->steps[k];
-            for (int j = 0; j < s->nsend + s->nrecv; j++) {
-                int dir = j >= s->nsend;
-                int peer = dir ? s->recvPeers[j - s->nsend] : s->sendPeers[j];
-                int *o = &l->comm->owner[ownerIndex(l->comm, dir, l->channel, peer)];
-                if (*o < 0)
-                    *o = i;
-            }
-        }
+        loomOwnersTake(ownerTable(l), ownerStride(l->comm), l->plan->steps, l->plan->nsteps, i,
+                       LOOM_OWNER_NONE);
     }
 }
 
@@ -127,21 +127,15 @@ static void ownersClaim(struct loomLane *lanes, int nlanes)
 static void ownersRelease(struct loomLane *lanes, int nlanes, int i)
 {
     struct loomComm *comm = lanes[i].comm;
-    for (int dir = 0; dir < 2; dir++) {
-        for (int p = 0; p < comm->nranks; p++) {
-            int *o = &comm->owner[ownerIndex(comm, dir, lanes[i].channel, p)];
-            if (*o != i)
-                continue;
-            *o = -1;
-            for (int j = i + 1; j < nlanes; j++) {
-                if (lanes[j].comm == comm && lanes[j].channel == lanes[i].channel &&
-                    !lanes[j].done && laneUses(&lanes[j], dir, p)) {
-                    *o = j;
-                    break;
-                }
-            }
-        }
+    int32_t *owner = ownerTable(&lanes[i]);
+    size_t stride = ownerStride(comm);
+    loomOwnersHandOff(owner, stride, comm->nranks, i);
+    for (int j = i + 1; j < nlanes; j++) {
+        const struct loomLane *l = &lanes[j];
+        if (l->comm == comm && l->channel == lanes[i].channel && !l->done)
+            loomOwnersTake(owner, stride, l->plan->steps, l->plan->nsteps, j, LOOM_OWNER_HANDED);
     }
+    loomOwnersSettle(owner, stride, comm->nranks);
 }
 
 static void ownersReset(struct loomLane *lanes, int nlanes)
@@ -156,21 +150,59 @@ static void ownersReset(struct loomLane *lanes, int nlanes)
 
 /* ---- one step ---- */
 
-/*
- * The local work of one step, as the op table (schedule.h) declares it: a
- * reduction of the messages with src into dst or the first outgoing slot,
- * else a copy of the message (or of src) to dst and the outgoing slots;
- * every outgoing slot gets the same values. `in` holds the messages' slots
- * (one per receive peer), `out` the outgoing ones (one per send peer).
- */
+/* A slot's message: the bytes at `from`, or their address (the backend sends from there). */
 static void sendFrom(char *slot, const char *from, size_t bytes, int byRef)
 {
     if (byRef)
-        memcpy(slot, &from, sizeof(from)); /* the backend sends from there (LOOM_FIFO_REF) */
+        memcpy(slot, &from, sizeof(from)); /* LOOM_FIFO_REF */
     else
         reduceCopy(slot, from, bytes);
 }
 
+/*
+ * One pass of a step's work (struct loomStepPass, src/device/step.h) with
+ * reduce.c, one output at a time: a reduction, or a copy to dst, into the
+ * first output, the others copied from there; else every output copied from
+ * the message or src. A slot may take the address of its values instead
+ * (bit j of *ref for the j-th send peer) only where they are in the
+ * caller's buffers; the bits are cleared where they are not.
+ */
+static void passRun(const struct loomLane *l, const struct loomStepPass *p, size_t count,
+                    unsigned *ref)
+{
+    size_t bytes = count * l->elemSize;
+    int n = l->comm->nranks, first = 0;
+    if (p->reduce) {
+        if (p->nin > 1)
+            reduceApplyMany(p->to[0], p->with, (const void *const *)p->in, p->nin, count, l->dt,
+                            l->op, n, p->divide);
+        else if (p->divide)
+            reduceApplyFinal(p->to[0], p->in[0], p->with, count, l->dt, l->op, n);
+        else
+            reduceApply(p->to[0], p->in[0], p->with, count, l->dt, l->op);
+        first = 1;
+    } else if (p->overlap) {
+        memmove(p->to[0], p->in[0], bytes);
+        first = 1;
+    } else if (p->dstFirst) {
+        if (p->to[0] != p->in[0])
+            reduceCopy(p->to[0], p->in[0], bytes);
+        first = 1;
+    }
+    if (p->divide && !p->reduce)
+        reducePostOp(p->to[0], count, l->dt, l->op, n);
+    if (!p->callers)
+        *ref = 0;
+    const char *vals = first ? p->to[0] : p->in[0];
+    for (int k = first; k < p->nto; k++)
+        sendFrom(p->to[k], vals, bytes, (*ref >> (k - p->dstFirst)) & 1);
+}
+
+/*
+ * The local work of one step, as the op table declares it (loomStepWorkOf,
+ * src/device/step.h), or an OFFER's descriptor. `in` holds the messages'
+ * slots (one per receive peer), `out` the outgoing ones (one per send peer).
+ */
 static void stepCompute(struct loomLane *l, const struct loomStep *s, const char *const *in,
                         char *const *out, unsigned *ref)
 {
@@ -178,8 +210,7 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
     const char *src = l->bufs[s->srcBuf] + s->srcOff * es;
     unsigned uses = loomStepUses(s->op);
     char *dst = (uses & LOOM_USES_DST) ? l->bufs[s->dstBuf] + s->dstOff * es : NULL;
-    int final = (s->flags & LOOM_STEP_FINAL) != 0;
-    int n = l->comm->nranks, first = 0;
+    struct loomStepWork w;
 
     if (uses & LOOM_USES_SLOTLESS) {
         *ref = 0; /* an offer is a descriptor in the slot, not the caller's bytes */
@@ -190,40 +221,9 @@ static void stepCompute(struct loomLane *l, const struct loomStep *s, const char
         }
         return;
     }
-    if (uses & LOOM_USES_REDUCE) {
-        char *to = dst ? dst : out[first++];
-        if (s->nrecv > 1)
-            reduceApplyMany(to, src, (const void *const *)in, s->nrecv, s->count, l->dt, l->op, n,
-                            final);
-        else if (final)
-            reduceApplyFinal(to, in[0], src, s->count, l->dt, l->op, n);
-        else
-            reduceApply(to, in[0], src, s->count, l->dt, l->op);
-        if (!dst)
-            *ref = 0; /* the sum is in a slot */
-        for (int k = first; k < s->nsend; k++)
-            sendFrom(out[k], to, bytes, (*ref >> k) & 1);
-        return;
-    }
-    const char *from = (uses & LOOM_USES_RECV) ? in[0] : src;
-    if (from != src && dst && !final &&
-        s->nsend > 0) { /* forwarded: to dst, then sent from there */
-        reduceCopy(dst, from, bytes);
-        from = dst;
-        dst = NULL;
-    } else if (from != src) {
-        *ref = 0;
-    }
-    for (int k = 0; k < s->nsend; k++)
-        sendFrom(out[k], from, bytes, (*ref >> k) & 1);
-    if (dst) {
-        if (from != src)
-            reduceCopy(dst, from, bytes);
-        else if (dst != src) /* src and dst may overlap in place */
-            memmove(dst, src, bytes);
-        if (final)
-            reducePostOp(dst, s->count, l->dt, l->op, n);
-    }
+    loomStepWorkOf(&w, s, l->op, l->comm->nranks, src, dst, in, out, s->nsend, bytes);
+    for (int k = 0; k < w.npass; k++)
+        passRun(l, &w.pass[k], s->count, ref);
 }
 
 /*
@@ -453,7 +453,7 @@ static void stepPublish(struct loomLane *l, int dev, const struct loomStep *s,
     }
     for (int j = 0; j < s->nrecv; j++) {
         struct loomConnector *rc = k->rc[j];
-        if (rc->ll && LOOM_LL_WRAPS(rc->pos, LOOM_LL_MOD)) /* see fifo.h */
+        if (loomLinesClear(rc->ll, rc->pos, LOOM_LL_MOD)) /* see fifo.h */
             memset(rc->ll + (rc->pos % LOOM_STEPS) * LOOM_LL_LINES, 0,
                    LOOM_LL_LINES * sizeof(uint64_t));
         rc->pos++;
@@ -467,7 +467,7 @@ static void stepPublish(struct loomLane *l, int dev, const struct loomStep *s,
 /* Whether lane i may use the connector to or from peer now: lanes sharing one take turns. */
 static inline int laneOwns(const struct loomLane *l, int shared, int i, int dir, int peer)
 {
-    return !shared || l->comm->owner[ownerIndex(l->comm, dir, l->channel, peer)] == i;
+    return loomOwns(shared ? ownerTable(l) : NULL, ownerStride(l->comm), dir, peer, i);
 }
 
 /*
@@ -483,7 +483,7 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
         int from = s->recvPeers[j];
         struct loomConnector *rc = &ch->recv[from];
         if (!laneOwns(l, shared, i, 1, from) ||
-            atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+            !loomMessageIn(atomic_load_explicit(&rc->fifo->tail, memory_order_acquire), rc->pos))
             return 0;
         uint64_t got = rc->fifo->bytes[rc->pos % LOOM_STEPS];
         int onDevice = (got & LOOM_FIFO_DEVICE_DATA) != 0;
@@ -497,7 +497,7 @@ static int stepReady(struct loomLane *l, int i, int shared, int dev, const struc
         int to = s->sendPeers[j];
         struct loomConnector *sc = &ch->send[to];
         if (!laneOwns(l, shared, i, 0, to) ||
-            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + LOOM_STEPS <= sc->pos)
+            !loomSlotFree(atomic_load_explicit(&sc->fifo->head, memory_order_acquire), sc->pos))
             return 0;
         if (s->op == LOOM_STEP_OFFER && sc->progress) { /* cmaOk needs every link on shm */
             *err = loomSetError(loomInternalError, "a single-copy offer on a network link");
@@ -543,7 +543,7 @@ static long laneAdvance(struct loomLane *lanes, int nlanes, int i, struct cudaEx
             /* Done when the peer has taken every message: it read what was offered. */
             struct loomConnector *sc = &ch->send[s->sendPeers[0]];
             if (!laneOwns(l, shared, i, 0, s->sendPeers[0]) ||
-                atomic_load_explicit(&sc->fifo->head, memory_order_acquire) < sc->pos)
+                !loomDrained(atomic_load_explicit(&sc->fifo->head, memory_order_acquire), sc->pos))
                 break;
             laneNext(l);
             done++;
@@ -710,10 +710,10 @@ static int netBlock(const struct loomLane *lanes, int nlanes, int timeoutMs)
         for (int j = 0; j < s->nrecv + s->nsend; j++) {
             int recv = j < s->nrecv;
             struct loomConnector *k = stepLink(l, j);
-            uint64_t limit =
-                recv ? atomic_load_explicit(&k->fifo->tail, memory_order_acquire)
-                     : atomic_load_explicit(&k->fifo->head, memory_order_acquire) + LOOM_STEPS;
-            if (limit > k->pos)
+            if (recv ? loomMessageIn(atomic_load_explicit(&k->fifo->tail, memory_order_acquire),
+                                     k->pos)
+                     : loomSlotFree(atomic_load_explicit(&k->fifo->head, memory_order_acquire),
+                                    k->pos))
                 continue; /* this one may move */
             if (k->progress == NULL || n == EXEC_NET_WAIT_MAX)
                 return 0;

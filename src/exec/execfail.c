@@ -35,6 +35,7 @@
 #include "execwait.h"
 #include "interp.h"
 #include "recorder.h"
+#include "step.h"
 
 /*
  * A peer found dead with no notice is reported only after this: a rank that
@@ -91,6 +92,19 @@ int execPeerFailed(const struct loomComm *comm, int p)
            atomic_load_explicit(&comm->broken, memory_order_acquire) == loomTimeout;
 }
 
+/* Whether a step waits on receive connector rc (no message yet) or send connector sc (step.h). */
+static int recvWaits(const struct loomConnector *rc)
+{
+    return !loomMessageIn(atomic_load_explicit(&rc->fifo->tail, memory_order_acquire), rc->pos);
+}
+
+/* A send waits for a free slot, a DRAIN for every message to be taken. */
+static int sendWaits(const struct loomStep *s, const struct loomConnector *sc)
+{
+    uint64_t head = atomic_load_explicit(&sc->fifo->head, memory_order_acquire);
+    return s->op == LOOM_STEP_DRAIN ? !loomDrained(head, sc->pos) : !loomSlotFree(head, sc->pos);
+}
+
 /*
  * The peer lane `l` waits for if that peer's process is gone, else -1. Only a
  * peer the current step is blocked on counts: a rank that finished its part
@@ -108,19 +122,13 @@ static int laneDeadPeer(const struct loomLane *l)
     for (int j = 0; j < s->nrecv; j++) {
         int p = s->recvPeers[j];
         const struct loomConnector *rc = &ch->recv[p];
-        if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos &&
-            execPeerGone(l->comm, p) &&
-            atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+        if (recvWaits(rc) && execPeerGone(l->comm, p) && recvWaits(rc))
             return p;
     }
-    /* A send waits for a free slot, a DRAIN for every slot to be taken. */
-    uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
     for (int j = 0; j < s->nsend; j++) {
         int p = s->sendPeers[j];
         const struct loomConnector *sc = &ch->send[p];
-        if (atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos &&
-            execPeerGone(l->comm, p) &&
-            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos)
+        if (sendWaits(s, sc) && execPeerGone(l->comm, p) && sendWaits(s, sc))
             return p;
     }
     return -1;
@@ -137,14 +145,12 @@ static int laneBlockedOn(const struct loomLane *l)
     const struct loomChannel *ch = &l->comm->channels[l->channel];
     for (int j = 0; ch->recv && j < s->nrecv; j++) {
         const struct loomConnector *rc = &ch->recv[s->recvPeers[j]];
-        if (rc->fifo && atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rc->pos)
+        if (rc->fifo && recvWaits(rc))
             return s->recvPeers[j];
     }
-    uint64_t slack = s->op == LOOM_STEP_DRAIN ? 1 : LOOM_STEPS;
     for (int j = 0; ch->send && j < s->nsend; j++) {
         const struct loomConnector *sc = &ch->send[s->sendPeers[j]];
-        if (sc->fifo &&
-            atomic_load_explicit(&sc->fifo->head, memory_order_acquire) + slack <= sc->pos)
+        if (sc->fifo && sendWaits(s, sc))
             return s->sendPeers[j];
     }
     return s->nrecv ? s->recvPeers[0] : s->nsend ? s->sendPeers[0] : -1;
@@ -253,16 +259,20 @@ loomResult_t execMessageMismatch(const struct loomLane *l, const struct loomStep
     size_t want = s->count * l->elemSize;
     if (l->compress && l->comm->channels[l->channel].recv[from].progress)
         want = s->count * sizeof(uint16_t); /* bfloat16 on the wire (compress.c) */
-    /* First: a single copy's offer is whole blocks, the FIFOs' pieces are smaller. */
-    if (((got & LOOM_FIFO_OFFER) != 0) != loomStepTakesOffers(s->op))
+    /* A single copy's offer is whole blocks, the FIFOs' pieces are smaller: the path first. */
+    switch (loomMessageCheck(got, want, loomStepTakesOffers(s->op), l->proto == LOOM_PROTO_LL,
+                             device)) {
+    case LOOM_MSG_PATH:
         return pathMismatch(l, s, from);
-    if (((got & LOOM_FIFO_LL) != 0) != (l->proto == LOOM_PROTO_LL))
+    case LOOM_MSG_PROTO:
         return protoMismatch(l, from, got);
-    if ((got & ~LOOM_FIFO_FLAGS) != want)
+    case LOOM_MSG_SIZE:
         return sizeMismatch(l, from, got & ~LOOM_FIFO_FLAGS, want);
-    if ((got & LOOM_FIFO_DEVICE_DATA) && !device)
+    case LOOM_MSG_KIND:
         return kindMismatch(l, from);
-    return loomSuccess;
+    default:
+        return loomSuccess;
+    }
 }
 
 /* A local abort or a peer's notice: reported here, but not posted to the peers again. */

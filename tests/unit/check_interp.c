@@ -20,7 +20,12 @@
  *   - the kernel executor's worker threads (src/exec/kexec.c), on 2 forked ranks
  *     with blocks of 2 threads on 2 channels: started by the first call,
  *     the same threads for the calls after it (no thread per call), and
- *     joined when the communicator is destroyed or aborted.
+ *     joined when the communicator is destroyed or aborted;
+ *   - what a step means, for every executor (src/device/step.h): connector
+ *     ownership handed on in plan order as random lanes finish in random
+ *     orders; the passes of every op that moves elements, for every count
+ *     of peers, FINAL or not, Sum and Avg, in place or not, against the op
+ *     table; and which disagreement a size word shows first.
  *
  * The whole-library runs (every collective through LOOM_EXECUTOR=kernel)
  * are in tests/integration/perf-matrix.sh.
@@ -631,12 +636,231 @@ START_TEST(workers_persist_and_are_joined)
 }
 END_TEST
 
+/* ---- what a step means (src/device/step.h) ---- */
+
+/*
+ * Connector ownership: after the claim and after every lane that finishes
+ * (in a random order), each connector's owner is the first lane in plan
+ * order that names it and is not done, or none; nothing is left handed on.
+ */
+START_TEST(owners_take_turns_in_plan_order)
+{
+    enum { NR = 4, MAXLANES = 6, MAXT = 3 };
+    for (int round = 0; round < 300; round++) {
+        struct loomPlanStep steps[MAXLANES][MAXT];
+        struct loomDevLane lanes[MAXLANES];
+        int32_t owner[2 * NR];
+        struct loomDevBlock b;
+        uint32_t nlanes = 1 + (uint32_t)(rngNext() % MAXLANES);
+        memset(steps, 0, sizeof(steps));
+        memset(lanes, 0, sizeof(lanes));
+        memset(&b, 0, sizeof(b));
+        for (uint32_t i = 0; i < nlanes; i++) {
+            lanes[i].nsteps = 1 + (uint32_t)(rngNext() % MAXT);
+            lanes[i].steps = steps[i];
+            for (uint32_t k = 0; k < lanes[i].nsteps; k++) {
+                struct loomPlanStep *s = &steps[i][k];
+                int sendFirst = (int)(rngNext() % NR), recvFirst = (int)(rngNext() % NR);
+                s->nsend = (uint8_t)(rngNext() % 3);
+                s->nrecv = (uint8_t)(rngNext() % 3);
+                for (int j = 0; j < s->nsend; j++) /* distinct peers, as planAppend wants */
+                    s->sendPeers[j] = (sendFirst + j) % NR;
+                for (int j = 0; j < s->nrecv; j++)
+                    s->recvPeers[j] = (recvFirst + j) % NR;
+            }
+        }
+        b.lanes = lanes;
+        b.nlanes = nlanes;
+        b.nranks = NR;
+        b.owner = owner;
+        loomDevOwnersClaim(&b);
+        for (uint32_t finished = 0;; finished++) {
+            for (int dir = 0; dir < 2; dir++) {
+                for (int p = 0; p < NR; p++) {
+                    int32_t want = LOOM_OWNER_NONE;
+                    for (uint32_t i = 0; i < nlanes && want < 0; i++)
+                        if (!lanes[i].done &&
+                            loomPlanUsesPeer(lanes[i].steps, lanes[i].nsteps, dir, p))
+                            want = (int32_t)i;
+                    ck_assert_msg(owner[dir * NR + p] == want,
+                                  "round %d, %u lanes done: connector (%d, %d) owned by %d, not %d",
+                                  round, finished, dir, p, owner[dir * NR + p], want);
+                }
+            }
+            if (finished == nlanes)
+                break;
+            uint32_t i;
+            do
+                i = (uint32_t)(rngNext() % nlanes);
+            while (lanes[i].done);
+            lanes[i].done = 1;
+            loomDevOwnersRelease(&b, i);
+        }
+    }
+}
+END_TEST
+
+static int32_t elemAt(const char *p, size_t e)
+{
+    int32_t v;
+    memcpy(&v, p + 4 * e, 4);
+    return v;
+}
+
+/* Runs a step's passes one element at a time through a temporary: what the record says. */
+static void passesRun(const struct loomStepWork *w, size_t count, int nranks)
+{
+    for (int k = 0; k < w->npass; k++) {
+        const struct loomStepPass *p = &w->pass[k];
+        int32_t tmp[16];
+        ck_assert(p->nto >= 1 && p->nin >= 1);
+        ck_assert(p->reduce ? p->with != NULL : p->with == NULL && p->nin == 1);
+        ck_assert(!p->overlap || (p->nto == 1 && p->dstFirst && !p->reduce));
+        for (size_t e = 0; e < count; e++) {
+            int32_t v = p->reduce ? elemAt(p->with, e) : 0;
+            for (int j = 0; j < p->nin; j++)
+                v += elemAt(p->in[j], e);
+            tmp[e] = p->divide ? v / nranks : v;
+        }
+        for (int m = 0; m < p->nto; m++)
+            memcpy(p->to[m], tmp, 4 * count);
+    }
+}
+
+/*
+ * The local work of every op that moves elements, for every count of peers
+ * the op table allows, FINAL or not, Sum and Avg, dst apart from src, equal
+ * to it or overlapping it (a COPY): the passes leave in dst and the slots
+ * what the op table says (slots: the reduction divided when final, else the
+ * message or src as is; dst: either, divided when final), and `callers` is
+ * set exactly when the values a slot is copied from are in src or dst.
+ */
+START_TEST(step_work_is_the_op_table)
+{
+    enum { COUNT = 8 };
+    static const int redops[] = {loomSum, loomAvg};
+    for (int op = 0; op < LOOM_STEP_OFFER; op++) {
+        unsigned uses = loomStepUses((unsigned)op);
+        int maxRecv = !(uses & LOOM_USES_RECV) ? 0 : (uses & LOOM_USES_FANIN) ? 3 : 1;
+        int maxSend = !(uses & LOOM_USES_SEND) ? 0 : (uses & LOOM_USES_FANOUT) ? 3 : 1;
+        int places = (uses & LOOM_USES_DST) && (uses & LOOM_USES_SRC) ? 3 : 1;
+        for (int combo = 0; combo < 2 * 2 * 2 * 3 * 3 * 3; combo++) {
+            int final = combo & 1, redop = redops[(combo >> 1) & 1];
+            int nranks = (combo >> 2) & 1 ? 3 : 1, rest = combo >> 3;
+            int nrecv = rest % 3 + (maxRecv > 0), nsend = rest / 3 % 3 + (maxSend > 0);
+            int place = rest / 9;
+            if (nrecv > maxRecv || nsend > maxSend || place >= places ||
+                (place == 2 && (uses & LOOM_USES_REDUCE)))
+                continue;
+            _Alignas(16) char mem[4 * 256];
+            char *src = mem, *dst = place == 0 ? mem + 4 * 32 : place == 1 ? src : src + 4 * 3;
+            const char *in[LOOM_STEP_MAXPEERS];
+            char *out[LOOM_STEP_MAXPEERS];
+            int32_t vals[COUNT], want[COUNT], sentinel = -7;
+            for (int e = 0; e < 256; e++)
+                memcpy(mem + 4 * e, &sentinel, 4);
+            for (int e = 0; e < COUNT; e++) {
+                int32_t v = 10 * (e + 1);
+                memcpy(src + 4 * e, &v, 4);
+            }
+            for (int j = 0; j < LOOM_STEP_MAXPEERS; j++) {
+                in[j] = mem + 4 * (64 + 16 * j);
+                out[j] = mem + 4 * (128 + 16 * j);
+                for (int e = 0; e < COUNT; e++) {
+                    int32_t v = 1000 * (j + 1) + 3 * e;
+                    memcpy((char *)in[j] + 4 * e, &v, 4);
+                }
+            }
+            for (int e = 0; e < COUNT; e++) {
+                int32_t v = (uses & LOOM_USES_REDUCE) ? elemAt(src, (size_t)e) : 0;
+                for (int j = 0; j < ((uses & LOOM_USES_REDUCE) ? nrecv : 0); j++)
+                    v += elemAt(in[j], (size_t)e);
+                if (!(uses & LOOM_USES_REDUCE))
+                    v = (uses & LOOM_USES_RECV) ? elemAt(in[0], (size_t)e) : elemAt(src, (size_t)e);
+                vals[e] = v;
+                want[e] = final && redop == loomAvg && nranks > 1 ? v / nranks : v;
+            }
+            struct loomStep s;
+            memset(&s, 0, sizeof(s));
+            s.op = (uint8_t)op;
+            s.flags = final ? LOOM_STEP_FINAL : 0;
+            s.nrecv = (uint8_t)nrecv;
+            s.nsend = (uint8_t)nsend;
+            s.count = COUNT;
+            struct loomStepWork w;
+            loomStepWorkOf(&w, &s, redop, nranks, src, dst, in, out, nsend, 4 * COUNT);
+            for (int k = 0; k < w.npass; k++) { /* where the host copies a slot from */
+                const struct loomStepPass *p = &w.pass[k];
+                int first = p->reduce || p->dstFirst;
+                const char *from = first ? p->to[0] : p->in[0];
+                int caller = (from >= src && from < src + 4 * COUNT) ||
+                             (from >= dst && from < dst + 4 * COUNT);
+                ck_assert(!p->dstFirst || p->to[0] == dst);
+                if (p->nto > first)
+                    ck_assert_msg(p->callers == caller, "op %s pass %d: callers %d",
+                                  loomStepName((unsigned)op), k, p->callers);
+            }
+            passesRun(&w, COUNT, nranks);
+            for (int e = 0; e < COUNT; e++) {
+                for (int j = 0; j < nsend; j++)
+                    ck_assert_msg(
+                        elemAt(out[j], (size_t)e) ==
+                            ((uses & LOOM_USES_REDUCE) ? want[e] : vals[e]),
+                        "op %s final %d redop %d nranks %d nrecv %d nsend %d place %d: slot %d "
+                        "element %d is %d",
+                        loomStepName((unsigned)op), final, redop, nranks, nrecv, nsend, place, j, e,
+                        elemAt(out[j], (size_t)e));
+                if (uses & LOOM_USES_DST)
+                    ck_assert_msg(
+                        elemAt(dst, (size_t)e) == want[e],
+                        "op %s final %d redop %d nranks %d nrecv %d nsend %d place %d: dst "
+                        "element %d is %d, not %d",
+                        loomStepName((unsigned)op), final, redop, nranks, nrecv, nsend, place, e,
+                        elemAt(dst, (size_t)e), want[e]);
+            }
+            for (int j = nsend; j < LOOM_STEP_MAXPEERS; j++)
+                ck_assert_int_eq(elemAt(out[j], 0), sentinel);
+            if (!(uses & LOOM_USES_DST))
+                ck_assert_int_eq(elemAt(mem + 4 * 32, 0), sentinel);
+        }
+    }
+}
+END_TEST
+
+/* A size word and what a step expects: the first disagreement, path, protocol, size, kind. */
+START_TEST(message_check_names_the_first_disagreement)
+{
+    ck_assert_int_eq(loomMessageCheck(64, 64, 0, 0, 0), LOOM_MSG_OK);
+    ck_assert_int_eq(loomMessageCheck(64 | LOOM_FIFO_LL, 64, 0, 1, 0), LOOM_MSG_OK);
+    ck_assert_int_eq(loomMessageCheck(64 | LOOM_FIFO_DEVICE_DATA, 64, 0, 0, 1), LOOM_MSG_OK);
+    ck_assert_int_eq(loomMessageCheck(40 | LOOM_FIFO_OFFER, 40, 1, 0, 0), LOOM_MSG_OK);
+    ck_assert_int_eq(loomMessageCheck(32 | LOOM_FIFO_OFFER | LOOM_FIFO_LL, 64, 0, 0, 0),
+                     LOOM_MSG_PATH);
+    ck_assert_int_eq(loomMessageCheck(64, 64, 1, 0, 0), LOOM_MSG_PATH);
+    ck_assert_int_eq(loomMessageCheck(32 | LOOM_FIFO_LL, 64, 0, 0, 0), LOOM_MSG_PROTO);
+    ck_assert_int_eq(loomMessageCheck(64, 64, 0, 1, 0), LOOM_MSG_PROTO);
+    ck_assert_int_eq(loomMessageCheck(32 | LOOM_FIFO_DEVICE_DATA, 64, 0, 0, 0), LOOM_MSG_SIZE);
+    ck_assert_int_eq(loomMessageCheck(64 | LOOM_FIFO_DEVICE_DATA, 64, 0, 0, 0), LOOM_MSG_KIND);
+    /* readiness at the edges */
+    ck_assert(!loomMessageIn(5, 5) && loomMessageIn(6, 5));
+    ck_assert(loomSlotFree(5, 5 + LOOM_STEPS - 1) && !loomSlotFree(5, 5 + LOOM_STEPS));
+    ck_assert(loomDrained(5, 5) && !loomDrained(4, 5));
+    ck_assert(loomLineIn((uint64_t)LOOM_LL_FLAG(9, 8) << 32 | 77, 9, 8));
+    ck_assert(!loomLineIn((uint64_t)LOOM_LL_FLAG(10, 8) << 32 | 77, 9, 8));
+}
+END_TEST
+
 static Suite *interpSuite(void)
 {
     Suite *s = suite_create("interp");
     TCase *tc = tcase_create("arithmetic");
     tcase_add_test(tc, arithmetic_matches_reduce);
     tcase_add_test(tc, fanin_arithmetic_matches_reduce);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("step");
+    tcase_add_test(tc, owners_take_turns_in_plan_order);
+    tcase_add_test(tc, step_work_is_the_op_table);
+    tcase_add_test(tc, message_check_names_the_first_disagreement);
     suite_add_tcase(s, tc);
     tc = tcase_create("ll");
     tcase_add_test(tc, ll_flag_wraps_mod8);
