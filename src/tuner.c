@@ -385,16 +385,15 @@ static const struct tuneCosts shmCosts = {
  * after the other (the first piece's way, then one a piece behind it: each
  * message costs about a hop here, wake-ups included), hopUs each, and
  * netBytes that one host's link carries (byteNs each). The shm terms stay
- * for every unit (a few us against the network's tens). Fitted between
- * network namespaces of the 2-core build machine (tests/multinode/netns.sh;
- * figures in docs/performance.md, "Across hosts"):
- *
- *   hopUs   8 B AllReduce, doubling (one exchange) against the tree (two
- *           hops): ~50 us a hop (veth, bridge, TCP, two wake-ups)
- *   byteNs  8-32 MiB ring and doubling: 1.5 ns a byte once hops are counted
- *
- * A real network has shorter hops and cheaper bytes: redo both there as
- * docs/performance.md says. InfiniBand is priced the same, unmeasured.
+ * for every unit (a few us against the network's tens). Both are fitted
+ * between network namespaces of the development VM
+ * (tests/multinode/netns.sh): hopUs from the 8 B AllReduce, doubling (one
+ * exchange) against the tree (two hops; a hop is veth, bridge, TCP and two
+ * wake-ups), byteNs from the 8-32 MiB ring and doubling once the hops are
+ * counted. The runs and figures are in docs/performance.md, "The network
+ * constants (netCosts)". A real network has shorter hops and cheaper
+ * bytes: redo both there as that section says. InfiniBand is priced the
+ * same, unmeasured.
  */
 struct tuneNetCosts {
     double hopUs;

@@ -416,8 +416,9 @@ static void netProgress(void *ctx, int *moved)
  * (proxySleep flags itself, then makes one more pass) and may have looked
  * at this connection before the counter moved; the bell's eventfd then
  * ends that sleep at once. (Before, nothing was rung there, and the proxy
- * slept its full 100 ms with a message to send or to read: 8-byte
- * AllReduce over 4 hosts averaged 2.5-14 ms a call instead of 0.5.)
+ * slept its full 100 ms with a message to send or to read; what that cost
+ * small calls is in docs/performance.md, "Figures from the code's
+ * comments".)
  */
 static void netKick(void *ctx)
 {

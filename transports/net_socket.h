@@ -23,9 +23,9 @@
 #define SOCK_HELLO_SEC 5
 #define SOCK_HELPER_SLEEP_MS 100
 #define SOCK_HELPER_YIELD_NS (200 * 1000ULL)
-/* What one TCP flow moves a direction on one core: iperf3 --bidir between two namespace hosts
- * of the 2-core build machine, quiet, 1.2 GB/s (docs/performance.md). LOOM_SOCKET_NSOCKS=0
- * gives a connection a socket per this much of its link's speed. */
+/* What one TCP flow moves a direction on one core, rounded (measured with iperf3 between
+ * namespace hosts: docs/performance.md, "Figures from the code's comments").
+ * LOOM_SOCKET_NSOCKS=0 gives a connection a socket per this much of its link's speed. */
 #define SOCK_FLOW_MBIT 10000
 #define SOCK_AUTO_MIN 2 /* one flow fills a shaped link less well than two (bench/net-rails) */
 #define SOCK_AUTO_MAX 8
