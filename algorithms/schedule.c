@@ -215,3 +215,13 @@ loomGenerator_t scheduleGenerator(loomColl_t coll, loomAlgo_t algo)
         return NULL;
     return scheduleGenerators[coll][algo];
 }
+
+const char *scheduleAlgoName(loomAlgo_t algo)
+{
+    static const char *const names[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
+                                                     [LOOM_ALGO_TREE] = "tree",
+                                                     [LOOM_ALGO_DIRECT] = "direct",
+                                                     [LOOM_ALGO_DOUBLING] = "doubling",
+                                                     [LOOM_ALGO_CMA] = "cma"};
+    return (unsigned)algo < LOOM_ALGO_NUM ? names[algo] : "?";
+}

@@ -526,8 +526,8 @@ loomResult_t doublingAllReducePlan(const struct loomSchedArgs *a, struct loomPla
 
 /*
  * The algorithms. The tuner (src/tuner.c) chooses among those a collective
- * has a generator for; adding one takes a value here, its generators in
- * schedule.c's table, and a cost model and a name in tuner.c.
+ * has a generator for; adding one takes a value here, its generators and
+ * its name in schedule.c's tables, and a cost model in tuner.c.
  * LOOM_ALGO_CMA: single copies between the buffers of the ranks of one
  * host (single.c), for every collective but AlltoAllv and Send/Recv.
  */
@@ -550,5 +550,7 @@ typedef loomResult_t (*loomGenerator_t)(const struct loomSchedArgs *a, struct lo
  * of range.
  */
 loomGenerator_t scheduleGenerator(loomColl_t coll, loomAlgo_t algo);
+/* The name of algo ("ring", "tree", "direct", "doubling", "cma"; "?" out of range). */
+const char *scheduleAlgoName(loomAlgo_t algo);
 
 #endif /* LOOM_SCHEDULE_H_ */

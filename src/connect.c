@@ -5,9 +5,10 @@
  * Init connects each rank to itself, to its two ring neighbours and to its
  * neighbours in the two AllReduce trees (topo.c): what the ring and tree
  * schedules, which every communicator runs, talk over. Any other pair is
- * connected by the first plan that uses it (execRun calls connectLanes
- * before it runs a step): AlltoAll, Send/Recv, recursive doubling, the
- * trees of a Broadcast or Reduce. With LOOM_CONNECT_ALL=1 on any rank
+ * connected by the first plan that uses it (connectLanes, which the
+ * planner hands the executor with each call, struct loomExecCall: its
+ * prepare runs it before the first step): AlltoAll, Send/Recv, recursive
+ * doubling, the trees of a Broadcast or Reduce. With LOOM_CONNECT_ALL=1 on any rank
  * every pair is connected at init (the ranks agree at init, since a pair's
  * two ends must connect together).
  *

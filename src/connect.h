@@ -21,7 +21,7 @@ loomResult_t connectInit(struct loomComm *comm);
  * bounded by the timeout). `why` names the occasion in error lines.
  */
 loomResult_t connectPeers(struct loomComm *comm, const int *peers, int n, const char *why);
-/* Connects the peers the lanes' plans talk to, before execRun runs them. */
+/* Connects the peers the lanes' plans talk to (the executors' prepare runs it: executor.h). */
 loomResult_t connectLanes(struct loomLane *lanes, int nlanes);
 /* Releases connect's own state (the transports release theirs). */
 void connectFree(struct loomComm *comm);

@@ -37,5 +37,11 @@ void groupRecordError(loomResult_t res);
 loomResult_t streamCheck(struct loomStream *s, const char *fn);
 /* Queues ops (ownership of each op's v passes to the stream) as one unit of work. */
 loomResult_t streamEnqueue(struct loomStream *s, struct loomOp *ops, int nops);
+/* 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
+int streamIsCuda(const struct loomStream *s);
+/* The application's cudaStream_t that s wraps (streamIsCuda). */
+void *streamCudaHandle(const struct loomStream *s);
+/* Records res (the line given) as s's first error, if it has none. */
+void streamRecordError(struct loomStream *s, loomResult_t res, const char *line);
 
 #endif /* LOOM_ENQUEUE_H_ */

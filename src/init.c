@@ -460,7 +460,7 @@ static loomResult_t commBuild(struct loomComm *comm, const loomUniqueId *id)
     for (int k = 0; k < LOOM_EXECUTOR_NUM; k++)
         served[k] = executorOf(k)->serves(comm);
     LOOMCHECK(tunerInit(comm, served)); /* the shape is final: ranks, hosts, CPUs, slots, cma */
-    compressSetup(comm);
+    compressSetup(comm, comm->topo && comm->topo->nHosts > 1);
     LOOMCHECK(plannerInit(comm));
     return bootstrapBarrier(comm->bootstrap);
 }

@@ -23,6 +23,7 @@
 #include "array.h"
 #include "cma.h"
 #include "compress.h"
+#include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "enqueue.h"
@@ -142,7 +143,7 @@ static loomResult_t buildSchedule(const struct loomSchedArgs *a, loomAlgo_t algo
                             loomCollName(a->coll), s->nsteps);
     if (res != loomSuccess)
         return loomSetError(res, "%s: no %s schedule for rank %d of %d (count %zu, chunk %zu)",
-                            loomCollName(a->coll), tunerAlgoName(algo), a->rank, a->nranks,
+                            loomCollName(a->coll), scheduleAlgoName(algo), a->rank, a->nranks,
                             a->count, a->chunkElems);
     return loomSuccess;
 }
@@ -472,9 +473,14 @@ static loomResult_t planLaunch(struct loomOp *ops, int nops, struct cudaExec *de
     loomResult_t res = planLanes(ops, nops, dev, LOOM_EXECUTOR_LAUNCH, 0, &nlanes);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s), launched", nops,
-              nlanes, loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo));
-        struct loomExecCall call = {
-            .dev = dev, .stream = s, .streams = &planStreams, .ops = ops, .nops = nops};
+              nlanes, loomCollName(ops[0].coll), ops[0].count,
+              scheduleAlgoName(tlPlan[0].tune.algo));
+        struct loomExecCall call = {.dev = dev,
+                                    .stream = s,
+                                    .streams = &planStreams,
+                                    .ops = ops,
+                                    .nops = nops,
+                                    .connect = connectLanes};
         res = planRunLanes(&loomExecLaunch, tlLanes, nlanes, &call);
     }
     cudaPlanEnd(dev, res);
@@ -512,7 +518,7 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
     if (executor == LOOM_EXECUTOR_LAUNCH)
         return planLaunch(ops, nops, dev);
     const struct loomExecutor *x = executorOf(executor);
-    struct loomExecCall call = {.dev = dev, .ops = ops, .nops = nops};
+    struct loomExecCall call = {.dev = dev, .ops = ops, .nops = nops, .connect = connectLanes};
     for (int i = 0; i < nops; i++)
         executorReclaim(x, ops[i].comm); /* e.g. a host-driven run after launches on the comm */
     /* Host buffers that every rank allocated with loomMemAlloc: single copies through the
@@ -536,7 +542,7 @@ static loomResult_t planRun(struct loomOp *ops, int nops)
         memoKeep(&ops[0], tlPlan, res == loomSuccess);
     if (res == loomSuccess && nlanes > 0) {
         TRACE(LOOM_COLL, "plan: %d op(s), %d lane(s), first %s count %zu (%s)%s", nops, nlanes,
-              loomCollName(ops[0].coll), ops[0].count, tunerAlgoName(tlPlan[0].tune.algo),
+              loomCollName(ops[0].coll), ops[0].count, scheduleAlgoName(tlPlan[0].tune.algo),
               dev ? " (device)" : "");
         res = planRunLanes(x, tlLanes, nlanes, &call);
     }

@@ -17,7 +17,7 @@
  * per-operation completion (torch_loom completes each Work this way).
  *
  * A CUDA stream (loomStreamCreateCuda) is a host stream whose units are
- * also ordered on the application's cudaStream_t (src/cuda/cudastream.c):
+ * also ordered on the application's cudaStream_t (src/cudastream.c):
  * at enqueue the CUDA stream is marked and made to wait for the unit; the
  * progress thread waits for the mark (the work queued before the call),
  * runs the unit, and then lets the CUDA stream go on. So a call returns at
@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "cudacore.h"
+#include "cudastream.h"
 #include "debug.h"
 #include "enqueue.h"
 #include "plan.h"

@@ -74,12 +74,6 @@ static uint32_t algoDefault(loomColl_t coll, int zeroCopy)
     return ALGO_DEFAULT | (coll == LOOM_COLL_ALLTOALL || zeroCopy ? ALGO_BIT(LOOM_ALGO_CMA) : 0);
 }
 
-static const char *const algoNames[LOOM_ALGO_NUM] = {[LOOM_ALGO_RING] = "ring",
-                                                     [LOOM_ALGO_TREE] = "tree",
-                                                     [LOOM_ALGO_DIRECT] = "direct",
-                                                     [LOOM_ALGO_DOUBLING] = "doubling",
-                                                     [LOOM_ALGO_CMA] = "cma"};
-
 /* The algorithms coll has a schedule for (algorithms/schedule.c). */
 static uint32_t collAlgos(loomColl_t coll)
 {
@@ -88,11 +82,6 @@ static uint32_t collAlgos(loomColl_t coll)
         if (scheduleGenerator(coll, (loomAlgo_t)a))
             m |= ALGO_BIT(a);
     return m;
-}
-
-const char *tunerAlgoName(loomAlgo_t algo)
-{
-    return (unsigned)algo < LOOM_ALGO_NUM ? algoNames[algo] : "?";
 }
 
 /* ---- LOOM_ALGO ---- */
@@ -145,14 +134,14 @@ static int parseList(const char *list, uint32_t *mask, int *exclude, char *why, 
         trimCopy(word, sizeof(word), p, len);
         int known = 0;
         for (int a = 0; a < LOOM_ALGO_NUM && !known; a++)
-            if (ALGO_USER & ALGO_BIT(a) && strcasecmp(word, algoNames[a]) == 0)
+            if (ALGO_USER & ALGO_BIT(a) && strcasecmp(word, scheduleAlgoName(a)) == 0)
                 m |= ALGO_BIT(a), known = 1;
         for (size_t i = 0; i < sizeof(ncclOnly) / sizeof(ncclOnly[0]) && !known; i++)
             known = strcasecmp(word, ncclOnly[i]) == 0;
         if (!known) {
             snprintf(why, whyLen, "'%s' is not an algorithm (%s, %s, %s, %s)", word,
-                     algoNames[LOOM_ALGO_RING], algoNames[LOOM_ALGO_TREE],
-                     algoNames[LOOM_ALGO_DOUBLING], algoNames[LOOM_ALGO_CMA]);
+                     scheduleAlgoName(LOOM_ALGO_RING), scheduleAlgoName(LOOM_ALGO_TREE),
+                     scheduleAlgoName(LOOM_ALGO_DOUBLING), scheduleAlgoName(LOOM_ALGO_CMA));
             return -1;
         }
         if (end == NULL)
@@ -985,7 +974,7 @@ static void tuneLog(struct loomComm *comm, loomColl_t coll, size_t bytes,
         return;
     INFO(LOOM_TUNING,
          "%s %zu B (class 2^%d): %s, chunk %zu B, %d channel(s), predicted %.1f us at 2^%d B%s%s%s",
-         loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(t->algo), t->chunkBytes,
+         loomCollName(coll), bytes, sizeClass(bytes), scheduleAlgoName(t->algo), t->chunkBytes,
          t->nChannels, t->predictedUs, sizeClass(bytes),
          t->algo == LOOM_ALGO_TREE && t->trees == 1 ? ", one tree" : "",
          t->proto == LOOM_PROTO_LL ? ", LL" : "",
@@ -1007,7 +996,7 @@ void tunerChooseMapped(struct loomComm *comm, loomColl_t coll, size_t bytes, str
         INFO(LOOM_TUNING,
              "%s %zu B (class 2^%d): %s, chunk %zu B, one copy between the ranks' buffers (all "
              "of them loomMemAlloc memory the peers map)",
-             loomCollName(coll), bytes, sizeClass(bytes), tunerAlgoName(LOOM_ALGO_CMA),
+             loomCollName(coll), bytes, sizeClass(bytes), scheduleAlgoName(LOOM_ALGO_CMA),
              out->chunkBytes);
 }
 
@@ -1046,7 +1035,7 @@ static loomResult_t tuningGet(const char *fn, const char *collective, const char
                             "allgather, reducescatter, alltoall, sendrecv)",
                             fn, collective);
     for (int a = 0; algorithm != NULL && a < LOOM_ALGO_NUM; a++)
-        if (strcasecmp(algorithm, algoNames[a]) == 0)
+        if (strcasecmp(algorithm, scheduleAlgoName(a)) == 0)
             allowed = ALGO_BIT(a);
     if (algorithm != NULL && !(allowed & collAlgos((loomColl_t)coll)))
         return loomSetError(loomInvalidArgument, "%s: %s has no '%s' algorithm", fn, collective,
@@ -1067,7 +1056,7 @@ static loomResult_t tuningGet(const char *fn, const char *collective, const char
                                   .cmaMinBytes = tuneCmaMin};
     struct loomTuning t;
     tunerModel(&shape, (loomColl_t)coll, bytes, allowed, &t);
-    info->algorithm = tunerAlgoName(t.algo);
+    info->algorithm = scheduleAlgoName(t.algo);
     info->trees = t.algo == LOOM_ALGO_TREE ? t.trees : 0;
     info->chunkBytes = t.chunkBytes;
     info->nChannels = t.nChannels;

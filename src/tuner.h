@@ -154,9 +154,6 @@ int tunerAllows(loomColl_t coll, loomAlgo_t algo);
  */
 int tunerZeroCopy(loomColl_t coll);
 
-/* Name of an algorithm ("ring", "tree", "direct", "cma"). */
-const char *tunerAlgoName(loomAlgo_t algo);
-
 /*
  * Parses a LOOM_ALGO value (NCCL's syntax: "ring", "^tree", "tree,ring",
  * "allreduce:tree;broadcast:ring") into the algorithms allowed for each

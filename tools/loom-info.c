@@ -15,7 +15,7 @@
  * job's communicator and rank 0 prints its hosts, its ring and its two
  * trees, with the transport of every link as the rank at its start sees it.
  * With --status PID|DIR it prints what every rank of a job is doing, from
- * the ranks' flight recorders (src/recstatus.c, compiled in: it reads the
+ * the ranks' flight recorders (src/exec/recstatus.c, compiled in: it reads the
  * recorders' memory or files, not the library); with --status HOST:PORT it
  * asks the ranks themselves, on any host, through loomStatusQuery.
  *
@@ -670,7 +670,7 @@ out:
 }
 
 /*
- * --status: the flight recorders (src/recstatus.c) of the job that process
+ * --status: the flight recorders (src/exec/recstatus.c) of the job that process
  * `target` is a rank of, or of the files in directory `target`.
  */
 static int printStatus(const char *target, int ops)

@@ -194,7 +194,7 @@ struct loomComm {
     struct memViews *memViews;     /* views of peers' loomMemAlloc blocks (mem.c) */
     struct kexecComm *kexec;       /* the kernel executor's view of the connectors (kexec.c) */
     struct devexecComm *devexec;   /* the launched kernel's view of them (src/exec/devexec.c) */
-    struct loomRecorder *recorder; /* the flight recorder (src/recorder.c); NULL: none */
+    struct loomRecorder *recorder; /* the flight recorder (src/exec/recorder.c); NULL: none */
     struct bootstrapStatus
         *status; /* its status listener, from the peer exchange to recorderFree */
 

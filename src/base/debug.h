@@ -41,7 +41,7 @@ void loomLog(loomLogLevel_t level, uint32_t subsys, const char *file, int line, 
 
 /*
  * A WARN line printed whatever LOOM_DEBUG says: for what a failing rank must
- * always tell (the status table of a timeout, src/recorder.c).
+ * always tell (the status table of a timeout, src/exec/recorder.c).
  */
 void loomLogReport(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -1,6 +1,7 @@
 /*
- * cudacore.h — what the core calls in the CUDA parts; each hook is one line at
- * its call site, so the core reads the same with or without a GPU.
+ * cudacore.h — what the core calls in the CUDA parts (src/cuda/ and the two
+ * CUDA executors of src/exec/, all a layer below the core); each hook is one
+ * line at its call site, so the core reads the same with or without a GPU.
  *
  *   opcheck.c  opCheck      -> cudaOpCheck: host or device buffers, and the errors
  *   plan.c     planExecute  -> cudaPlanBegin / cudaPlanEnd around the executor's run
@@ -8,8 +9,10 @@
  *              stageInPlace -> cudaStageInPlace for a device AlltoAll in place
  *   exec.c     execRun(dev) -> cudaExecStep instead of computing on the CPU,
  *                              cudaExecRetire publishes the counters of finished steps
- *   stream.c   loomStreamCreateCuda, enqueue, run, sync, destroy -> cudaStream*
- *   init.c     peer exchange, connect, free -> p2pPeerInfo, p2pSetup, p2pFree
+ *   stream.c   loomStreamSynchronize, destroy -> devexecSettle (the CUDA
+ *              streams themselves are the core's: src/cudastream.h)
+ *   init.c     peer exchange, connect, free -> p2pPeerInfo, p2pSetup, p2pFree,
+ *              devexecFree
  *
  * Every hook is cheap for host buffers: a plan on host memory never touches
  * the driver, and a process that never loaded the driver never loads it.
@@ -20,12 +23,12 @@
 #include <stdint.h>
 
 #include "core.h"
-#include "enqueue.h"
 #include "exec.h"
+#include "op.h"
 
 struct cudaExec;
-struct cudaStreamSync;
 struct loomDevConn;
+struct loomStream;
 
 /* ---- operations and plans (src/exec/cudaplan.c) ---- */
 
@@ -89,55 +92,6 @@ loomResult_t cudaExecStep(struct cudaExec *ex, const struct loomLane *l, const s
 long cudaExecRetire(struct cudaExec *ex, loomResult_t *err);
 /* Steps issued and not yet retired. */
 int cudaExecPending(const struct cudaExec *ex);
-
-/* ---- CUDA streams (cudastream.c) ---- */
-
-/* Wraps the application's cudaStream_t: loads the driver, checks the stream. */
-loomResult_t cudaStreamAttach(void *cudaStream, struct cudaStreamSync **out);
-/*
- * At enqueue, on the application's thread: marks the CUDA stream's current
- * position (for the progress thread to wait on) and makes the stream wait
- * for unit *seq to finish. *event belongs to the unit and is created the
- * first time.
- */
-loomResult_t cudaStreamFence(struct cudaStreamSync *cs, void **event, uint32_t *seq);
-/* On the progress thread, before a unit runs: waits until the work before it is done. */
-loomResult_t cudaStreamUnitBegin(struct cudaStreamSync *cs, void *event);
-/* After the unit, whatever its result: lets the CUDA stream go on past it. */
-void cudaStreamUnitEnd(struct cudaStreamSync *cs, uint32_t seq);
-/*
- * *capturing: 1 when the application is capturing the CUDA stream into a
- * graph, else 0. Only calls that run as one launch (planLaunched, plan.h) may
- * be captured; others are refused by cudaStreamCaptureRefuse.
- */
-loomResult_t cudaStreamCapturing(struct cudaStreamSync *cs, int *capturing);
-/* loomInvalidUsage naming fn and why: a call that cannot be captured, on a stream being captured.
- */
-loomResult_t cudaStreamCaptureRefuse(const char *fn, const char *why);
-/*
- * Makes the calling thread's capture mode relaxed (cuThreadExchangeStreamCaptureMode) and
- * returns the mode it had, for cudaStreamCaptureRestore: Loom allocates and waits for its own
- * stream while it captures a call, which a capture in the default global mode forbids.
- */
-int cudaStreamCaptureRelax(struct cudaStreamSync *cs);
-void cudaStreamCaptureRestore(struct cudaStreamSync *cs, int mode);
-/* Waits for the CUDA stream itself (after every unit ran). */
-loomResult_t cudaStreamSync(struct cudaStreamSync *cs);
-/* loomSuccess if the CUDA stream is idle, loomInProgress if not. */
-loomResult_t cudaStreamIdle(struct cudaStreamSync *cs);
-/* Frees a unit's event. */
-void cudaStreamEventFree(struct cudaStreamSync *cs, void *event);
-/* Waits for the CUDA stream, then frees what Attach made. */
-void cudaStreamDetach(struct cudaStreamSync *cs);
-
-/* stream.c: 1 if s wraps a CUDA stream (its units are ordered by cudaStreamFence). */
-int streamIsCuda(const struct loomStream *s);
-/* stream.c: the application's cudaStream_t that s wraps (streamIsCuda). */
-void *streamCudaHandle(const struct loomStream *s);
-/* stream.c: records res (the line given) as s's first error, if it has none. */
-void streamRecordError(struct loomStream *s, loomResult_t res, const char *line);
-/* cudastream.c: the application's stream that cs wraps. */
-void *cudaStreamHandle(const struct cudaStreamSync *cs);
 
 /* ---- the launched interpreter (devexec.c) ---- */
 

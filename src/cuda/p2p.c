@@ -339,7 +339,7 @@ loomResult_t p2pSetup(struct loomComm *comm)
      * the first device plan. A failure here only matters to device plans, which report it.
      */
     if (res == loomSuccess && comm->cuda && comm->cuda->ctx && p2pMapHostSlots(comm) != loomSuccess)
-        INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
+        INFO(LOOM_INIT, "p2p: %s", debugLastError(NULL));
     return res;
 }
 
@@ -535,7 +535,7 @@ void p2pPeerConnected(struct loomComm *comm, int p)
         cc->regions[p] = regionOf(comm, p);
         if (regionsRegister(cc, &cc->regions[p], 1) != loomSuccess) {
             /* Device plans over this link fail and say why (p2pMapHostSlots). */
-            INFO(LOOM_INIT, "p2p: %s", loomGetLastError(NULL));
+            INFO(LOOM_INIT, "p2p: %s", debugLastError(NULL));
             cc->hostMapped = 0;
         }
         cc->lib->ctxSetCurrent(saved);

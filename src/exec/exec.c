@@ -75,7 +75,6 @@
 
 #include "cma.h"
 #include "compress.h"
-#include "connect.h"
 #include "cudacore.h"
 #include "debug.h"
 #include "exec.h"

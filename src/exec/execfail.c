@@ -28,11 +28,11 @@
 #include <unistd.h>
 
 #include "bell.h"
-#include "connect.h"
 #include "debug.h"
 #include "exec.h"
 #include "execfail.h"
 #include "execwait.h"
+#include "executor.h"
 #include "interp.h"
 #include "recorder.h"
 #include "step.h"
@@ -390,7 +390,7 @@ loomResult_t execPeerFailure(struct loomComm *comm)
                         bell->notice, comm->rank, (int)bell->noticeFrom);
 }
 
-loomResult_t execPrepare(struct loomLane *lanes, int nlanes)
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes, const struct loomExecCall *call)
 {
     /* A comm aborted, or left by a peer, fails at once: its peers are not all there. */
     loomResult_t err = execHeardFailure(lanes, nlanes);
@@ -398,8 +398,10 @@ loomResult_t execPrepare(struct loomLane *lanes, int nlanes)
         execMarkBroken(lanes, nlanes, err, 0);
         return err;
     }
-    /* Peers the plans talk to for the first time (connect.c). */
-    err = connectLanes(lanes, nlanes);
+    /* Peers the plans talk to for the first time: the core connects them (src/connect.c). */
+    if (call->connect == NULL)
+        return loomSuccess;
+    err = call->connect(lanes, nlanes);
     if (err != loomSuccess)
         execMarkBroken(lanes, nlanes, err, 1);
     return err;

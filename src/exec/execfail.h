@@ -50,11 +50,14 @@ loomResult_t execWaitFailure(struct loomLane *lanes, int nlanes, uint64_t now, s
 /* Marks the lanes' communicators broken with err (the recorded line); post: tell the peers. */
 void execMarkBroken(struct loomLane *lanes, int nlanes, loomResult_t err, int post);
 /*
- * What every executor does before a plan's first step: fail at once on a
- * comm that heard of a failure, and connect the peers the lanes name for the
- * first time (connect.c); on an error the comms are marked broken.
+ * What every executor does before a plan's first step (its prepare,
+ * executor.h): fail at once on a comm that heard of a failure, then have
+ * the core connect the peers the lanes name for the first time
+ * (call->connect: src/connect.c's connectLanes); on an error the comms are
+ * marked broken.
  */
-loomResult_t execPrepare(struct loomLane *lanes, int nlanes);
+struct loomExecCall;
+loomResult_t execPrepare(struct loomLane *lanes, int nlanes, const struct loomExecCall *call);
 /*
  * loomSuccess when the size word `got` of the message lane l's step s takes
  * from peer `from` is the one s expects (device: the lane may take device

@@ -19,7 +19,7 @@ const struct loomExecutor *executorOf(int kind)
 loomResult_t executorRun(const struct loomExecutor *x, struct loomLane *lanes, int nlanes,
                          const struct loomExecCall *call)
 {
-    loomResult_t err = x->prepare(lanes, nlanes);
+    loomResult_t err = x->prepare(lanes, nlanes, call);
     return err != loomSuccess ? err : x->run(lanes, nlanes, call);
 }
 

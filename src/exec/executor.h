@@ -14,8 +14,9 @@
  * names the executor in its decision record (src/tuner.h); the planner
  * takes one per call or group from it and runs the lanes through
  * executorRun: the executor's prepare (execPrepare for all four: a failure
- * heard of, the peers connected the first time), then its run, which marks
- * the communicators broken on its own errors.
+ * heard of, then the peers connected the first time by the core's
+ * connectLanes, which the planner hands down in struct loomExecCall), then
+ * its run, which marks the communicators broken on its own errors.
  *
  * Who calls whom in src/exec/ (docs/design.md, "Executors"): no executor
  * calls another. What they share are the executor layer's services, which
@@ -65,6 +66,13 @@ struct loomExecCall {
     const struct loomExecStreams *streams; /* LAUNCH: the ops' streams seen through these */
     const struct loomOp *ops;              /* the call, or the group */
     int nops;
+    /*
+     * Connects the peers the lanes' plans talk to for the first time: the
+     * core's (src/connect.c, connectLanes), handed down so that prepare runs
+     * it after the failure checks and before the first step. NULL: the
+     * caller connected them.
+     */
+    loomResult_t (*connect)(struct loomLane *lanes, int nlanes);
 };
 
 struct loomExecutor {
@@ -72,8 +80,8 @@ struct loomExecutor {
     int lines; /* runs LL steps (LOOM_PROTO_LL) */
     /* 1 if it can run comm's calls (asked once, when comm is built). */
     int (*serves)(const struct loomComm *comm);
-    /* Before a plan's first step (execPrepare, execfail.h, for all four). */
-    loomResult_t (*prepare)(struct loomLane *lanes, int nlanes);
+    /* Before a plan's first step (execPrepare, execfail.h, for all four: it runs call->connect). */
+    loomResult_t (*prepare)(struct loomLane *lanes, int nlanes, const struct loomExecCall *call);
     /*
      * Runs the lanes to completion (a launch on a Loom CUDA stream: until it
      * is launched). loomSuccess, or the error, recorded, with the

@@ -21,7 +21,7 @@ struct loomOp {
     struct loomComm *comm;
     struct loomStream *stream;
     size_t *v;       /* AlltoAllv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned */
-    uint64_t recPos; /* its flight recorder entry + 1 while it runs (src/recorder.c), else 0 */
+    uint64_t recPos; /* its flight recorder entry + 1 while it runs (src/exec/recorder.c), else 0 */
 };
 
 /* Elements of the op's send buffer, and of its receive buffer, in units of its count. */

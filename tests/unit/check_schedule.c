@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "comms.h"
+#include "connect.h"
 #include "exec.h"
 #include "executor.h"
 #include "schedule.h"
@@ -1961,7 +1962,7 @@ static int diffRank(int rank, int nranks, loomComm_t comm)
                                      .op = loomSum,
                                      .elemSize = sizeof(uint64_t)};
     }
-    struct loomExecCall call = {0};
+    struct loomExecCall call = {.connect = connectLanes}; /* as the planner hands it down */
     loomResult_t res = executorRun(&loomExecHost, lanes, diffLanes, &call);
     if (res != loomSuccess)
         return testRankFail(rank, 4, "the host executor's run of coll %d: %s", c->coll,

@@ -173,13 +173,13 @@ static void checkChoice(const struct loomTuneShape *s, loomColl_t coll, size_t b
     struct loomTuning t;
     ck_assert_int_eq(tunerModel(s, coll, bytes, allowed, &t), 0);
     ck_assert_msg(allowed & (1u << t.algo), "coll %d, %zu B: %s is not allowed (0x%x)", coll, bytes,
-                  tunerAlgoName(t.algo), allowed);
+                  scheduleAlgoName(t.algo), allowed);
     ck_assert_uint_le(t.chunkBytes, s->slotBytes);
     ck_assert_uint_gt(t.chunkBytes, 0);
     double alone = fastestAlone(s, coll, bytes, allowed);
     ck_assert_msg(t.predictedUs == alone,
                   "coll %d, %zu B on %d ranks: chose %s at %g us, but %g alone", coll, bytes,
-                  s->nranks, tunerAlgoName(t.algo), t.predictedUs, alone);
+                  s->nranks, scheduleAlgoName(t.algo), t.predictedUs, alone);
 }
 
 START_TEST(test_model_latency_and_bandwidth)

@@ -1,5 +1,7 @@
 /*
- * cudastream.c — ordering Loom's work on an application's CUDA stream.
+ * cudastream.c — ordering Loom's work on an application's CUDA stream
+ * (the core's, beside stream.c: the driver and the kernels it uses are
+ * src/cuda/'s, a layer below).
  *
  * loomStreamCreateCuda wraps a cudaStream_t S in a Loom stream (stream.c),
  * whose progress thread runs each unit (one call or one group). Two marks
@@ -30,6 +32,7 @@
 
 #include "cudacore.h"
 #include "cudalib.h"
+#include "cudastream.h"
 #include "debug.h"
 
 #define CUL_ERROR_NOT_SUPPORTED 801

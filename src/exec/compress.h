@@ -1,6 +1,8 @@
 /*
  * compress.h — float32 reductions sent as bfloat16 over network links
- * (LOOM_NET_COMPRESS, loomConfig_t.netCompress); see compress.c.
+ * (LOOM_NET_COMPRESS, loomConfig_t.netCompress); see compress.c. Below the
+ * core, beside the executor that runs the steps: the core calls it when a
+ * communicator is made, when a call is checked and when it is planned.
  */
 #ifndef LOOM_COMPRESS_H_
 #define LOOM_COMPRESS_H_
@@ -8,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "enqueue.h"
 #include "exec.h"
+#include "op.h"
 
 /* What a communicator does with float32 AllReduce and ReduceScatter on its network links. */
 enum {
@@ -30,9 +32,11 @@ const char *compressName(int m);
 void compressConfig(struct loomComm *comm);
 /*
  * At init, once the ranks' infos are in: sets comm->compressNet, whether any
- * two ranks of comm talk over the network (the same answer on every rank).
+ * two ranks of comm talk over the network (the same answer on every rank):
+ * multiHost (its ranks are on more than one host, topo.c), or a rank
+ * without shared memory.
  */
-void compressSetup(struct loomComm *comm);
+void compressSetup(struct loomComm *comm, int multiHost);
 
 /*
  * loomInvalidArgument with one line naming fn when the communicator's config

@@ -2,6 +2,9 @@
  * recorder.c — the flight recorder's writer: every rank notes each
  * operation of a communicator in a ring of REC_RING entries in a segment
  * other processes of the host can read (the format is in recorder.h).
+ * The planner writes it (begin, chose, end) and so do the executors' waits
+ * and failures (execfail.c), so it lives with the executors, a layer below
+ * the core, and needs nothing of the core; so does its reader, recstatus.c.
  *
  * The call path (recorderBegin, recorderChose, recorderEnd) takes no lock,
  * makes no system call but the vDSO's coarse clock, and allocates nothing: it
@@ -31,12 +34,12 @@
 #include "bootstrap.h"
 #include "core.h"
 #include "debug.h"
-#include "enqueue.h"
+#include "op.h"
 #include "param.h"
 #include "recorder.h"
 #include "recstatus.h"
 #include "reduce.h"
-#include "tuner.h"
+#include "schedule.h"
 
 struct loomRecorder {
     struct recHeader *h;
@@ -66,7 +69,7 @@ static void recNames(struct recHeader *h)
     for (int c = 0; c < LOOM_COLL_NUM && c < REC_COLLS; c++)
         snprintf(h->collNames[c], REC_NAME_BYTES, "%s", loomCollName((loomColl_t)c));
     for (int a = 0; a < LOOM_ALGO_NUM && a < REC_ALGOS; a++)
-        snprintf(h->algoNames[a], REC_NAME_BYTES, "%s", tunerAlgoName((loomAlgo_t)a));
+        snprintf(h->algoNames[a], REC_NAME_BYTES, "%s", scheduleAlgoName((loomAlgo_t)a));
     snprintf(h->protoNames[0], REC_NAME_BYTES, "Simple");
     snprintf(h->protoNames[1], REC_NAME_BYTES, "LL");
     for (int t = 0; t < loomNumTypes && t < REC_TYPES; t++)

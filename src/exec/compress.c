@@ -37,7 +37,6 @@
 #include "param.h"
 #include "port.h"
 #include "reduce.h"
-#include "topo.h"
 #include "transport.h"
 
 #define COMPRESS_BLOCK 1024 /* elements per pass: 3 blocks of float32 fit in L1 */
@@ -58,11 +57,11 @@ const char *compressName(int m)
 }
 
 /* Whether any pair of comm's ranks talks over the network: hosts differ, or a rank has no shm. */
-static int compressAnyNet(const struct loomComm *comm)
+static int compressAnyNet(const struct loomComm *comm, int multiHost)
 {
     if (comm->nranks < 2)
         return 0;
-    if (comm->topo && comm->topo->nHosts > 1)
+    if (multiHost)
         return 1;
     for (int r = 0; r < comm->nranks; r++)
         if (!transportUsableOn(comm, &shmTransport, r))
@@ -82,9 +81,9 @@ void compressConfig(struct loomComm *comm)
         comm->config.netCompress = compressWords[comm->compress];
 }
 
-void compressSetup(struct loomComm *comm)
+void compressSetup(struct loomComm *comm, int multiHost)
 {
-    comm->compressNet = compressAnyNet(comm);
+    comm->compressNet = compressAnyNet(comm, multiHost);
     if (comm->compress != COMPRESS_NONE)
         INFO(LOOM_NET, "float32 AllReduce and ReduceScatter send %s on network links (%s)",
              compressName(comm->compress),
