@@ -372,14 +372,14 @@ static const struct tuneCosts shmCosts = {
  * The network between hosts (net/socket: TCP). Across hosts a pipeline's
  * critical path also crosses host links: netHops messages over them one
  * after the other (the first piece's way, then one a piece behind it: each
- * message costs about a hop here, wake-ups included), hopUs each, and
- * netBytes that one host's link carries (byteNs each). The shm terms stay
- * for every unit (a few us against the network's tens). Both are fitted
- * between network namespaces of the development VM
- * (tests/multinode/netns.sh): hopUs from the 8 B AllReduce, doubling (one
- * exchange) against the tree (two hops; a hop is veth, bridge, TCP and two
- * wake-ups), byteNs from the 8-32 MiB ring and doubling once the hops are
- * counted. The runs and figures are in docs/performance.md, "The network
+ * message costs about a hop here), hopUs each, and netBytes that one
+ * host's link carries (byteNs each). The shm terms stay for every unit.
+ * Both are fitted between network namespaces of the development VM, a core
+ * a rank (tests/multinode/netns.sh, 2 hosts x 1): hopUs from the 8 B
+ * AllReduce, doubling (one exchange) against the ring and the tree (two
+ * hops; a hop is veth, bridge, TCP and a waiting rank that polls), byteNs
+ * from 1 / busbw of the 64 MiB AllReduce (a 2-rank ring's host link
+ * carries every byte once). The runs and figures are in docs/performance.md, "The network
  * constants (netCosts)". A real network has shorter hops and cheaper
  * bytes: redo both there as that section says. InfiniBand is priced the
  * same, unmeasured.
@@ -389,7 +389,7 @@ struct tuneNetCosts {
     double byteNs;
 };
 
-static const struct tuneNetCosts netCosts = {.hopUs = 50.0, .byteNs = 1.5};
+static const struct tuneNetCosts netCosts = {.hopUs = 10.0, .byteNs = 0.65};
 
 /* One evaluation: a collective of `bytes` on a shape, cut in pieces of `chunk`. */
 struct tuneCase {
