@@ -8,7 +8,8 @@
  *       -> otherwise: planExecute on the calling thread
  *
  * planExecute turns operations into lanes (one schedule per channel, cached
- * per communicator) and runs them with execRun.
+ * per communicator) and runs them on the executor the decision record names
+ * (executorRun, src/exec/executor.h).
  */
 #ifndef LOOM_ENQUEUE_H_
 #define LOOM_ENQUEUE_H_

@@ -27,7 +27,8 @@
  * (cudaplan.h, the two device executors'), and what runs steps on the CPU
  * (reduce.c, cma.c, mem.c). cudaexec.c is the host-driven CUDA executor's
  * device steps, called by exec.c only. This table (executor.c) is the one
- * place that names all four; the core and cma.c reach them through it.
+ * place that names all four; the core reaches them through it, except
+ * plan.c's launched path, which runs on loomExecLaunch by name.
  */
 #ifndef LOOM_EXECUTOR_H_
 #define LOOM_EXECUTOR_H_
