@@ -102,7 +102,8 @@ static const struct paramRow paramTable[] = {
     [LOOM_PARAM_SPIN] = {"LOOM_SPIN", PARAM_INT, "20000", 0, 10000000, "a number of iterations",
                          NULL,
                          "busy-poll iterations (pause instructions) of a wait before it "
-                         "yields the CPU (capped at 32 with more ranks than cores), "
+                         "yields the CPU (capped at 32 with more ranks than cores); a "
+                         "network wait polls its sockets instead, for at most 100 us, "
                          "0..10000000"},
     [LOOM_PARAM_CUDA_LIB] = {"LOOM_CUDA_LIB", PARAM_STR, "libcuda.so.1", 0, 0, NULL, NULL,
                              "the CUDA driver library loaded at run time for device buffers "
